@@ -1,0 +1,22 @@
+# Turns the numbered migrations in sql/ into a C source file, so the binary
+# carries its schema and `order-worker migrate` needs no files at run time.
+# Usage: cmake -DSQL_DIR=... -DOUT=... -P embed_sql.cmake
+file(GLOB files "${SQL_DIR}/[0-9][0-9][0-9]_*.sql")
+list(SORT files)
+set(body "/* Generated from sql/ by cmake/embed_sql.cmake; do not edit. */\n#include \"ow/migrations.h\"\n\n")
+set(table "")
+set(i 0)
+foreach(f IN LISTS files)
+  get_filename_component(name "${f}" NAME)
+  string(SUBSTRING "${name}" 0 3 version)
+  math(EXPR version "${version}")
+  file(READ "${f}" hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "static const char sql_${i}[] = {${bytes}0x00};\n")
+  string(APPEND table "    {${version}, \"${name}\", sql_${i}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "\nconst ow_migration ow_migrations[] = {\n${table}};\nconst unsigned ow_migrations_count = ${i};\n")
+file(WRITE "${OUT}.tmp" "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
+file(REMOVE "${OUT}.tmp")

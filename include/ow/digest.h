@@ -1,0 +1,28 @@
+/*
+ * The request digest: SHA-256 of a canonical form of the normalized request.
+ *
+ * Canonical form (version 1), a compact JSON text with a fixed shape:
+ *   {"orders":[{"amount":"19.90","external_order_no":"B-1","product_id":101,"quantity":1}],
+ *    "user_id":42}
+ * Keys in this order, no whitespace, amounts with exactly two decimals,
+ * product_id null when absent, quantity 1 when absent, items in message
+ * order. Whitespace, key order and amount spelling of the message therefore
+ * do not change the digest; the user, any value and the item order do.
+ * The idempotency key is not part of it.
+ */
+#ifndef OW_DIGEST_H
+#define OW_DIGEST_H
+
+#include "ow/request.h"
+#include "ow/util.h"
+
+#define OW_DIGEST_LEN 32
+#define OW_DIGEST_HEX_LEN 64
+
+/* Appends the canonical form to out. Returns 0 or OW_ENOMEM. */
+int ow_digest_canonical(const ow_request *req, ow_buf *out);
+/* Computes the digest; hex gets 64 lower-case hex digits and a NUL. */
+int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
+                      char hex[OW_DIGEST_HEX_LEN + 1]);
+
+#endif

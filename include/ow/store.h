@@ -1,0 +1,104 @@
+/*
+ * The store: MySQL/MariaDB connection, prepared statements, and the one
+ * transaction that decides a micro-batch of requests.
+ *
+ * Correctness lives in the database. The unique key (user_id,
+ * idempotency_key) decides which of two concurrent transactions creates a
+ * request; the unique key (user_id, external_order_no) decides which creates
+ * an order. The store never checks and then inserts: it inserts and reads
+ * what the database decided. See docs/transactions.md.
+ *
+ * Errors are returned with a class: RETRIABLE (deadlock, lost connection,
+ * server gone: back off and call again; the connection is re-established on
+ * the next call), FATAL (configuration or schema problems), never
+ * INVALID_INPUT (requests are validated before they get here).
+ */
+#ifndef OW_STORE_H
+#define OW_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ow/digest.h"
+#include "ow/error.h"
+#include "ow/idgen.h"
+#include "ow/request.h"
+#include "ow/response.h"
+#include "ow/util.h"
+
+typedef struct ow_store ow_store;
+
+typedef struct {
+    const char *host;
+    unsigned port;
+    const char *user;
+    const char *password;
+    const char *database;
+    unsigned connect_timeout_s;
+    unsigned lock_wait_timeout_s; /* the in-progress wait */
+} ow_store_params;
+
+typedef enum {
+    OW_DECISION_NONE = 0,
+    OW_DECISION_CREATED,     /* new request, orders written (201) */
+    OW_DECISION_CONFLICT,    /* new request recorded as FAILED (409 ORDER_ALREADY_EXISTS) */
+    OW_DECISION_REPLAY,      /* same key and digest already recorded: stored body */
+    OW_DECISION_KEY_REUSED,  /* same key, other digest: nothing written (409) */
+    OW_DECISION_IN_PROGRESS  /* another transaction holds the key or its orders (409) */
+} ow_decision;
+
+typedef struct {
+    /* Input, borrowed for the duration of the call. */
+    const ow_request *req;
+    const char *key;
+    size_t key_len;
+    unsigned char digest[OW_DIGEST_LEN];
+    char digest_hex[OW_DIGEST_HEX_LEN + 1];
+    /* Output. */
+    ow_decision decision;
+    ow_result_code code;
+    ow_buf body;  /* the result value; owned by the item */
+    int replayed; /* 1 when body is a stored response published again */
+    /* Private to the store. */
+    int64_t request_id;
+    int ours;
+} ow_store_item;
+
+typedef struct {
+    uint64_t transactions;
+    uint64_t batch_fallbacks; /* micro-batches redone one message at a time */
+    uint64_t order_races;     /* 1062 on an order insert: a concurrent creator */
+    uint64_t id_collisions;
+} ow_store_stats;
+
+/* Creates a store; does not connect (the first call does). Copies params. */
+ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids);
+void ow_store_free(ow_store **store);
+
+/* Connects if not connected. */
+int ow_store_connect(ow_store *s, ow_error *err);
+/* Checks the connection with a round trip; reconnects if it was lost. */
+int ow_store_ping(ow_store *s, ow_error *err);
+
+void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key,
+                        size_t key_len);
+void ow_store_item_cleanup(ow_store_item *it);
+
+/* Decides items[0..n) in one transaction. On success every item has a
+ * decision and a body. On error nothing was committed and no item has a
+ * decision. one_at_a_time runs each item under its own savepoint with
+ * single-row statements (used after a deadlock); otherwise set-based
+ * statements run first and fall back to that mode by themselves when the
+ * database reports a race. */
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time,
+                    ow_error *err);
+
+const ow_store_stats *ow_store_get_stats(const ow_store *s);
+
+/* --- Operations (used by subcommands; see ow/admin.h for output). --- */
+
+/* Applies the embedded sql/ migrations; returns the number applied in *applied. */
+int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err);
+
+#endif

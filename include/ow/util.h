@@ -1,0 +1,52 @@
+/* Small checked helpers used everywhere: integer parsing, a growable buffer,
+ * clocks and a stable hash. No I/O. */
+#ifndef OW_UTIL_H
+#define OW_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parses a whole NUL-terminated decimal integer ("-12", "42"); no spaces, no
+ * '+', no trailing bytes. Returns 0, or OW_EINVAL when s is not a number or
+ * does not fit. */
+int ow_parse_int64(const char *s, int64_t *out);
+
+/* Growable byte buffer; data is always NUL-terminated when non-NULL. */
+typedef struct {
+    char *data;
+    size_t len;
+    size_t cap;
+} ow_buf;
+
+void ow_buf_init(ow_buf *b);
+void ow_buf_cleanup(ow_buf *b);
+void ow_buf_reset(ow_buf *b); /* keeps the allocation */
+int ow_buf_append(ow_buf *b, const void *p, size_t n);
+int ow_buf_appendc(ow_buf *b, char c);
+int ow_buf_appends(ow_buf *b, const char *s);
+int ow_buf_appendf(ow_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hands the bytes to the caller (who frees them) and leaves b empty. */
+char *ow_buf_steal(ow_buf *b, size_t *len);
+
+int64_t ow_clock_mono_ms(void);
+int64_t ow_clock_mono_us(void);
+int64_t ow_clock_wall_ms(void);
+
+/* 64-bit FNV-1a; stable across runs and machines (used to route keys). */
+uint64_t ow_hash64(const void *p, size_t n);
+
+/* Lower-case hex of n bytes into out (2n + 1 bytes). */
+void ow_hex(const unsigned char *p, size_t n, char *out);
+
+/* Sleeps ms milliseconds unless *stop becomes non-zero (checked every 50 ms). */
+void ow_sleep_ms(int64_t ms, const volatile int *stop);
+
+/* A delay for retry number attempt (0-based): min(max, base * 2^attempt),
+ * with full jitter drawn from seed (updated). */
+int64_t ow_backoff_ms(int64_t base, int64_t max, unsigned attempt, uint64_t *seed);
+
+/* xorshift64* step; *state must be non-zero. */
+uint64_t ow_rand64(uint64_t *state);
+
+#endif

@@ -1,0 +1,603 @@
+#include "ow/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/util.h"
+
+typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL } config_type;
+
+typedef struct {
+    const char *name;
+    config_type type;
+    int64_t min;
+    int64_t max;
+    const char *def;
+    int secret;
+    size_t offset;
+    const char *desc;
+} config_row;
+
+#define ROW_OFF(field) offsetof(ow_config, field)
+
+/* The one list of configuration keys. Order is the order of --help, of
+ * `config --print` and of the README table. */
+static const config_row config_table[] = {
+    {"kafka.bootstrap.servers", CT_STRING, 0, 0, "127.0.0.1:9092", 0,
+     ROW_OFF(kafka_bootstrap_servers), "Kafka brokers, host:port[,host:port...]."},
+    {"kafka.group.id", CT_STRING, 0, 0, "order-worker", 0, ROW_OFF(kafka_group_id),
+     "Consumer group shared by every replica."},
+    {"topic.input", CT_STRING, 0, 0, "order-batches", 0, ROW_OFF(topic_input),
+     "Topic of order-batch requests."},
+    {"topic.results", CT_STRING, 0, 0, "order-batch-results", 0, ROW_OFF(topic_results),
+     "Topic the outcome of every request is published to."},
+    {"topic.dlq", CT_STRING, 0, 0, "order-batches.dlq", 0, ROW_OFF(topic_dlq),
+     "Dead-letter topic for the original bytes of invalid messages."},
+    {"mysql.host", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(mysql_host),
+     "MySQL/MariaDB host name or address."},
+    {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port), "MySQL/MariaDB TCP port."},
+    {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
+     "Database user (needs SELECT, INSERT, UPDATE; DELETE for purge)."},
+    {"mysql.password", CT_STRING, 0, 0, "", 1, ROW_OFF(mysql_password),
+     "Database password. Prefer mysql.password_file or the environment."},
+    {"mysql.password_file", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_password_file),
+     "Path of a file holding the database password (one line)."},
+    {"mysql.database", CT_STRING, 0, 0, "orders", 0, ROW_OFF(mysql_database),
+     "Database (schema) holding the order-worker tables."},
+    {"mysql.connect_timeout_s", CT_INT, 1, 300, "5", 0, ROW_OFF(mysql_connect_timeout_s),
+     "Seconds to wait for a database connection and for each read or write."},
+    {"request.max_bytes", CT_INT, 64, 16777216, "1048576", 0, ROW_OFF(request_max_bytes),
+     "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
+    {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
+     "Largest accepted number of orders in one batch."},
+    {"request.in_progress_wait_s", CT_INT, 1, 3600, "5", 0,
+     ROW_OFF(request_in_progress_wait_s),
+     "Seconds to wait for a concurrent request with the same key before publishing "
+     "REQUEST_IN_PROGRESS (the database lock wait timeout)."},
+    {"worker.lanes", CT_INT, 1, 64, "4", 0, ROW_OFF(worker_lanes),
+     "Parallel lanes, each with its own database connection; a key always uses the same lane."},
+    {"batch.max_messages", CT_INT, 1, 1000, "64", 0, ROW_OFF(batch_max_messages),
+     "Most messages decided in one database transaction (1 = one transaction per message)."},
+    {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),
+     "How long a lane waits to fill a micro-batch before it runs a smaller one."},
+    {"inflight.max_messages", CT_INT, 1, 1000000, "8192", 0, ROW_OFF(inflight_max_messages),
+     "Messages consumed but not yet acknowledged before partitions are paused."},
+    {"inflight.max_bytes", CT_INT, 65536, 1073741824, "16777216", 0,
+     ROW_OFF(inflight_max_bytes),
+     "Bytes of messages in flight before partitions are paused (bounds memory)."},
+    {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
+     "First delay after a transient failure; doubles per attempt, with jitter."},
+    {"retry.backoff_max_ms", CT_INT, 1, 600000, "5000", 0, ROW_OFF(retry_backoff_max_ms),
+     "Longest delay between retries of a transient failure."},
+    {"commit.interval_ms", CT_INT, 100, 60000, "1000", 0, ROW_OFF(commit_interval_ms),
+     "How often acknowledged offsets are committed to the group."},
+    {"rebalance.drain_timeout_ms", CT_INT, 0, 600000, "5000", 0,
+     ROW_OFF(rebalance_drain_timeout_ms),
+     "On revoke, how long to wait for in-flight messages of the revoked partitions."},
+    {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
+     "On SIGTERM/SIGINT, how long to wait for in-flight work and result delivery."},
+    {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
+     "Least severe level logged: error, warn, info or debug."},
+    {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),
+     "Address the /metrics, /healthz and /readyz HTTP endpoint binds to."},
+    {"metrics.port", CT_INT, 0, 65535, "0", 0, ROW_OFF(metrics_port),
+     "Port of the HTTP endpoint; 0 disables it."},
+};
+
+#define N_ROWS (sizeof(config_table) / sizeof(config_table[0]))
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+const char *ow_log_level_name(int64_t level)
+{
+    if (level < 0 || level > OW_LOG_DEBUG)
+        return "?";
+    return level_names[level];
+}
+
+const char *ow_config_source_name(ow_config_source src)
+{
+    switch (src) {
+    case OW_SRC_DEFAULT:
+        return "default";
+    case OW_SRC_FILE:
+        return "file";
+    case OW_SRC_ENV:
+        return "environment";
+    }
+    return "?";
+}
+
+static char **str_field(ow_config *cfg, const config_row *row)
+{
+    return (char **)(void *)((char *)cfg + row->offset);
+}
+
+static int64_t *int_field(ow_config *cfg, const config_row *row)
+{
+    return (int64_t *)(void *)((char *)cfg + row->offset);
+}
+
+static const config_row *find_row(const char *key, size_t *index)
+{
+    for (size_t i = 0; i < N_ROWS; i++) {
+        if (strcmp(config_table[i].name, key) == 0) {
+            *index = i;
+            return &config_table[i];
+        }
+    }
+    return NULL;
+}
+
+static int set_source(ow_config *cfg, size_t i, ow_config_source src, const char *where)
+{
+    char *copy = NULL;
+
+    if (where != NULL) {
+        copy = strdup(where);
+        if (copy == NULL)
+            return OW_ENOMEM;
+    }
+    free(cfg->source_where[i]);
+    cfg->source_where[i] = copy;
+    cfg->sources[i] = src;
+    return OW_OK;
+}
+
+static int parse_row_value(ow_config *cfg, const config_row *row, const char *value,
+                           const char *where, ow_error *err)
+{
+    int64_t v = 0;
+
+    switch (row->type) {
+    case CT_STRING: {
+        char *copy = strdup(value);
+
+        if (copy == NULL)
+            return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        free(*str_field(cfg, row));
+        *str_field(cfg, row) = copy;
+        return OW_OK;
+    }
+    case CT_LOGLEVEL:
+        for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+            if (strcmp(value, level_names[i]) == 0) {
+                *int_field(cfg, row) = (int64_t)i;
+                return OW_OK;
+            }
+        }
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: %s: must be one of error, warn, info, debug", where, row->name);
+    case CT_INT:
+        if (ow_parse_int64(value, &v) != OW_OK)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "%s: %s: \"%s\" is not an integer", where, row->name, value);
+        if (v < row->min || v > row->max)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "%s: %s: %lld is out of range [%lld, %lld]", where, row->name,
+                                (long long)v, (long long)row->min, (long long)row->max);
+        *int_field(cfg, row) = v;
+        return OW_OK;
+    }
+    return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: %s: unknown type", where, row->name);
+}
+
+static int set_passthrough(ow_config *cfg, const char *name, const char *value,
+                           ow_config_source src, const char *where, ow_error *err)
+{
+    ow_config_kv *kv = NULL;
+
+    if (*name == '\0')
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: kafka.: a librdkafka property name must follow \"kafka.\"",
+                            where);
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        if (strcmp(cfg->passthrough[i].name, name) == 0)
+            kv = &cfg->passthrough[i];
+    }
+    if (kv == NULL) {
+        if (cfg->n_passthrough == OW_CONFIG_MAX_PASSTHROUGH)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "%s: kafka.%s: more than %d kafka.* properties", where, name,
+                                OW_CONFIG_MAX_PASSTHROUGH);
+        kv = &cfg->passthrough[cfg->n_passthrough];
+        kv->name = strdup(name);
+        kv->value = NULL;
+        if (kv->name == NULL)
+            return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        cfg->n_passthrough++;
+    }
+    free(kv->value);
+    kv->value = strdup(value);
+    kv->source = src;
+    if (kv->value == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    return OW_OK;
+}
+
+int ow_config_set(ow_config *cfg, const char *key, const char *value, ow_config_source src,
+                  const char *where, ow_error *err)
+{
+    size_t index = 0;
+    const config_row *row = find_row(key, &index);
+    int rc;
+
+    if (row == NULL) {
+        if (strncmp(key, "kafka.", 6) == 0)
+            return set_passthrough(cfg, key + 6, value, src, where, err);
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: %s: unknown key", where, key);
+    }
+    rc = parse_row_value(cfg, row, value, where, err);
+    if (rc != OW_OK)
+        return rc;
+    if (set_source(cfg, index, src, where) != OW_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    return OW_OK;
+}
+
+int ow_config_init(ow_config *cfg, ow_error *err)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->sources = calloc(N_ROWS, sizeof(*cfg->sources));
+    cfg->source_where = calloc(N_ROWS, sizeof(*cfg->source_where));
+    if (cfg->sources == NULL || cfg->source_where == NULL) {
+        ow_config_cleanup(cfg);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    }
+    for (size_t i = 0; i < N_ROWS; i++) {
+        int rc = parse_row_value(cfg, &config_table[i], config_table[i].def, "default", err);
+
+        if (rc != OW_OK) {
+            ow_config_cleanup(cfg);
+            return rc;
+        }
+    }
+    return OW_OK;
+}
+
+void ow_config_cleanup(ow_config *cfg)
+{
+    if (cfg->sources != NULL) {
+        for (size_t i = 0; i < N_ROWS; i++) {
+            if (config_table[i].type == CT_STRING)
+                free(*str_field(cfg, &config_table[i]));
+            free(cfg->source_where[i]);
+        }
+    }
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        free(cfg->passthrough[i].name);
+        free(cfg->passthrough[i].value);
+    }
+    free(cfg->sources);
+    free(cfg->source_where);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static char *trim(char *s)
+{
+    char *end;
+
+    while (*s == ' ' || *s == '\t')
+        s++;
+    end = s + strlen(s);
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+        end--;
+    *end = '\0';
+    return s;
+}
+
+static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno,
+                     ow_error *err)
+{
+    char where[300];
+    char *eq;
+    char *key;
+    char *value;
+
+    snprintf(where, sizeof(where), "%s:%u", origin, lineno);
+    line = trim(line);
+    if (*line == '\0' || *line == '#')
+        return OW_OK;
+    eq = strchr(line, '=');
+    if (eq == NULL)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: expected key = value, found no '='", where);
+    *eq = '\0';
+    key = trim(line);
+    value = trim(eq + 1);
+    if (*key == '\0')
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: empty key before '='",
+                            where);
+    return ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
+}
+
+int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, ow_error *err)
+{
+    unsigned lineno = 0;
+    const char *p = text;
+
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        char line[4096];
+        int rc;
+
+        lineno++;
+        if (n >= sizeof(line))
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "%s:%u: line longer than %zu bytes", origin, lineno,
+                                sizeof(line) - 1);
+        memcpy(line, p, n);
+        line[n] = '\0';
+        rc = load_line(cfg, line, origin, lineno, err);
+        if (rc != OW_OK)
+            return rc;
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    return OW_OK;
+}
+
+static int read_file(const char *path, size_t max, ow_buf *out, ow_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    char chunk[4096];
+    size_t n;
+    int rc = OW_OK;
+
+    if (f == NULL)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: cannot open: %s", path,
+                            strerror(errno));
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (out->len + n > max) {
+            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: larger than %zu bytes",
+                              path, max);
+            break;
+        }
+        if (ow_buf_append(out, chunk, n) != OW_OK) {
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+            break;
+        }
+    }
+    if (rc == OW_OK && ferror(f))
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: read error", path);
+    fclose(f);
+    return rc;
+}
+
+int ow_config_load_file(ow_config *cfg, const char *path, ow_error *err)
+{
+    ow_buf text;
+    int rc;
+
+    ow_buf_init(&text);
+    rc = read_file(path, 1 << 20, &text, err);
+    if (rc == OW_OK) {
+        if (memchr(text.data != NULL ? text.data : "", '\0', text.len) != NULL)
+            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: contains a NUL byte", path);
+        else
+            rc = ow_config_load_string(cfg, text.data != NULL ? text.data : "", path, err);
+    }
+    ow_buf_cleanup(&text);
+    return rc;
+}
+
+/* ORDER_WORKER_MYSQL_PORT for mysql.port. */
+static void env_name(const char *key, char *out, size_t outsz)
+{
+    size_t n = strlen(OW_CONFIG_ENV_PREFIX);
+    size_t i = 0;
+
+    memcpy(out, OW_CONFIG_ENV_PREFIX, n);
+    for (; key[i] != '\0' && n + i + 1 < outsz; i++) {
+        unsigned char c = (unsigned char)key[i];
+
+        out[n + i] = c == '.' ? '_' : (char)toupper(c);
+    }
+    out[n + i] = '\0';
+}
+
+static int load_env_var(ow_config *cfg, const char *name, size_t name_len, const char *value,
+                        ow_error *err)
+{
+    char env[128];
+    char where[160];
+
+    snprintf(where, sizeof(where), "environment %.*s", (int)name_len, name);
+    for (size_t i = 0; i < N_ROWS; i++) {
+        env_name(config_table[i].name, env, sizeof(env));
+        if (strlen(env) == name_len && memcmp(env, name, name_len) == 0)
+            return ow_config_set(cfg, config_table[i].name, value, OW_SRC_ENV, where, err);
+    }
+    /* ORDER_WORKER_KAFKA_SOCKET_TIMEOUT_MS -> kafka.socket.timeout.ms: librdkafka
+     * property names use '.' and never '_'. */
+    if (name_len > strlen(OW_CONFIG_ENV_PREFIX "KAFKA_") &&
+        strncmp(name, OW_CONFIG_ENV_PREFIX "KAFKA_", strlen(OW_CONFIG_ENV_PREFIX "KAFKA_")) == 0) {
+        size_t skip = strlen(OW_CONFIG_ENV_PREFIX);
+        char key[128];
+        size_t k = 0;
+
+        for (size_t i = skip; i < name_len && k + 1 < sizeof(key); i++, k++)
+            key[k] = name[i] == '_' ? '.' : (char)tolower((unsigned char)name[i]);
+        key[k] = '\0';
+        return ow_config_set(cfg, key, value, OW_SRC_ENV, where, err);
+    }
+    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: unknown key", where);
+}
+
+int ow_config_load_env(ow_config *cfg, char *const *envp, ow_error *err)
+{
+    size_t plen = strlen(OW_CONFIG_ENV_PREFIX);
+
+    for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
+        const char *e = envp[i];
+        const char *eq = strchr(e, '=');
+        int rc;
+
+        if (eq == NULL || strncmp(e, OW_CONFIG_ENV_PREFIX, plen) != 0)
+            continue;
+        rc = load_env_var(cfg, e, (size_t)(eq - e), eq + 1, err);
+        if (rc != OW_OK)
+            return rc;
+    }
+    return OW_OK;
+}
+
+static int load_password_file(ow_config *cfg, ow_error *err)
+{
+    ow_buf text;
+    size_t index = 0;
+    int rc;
+
+    if (find_row("mysql.password", &index) != NULL && cfg->sources[index] != OW_SRC_DEFAULT)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "mysql.password_file: cannot be combined with mysql.password");
+    ow_buf_init(&text);
+    rc = read_file(cfg->mysql_password_file, 4096, &text, err);
+    if (rc == OW_OK) {
+        char *pw = text.data != NULL ? text.data : "";
+
+        pw[strcspn(pw, "\r\n")] = '\0';
+        free(cfg->mysql_password);
+        cfg->mysql_password = strdup(pw);
+        if (cfg->mysql_password == NULL)
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    } else if (err != NULL) {
+        char why[sizeof(err->msg)];
+
+        memcpy(why, err->msg, sizeof(why));
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "mysql.password_file: %s", why);
+    }
+    ow_buf_cleanup(&text);
+    return rc;
+}
+
+int ow_config_finish(ow_config *cfg, ow_error *err)
+{
+    static const char *const required[] = {"kafka.bootstrap.servers", "kafka.group.id",
+                                           "topic.input", "topic.results", "topic.dlq",
+                                           "mysql.host", "mysql.user", "mysql.database"};
+
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        size_t index = 0;
+        const config_row *row = find_row(required[i], &index);
+
+        if (**str_field(cfg, row) == '\0')
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: must not be empty",
+                                row->name);
+    }
+    if (strcmp(cfg->topic_input, cfg->topic_results) == 0 ||
+        strcmp(cfg->topic_input, cfg->topic_dlq) == 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "topic.input: must differ from topic.results and topic.dlq");
+    if (cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "retry.backoff_max_ms: must be at least retry.backoff_ms");
+    if (cfg->inflight_max_bytes < cfg->request_max_bytes)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "inflight.max_bytes: must be at least request.max_bytes");
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        const char *n = cfg->passthrough[i].name;
+
+        if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
+            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: is fixed by order-worker's delivery guarantees", n);
+    }
+    if (*cfg->mysql_password_file != '\0')
+        return load_password_file(cfg, err);
+    return OW_OK;
+}
+
+static int is_secret_passthrough(const char *name)
+{
+    return strstr(name, "password") != NULL || strstr(name, "secret") != NULL ||
+           strstr(name, ".pem") != NULL || strstr(name, "oauthbearer.config") != NULL;
+}
+
+static void print_value(const ow_config *cfg, const config_row *row, FILE *out)
+{
+    ow_config *c = (ow_config *)cfg;
+
+    if (row->secret) {
+        fputs(**str_field(c, row) != '\0' ? "(redacted)" : "", out);
+        return;
+    }
+    switch (row->type) {
+    case CT_STRING:
+        fputs(*str_field(c, row), out);
+        break;
+    case CT_INT:
+        fprintf(out, "%lld", (long long)*int_field(c, row));
+        break;
+    case CT_LOGLEVEL:
+        fputs(ow_log_level_name(*int_field(c, row)), out);
+        break;
+    }
+}
+
+void ow_config_print(const ow_config *cfg, FILE *out)
+{
+    for (size_t i = 0; i < N_ROWS; i++) {
+        fprintf(out, "%s = ", config_table[i].name);
+        print_value(cfg, &config_table[i], out);
+        fprintf(out, "    # %s", ow_config_source_name(cfg->sources[i]));
+        if (cfg->source_where[i] != NULL && cfg->sources[i] != OW_SRC_DEFAULT)
+            fprintf(out, " (%s)", cfg->source_where[i]);
+        fputc('\n', out);
+    }
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        const ow_config_kv *kv = &cfg->passthrough[i];
+
+        fprintf(out, "kafka.%s = %s    # %s, passed to librdkafka\n", kv->name,
+                is_secret_passthrough(kv->name) ? "(redacted)" : kv->value,
+                ow_config_source_name(kv->source));
+    }
+}
+
+static const char *type_name(const config_row *row)
+{
+    switch (row->type) {
+    case CT_STRING:
+        return "string";
+    case CT_INT:
+        return "integer";
+    case CT_LOGLEVEL:
+        return "level";
+    }
+    return "?";
+}
+
+void ow_config_print_reference(FILE *out, int markdown)
+{
+    char env[128];
+
+    if (markdown) {
+        fputs("| key | type | default | range | environment | description |\n", out);
+        fputs("|---|---|---|---|---|---|\n", out);
+    }
+    for (size_t i = 0; i < N_ROWS; i++) {
+        const config_row *row = &config_table[i];
+        char range[64] = "";
+
+        env_name(row->name, env, sizeof(env));
+        if (row->type == CT_INT)
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)row->min,
+                     (long long)row->max);
+        if (markdown)
+            fprintf(out, "| `%s` | %s | `%s` | %s | `%s` | %s%s |\n", row->name, type_name(row),
+                    row->def, range, env, row->desc, row->secret ? " Secret: never printed." : "");
+        else
+            fprintf(out, "  %-28s %s, default \"%s\"%s%s\n      %s\n", row->name, type_name(row),
+                    row->def, range[0] != '\0' ? ", " : "", range, row->desc);
+    }
+    if (markdown)
+        fputs("| `kafka.<property>` | string | | | `ORDER_WORKER_KAFKA_<PROPERTY>` | Passed to "
+              "librdkafka as `<property>`. |\n",
+              out);
+    else
+        fputs("  kafka.<property>             passed to librdkafka unchanged\n", out);
+}

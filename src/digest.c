@@ -1,0 +1,63 @@
+#include "ow/digest.h"
+
+#include <openssl/evp.h>
+
+#include "ow/error.h"
+
+static int append_item(const ow_order_item *it, ow_buf *out)
+{
+    char amount[OW_AMOUNT_TEXT_MAX];
+    int rc;
+
+    ow_amount_format(it->amount_cents, amount);
+    rc = ow_buf_appendf(out, "{\"amount\":\"%s\",\"external_order_no\":\"", amount);
+    /* external_order_no is printable ASCII, so only '"' and '\' need escapes. */
+    for (size_t i = 0; rc == OW_OK && i < it->ext_len; i++) {
+        char c = it->external_order_no[i];
+
+        if (c == '"' || c == '\\')
+            rc = ow_buf_appendc(out, '\\');
+        if (rc == OW_OK)
+            rc = ow_buf_appendc(out, c);
+    }
+    if (rc != OW_OK)
+        return rc;
+    if (it->product_id > 0)
+        return ow_buf_appendf(out, "\",\"product_id\":%lld,\"quantity\":%lld}",
+                              (long long)it->product_id, (long long)it->quantity);
+    return ow_buf_appendf(out, "\",\"product_id\":null,\"quantity\":%lld}",
+                          (long long)it->quantity);
+}
+
+int ow_digest_canonical(const ow_request *req, ow_buf *out)
+{
+    int rc = ow_buf_appends(out, "{\"orders\":[");
+
+    for (size_t i = 0; rc == OW_OK && i < req->n_orders; i++) {
+        if (i > 0)
+            rc = ow_buf_appendc(out, ',');
+        if (rc == OW_OK)
+            rc = append_item(&req->orders[i], out);
+    }
+    if (rc == OW_OK)
+        rc = ow_buf_appendf(out, "],\"user_id\":%lld}", (long long)req->user_id);
+    return rc;
+}
+
+int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
+                      char hex[OW_DIGEST_HEX_LEN + 1])
+{
+    ow_buf canon;
+    unsigned int n = 0;
+    int rc;
+
+    ow_buf_init(&canon);
+    rc = ow_digest_canonical(req, &canon);
+    if (rc == OW_OK &&
+        EVP_Digest(canon.data, canon.len, raw, &n, EVP_sha256(), NULL) != 1)
+        rc = OW_EFATAL;
+    if (rc == OW_OK)
+        ow_hex(raw, OW_DIGEST_LEN, hex);
+    ow_buf_cleanup(&canon);
+    return rc;
+}

@@ -1,0 +1,456 @@
+#include "ow/request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/error.h"
+#include "ow/json.h"
+
+#define JSON_MAX_DEPTH 32
+
+void ow_field_errors_init(ow_field_errors *errs)
+{
+    errs->count = 0;
+    errs->omitted = 0;
+}
+
+void ow_field_errors_add(ow_field_errors *errs, const char *field, const char *fmt, ...)
+{
+    ow_field_error *e;
+    va_list ap;
+
+    if (errs == NULL)
+        return;
+    if (errs->count == OW_FIELD_ERRORS_MAX) {
+        errs->omitted++;
+        return;
+    }
+    e = &errs->items[errs->count++];
+    snprintf(e->field, sizeof(e->field), "%s", field);
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+}
+
+static int key_byte_ok(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.' || c == ':';
+}
+
+int ow_request_check_key(const void *key, size_t len, ow_field_errors *errs)
+{
+    const unsigned char *k = key;
+
+    if (key == NULL) {
+        ow_field_errors_add(errs, "key", "is missing; the message key is the idempotency key");
+        return OW_EINVAL;
+    }
+    if (len == 0) {
+        ow_field_errors_add(errs, "key", "is empty; expected 1 to %d bytes", OW_KEY_MAX);
+        return OW_EINVAL;
+    }
+    if (len > OW_KEY_MAX) {
+        ow_field_errors_add(errs, "key", "is %zu bytes; the limit is %d", len, OW_KEY_MAX);
+        return OW_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!key_byte_ok(k[i])) {
+            ow_field_errors_add(errs, "key",
+                                "byte %zu is not one of A-Z a-z 0-9 - _ . :", i + 1);
+            return OW_EINVAL;
+        }
+    }
+    return OW_OK;
+}
+
+/* A JSON integer lexeme in [min, max], min >= 0. Returns 0, or OW_EINVAL
+ * with why set. */
+static int int_in_range(const ow_json_node *n, int64_t min, int64_t max, int64_t *out,
+                        const char **why)
+{
+    const char *s;
+    int neg = 0;
+    uint64_t v = 0;
+
+    if (n->type != OW_JSON_NUMBER || !ow_json_number_is_integer(n)) {
+        *why = "must be a JSON integer";
+        return OW_EINVAL;
+    }
+    s = n->str;
+    if (*s == '-') {
+        neg = 1;
+        s++;
+    }
+    for (; *s != '\0'; s++) {
+        unsigned d = (unsigned)(*s - '0');
+
+        if (v > (UINT64_MAX - d) / 10) {
+            *why = "is out of range";
+            return OW_EINVAL;
+        }
+        v = v * 10 + d;
+    }
+    if ((neg && v != 0) || v > (uint64_t)max || (int64_t)v < min) {
+        *why = "is out of range";
+        return OW_EINVAL;
+    }
+    *out = (int64_t)v;
+    return OW_OK;
+}
+
+int ow_amount_parse(const char *s, size_t len, int64_t *cents, const char **why)
+{
+    size_t i = 0;
+    size_t int_digits = 0;
+    size_t frac_digits = 0;
+    int64_t units = 0;
+    int64_t frac = 0;
+
+    if (len == 0) {
+        *why = "must not be empty";
+        return OW_EINVAL;
+    }
+    if (s[0] == '-') {
+        *why = "must not be negative";
+        return OW_EINVAL;
+    }
+    while (i < len && s[i] >= '0' && s[i] <= '9') {
+        if (int_digits == 10) {
+            *why = "must be at most 9999999999.99";
+            return OW_EINVAL;
+        }
+        units = units * 10 + (s[i] - '0');
+        int_digits++;
+        i++;
+    }
+    if (int_digits == 0 || (int_digits > 1 && s[0] == '0')) {
+        *why = "must be a decimal like 19.90";
+        return OW_EINVAL;
+    }
+    if (i < len && s[i] == '.') {
+        i++;
+        while (i < len && s[i] >= '0' && s[i] <= '9') {
+            if (frac_digits == 2) {
+                *why = "must have at most 2 decimals";
+                return OW_EINVAL;
+            }
+            frac = frac * 10 + (s[i] - '0');
+            frac_digits++;
+            i++;
+        }
+        if (frac_digits == 0) {
+            *why = "must be a decimal like 19.90";
+            return OW_EINVAL;
+        }
+    }
+    if (i != len) {
+        *why = (s[i] == 'e' || s[i] == 'E') ? "must not use an exponent"
+                                           : "must be a decimal like 19.90";
+        return OW_EINVAL;
+    }
+    if (frac_digits == 1)
+        frac *= 10;
+    *cents = units * 100 + frac;
+    return OW_OK;
+}
+
+void ow_amount_format(int64_t cents, char out[OW_AMOUNT_TEXT_MAX])
+{
+    char digits[24];
+    size_t n = 0;
+    uint64_t v = cents < 0 ? 0 : (uint64_t)cents;
+
+    /* Digits from the right: two decimals, the point, then at least one unit
+     * digit. Amounts are validated to at most 13 digits, so this fits. */
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+        if (n == 2)
+            digits[n++] = '.';
+    } while ((v > 0 || n < 4) && n + 1 < OW_AMOUNT_TEXT_MAX);
+    for (size_t i = 0; i < n; i++)
+        out[i] = digits[n - 1 - i];
+    out[n] = '\0';
+}
+
+static void field_path(char *buf, size_t sz, size_t index, const char *name)
+{
+    if (name != NULL)
+        snprintf(buf, sz, "orders[%zu].%s", index, name);
+    else
+        snprintf(buf, sz, "orders[%zu]", index);
+}
+
+static void parse_ext_no(const ow_json_node *v, size_t i, ow_order_item *item,
+                         ow_field_errors *errs, int *ok)
+{
+    char path[64];
+
+    field_path(path, sizeof(path), i, "external_order_no");
+    if (v == NULL) {
+        ow_field_errors_add(errs, path, "is required");
+        *ok = 0;
+        return;
+    }
+    if (v->type != OW_JSON_STRING) {
+        ow_field_errors_add(errs, path, "must be a string");
+        *ok = 0;
+        return;
+    }
+    if (v->len == 0 || v->len > OW_EXT_NO_MAX) {
+        ow_field_errors_add(errs, path, "must be 1 to %d bytes, is %zu", OW_EXT_NO_MAX, v->len);
+        *ok = 0;
+        return;
+    }
+    for (size_t k = 0; k < v->len; k++) {
+        unsigned char c = (unsigned char)v->str[k];
+
+        if (c < 0x20 || c > 0x7e) {
+            ow_field_errors_add(errs, path, "byte %zu is not printable ASCII", k + 1);
+            *ok = 0;
+            return;
+        }
+    }
+    memcpy(item->external_order_no, v->str, v->len);
+    item->external_order_no[v->len] = '\0';
+    item->ext_len = v->len;
+}
+
+static void parse_amount(const ow_json_node *v, size_t i, ow_order_item *item,
+                         ow_field_errors *errs, int *ok)
+{
+    char path[64];
+    const char *why = NULL;
+
+    field_path(path, sizeof(path), i, "amount");
+    if (v == NULL) {
+        ow_field_errors_add(errs, path, "is required");
+        *ok = 0;
+        return;
+    }
+    if (v->type != OW_JSON_NUMBER && v->type != OW_JSON_STRING) {
+        ow_field_errors_add(errs, path, "must be a JSON number or a decimal string");
+        *ok = 0;
+        return;
+    }
+    if (ow_amount_parse(v->str, v->len, &item->amount_cents, &why) != OW_OK) {
+        ow_field_errors_add(errs, path, "%s", why);
+        *ok = 0;
+    }
+}
+
+static void parse_optional_int(const ow_json_node *v, size_t i, const char *name, int64_t max,
+                               int64_t absent, int64_t *out, ow_field_errors *errs, int *ok)
+{
+    char path[64];
+    const char *why = NULL;
+
+    *out = absent;
+    if (v == NULL || v->type == OW_JSON_NULL)
+        return;
+    field_path(path, sizeof(path), i, name);
+    if (int_in_range(v, 1, max, out, &why) != OW_OK) {
+        if (v->type == OW_JSON_NUMBER && ow_json_number_is_integer(v))
+            ow_field_errors_add(errs, path, "must be between 1 and %lld", (long long)max);
+        else
+            ow_field_errors_add(errs, path, "%s", why);
+        *ok = 0;
+    }
+}
+
+static int parse_item(const ow_json_node *obj, size_t i, ow_order_item *item,
+                      ow_field_errors *errs)
+{
+    char path[64];
+    int ok = 1;
+
+    memset(item, 0, sizeof(*item));
+    if (obj->type != OW_JSON_OBJECT) {
+        field_path(path, sizeof(path), i, NULL);
+        ow_field_errors_add(errs, path, "must be an object");
+        return 0;
+    }
+    parse_ext_no(ow_json_member(obj, "external_order_no"), i, item, errs, &ok);
+    parse_amount(ow_json_member(obj, "amount"), i, item, errs, &ok);
+    parse_optional_int(ow_json_member(obj, "product_id"), i, "product_id", INT64_MAX, 0,
+                       &item->product_id, errs, &ok);
+    parse_optional_int(ow_json_member(obj, "quantity"), i, "quantity", OW_QUANTITY_MAX, 1,
+                       &item->quantity, errs, &ok);
+    return ok;
+}
+
+/* Orders item pointers by external_order_no, then by position in the array. */
+static int cmp_ext(const void *a, const void *b)
+{
+    const ow_order_item *x = *(const ow_order_item *const *)a;
+    const ow_order_item *y = *(const ow_order_item *const *)b;
+    int c = strcmp(x->external_order_no, y->external_order_no);
+
+    if (c != 0)
+        return c;
+    return (x > y) - (x < y);
+}
+
+/* Reports every item whose external_order_no repeats an earlier item's,
+ * naming the first item of the run. Returns 1 when all are unique, 0 when
+ * not, -1 when out of memory. */
+static int check_unique_ext(const ow_order_item *items, size_t n, ow_field_errors *errs)
+{
+    const ow_order_item **sorted;
+    size_t run_start = 0;
+    int ok = 1;
+
+    if (n < 2)
+        return 1;
+    sorted = malloc(n * sizeof(*sorted));
+    if (sorted == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &items[i];
+    qsort(sorted, n, sizeof(*sorted), cmp_ext);
+    for (size_t k = 1; k < n; k++) {
+        char path[64];
+
+        if (sorted[k]->ext_len == 0 ||
+            strcmp(sorted[k]->external_order_no, sorted[run_start]->external_order_no) != 0) {
+            run_start = k;
+            continue;
+        }
+        field_path(path, sizeof(path), (size_t)(sorted[k] - items), "external_order_no");
+        ow_field_errors_add(errs, path, "repeats orders[%zu].external_order_no",
+                            (size_t)(sorted[run_start] - items));
+        ok = 0;
+    }
+    free(sorted);
+    return ok;
+}
+
+static int parse_orders(const ow_json_node *orders, const ow_request_limits *limits,
+                        ow_request *out, ow_field_errors *errs)
+{
+    const ow_json_node *item;
+    size_t i = 0;
+    int ok = 1;
+    int uniq;
+
+    if (orders == NULL) {
+        ow_field_errors_add(errs, "orders", "is required");
+        return 0;
+    }
+    if (orders->type != OW_JSON_ARRAY) {
+        ow_field_errors_add(errs, "orders", "must be an array");
+        return 0;
+    }
+    if (orders->count == 0) {
+        ow_field_errors_add(errs, "orders", "must hold at least 1 order");
+        return 0;
+    }
+    if (orders->count > limits->max_orders) {
+        ow_field_errors_add(errs, "orders", "holds %zu orders; the limit is %zu", orders->count,
+                            limits->max_orders);
+        return 0;
+    }
+    out->orders = calloc(orders->count, sizeof(*out->orders));
+    if (out->orders == NULL)
+        return -1;
+    for (item = orders->first; item != NULL; item = item->next, i++) {
+        if (!parse_item(item, i, &out->orders[i], errs))
+            ok = 0;
+    }
+    out->n_orders = orders->count;
+    uniq = check_unique_ext(out->orders, out->n_orders, errs);
+    if (uniq < 0)
+        return -1;
+    return ok && uniq;
+}
+
+static void parse_user_id(const ow_json_node *v, ow_request *out, ow_field_errors *errs, int *ok)
+{
+    const char *why = NULL;
+    int64_t id = 0;
+
+    if (v == NULL) {
+        ow_field_errors_add(errs, "user_id", "is required");
+        *ok = 0;
+        return;
+    }
+    if (int_in_range(v, 1, INT64_MAX, &id, &why) != OW_OK) {
+        if (v->type == OW_JSON_NUMBER && ow_json_number_is_integer(v))
+            ow_field_errors_add(errs, "user_id", "must be between 1 and %lld",
+                                (long long)INT64_MAX);
+        else
+            ow_field_errors_add(errs, "user_id", "%s", why);
+        *ok = 0;
+        return;
+    }
+    out->user_id = id;
+}
+
+int ow_request_parse(const void *value, size_t len, const ow_request_limits *limits,
+                     ow_request *out, ow_field_errors *errs)
+{
+    ow_json_limits jl = {JSON_MAX_DEPTH, 0};
+    ow_json_doc *doc = NULL;
+    ow_json_error jerr;
+    const ow_json_node *root;
+    int ok = 1;
+    int rc = OW_EINVAL;
+    int jrc;
+    int orc;
+
+    memset(out, 0, sizeof(*out));
+    if (value == NULL || len == 0) {
+        ow_field_errors_add(errs, "value", "is empty; expected a JSON object");
+        goto out;
+    }
+    if (len > limits->max_bytes) {
+        ow_field_errors_add(errs, "value", "is %zu bytes; the limit is %zu", len,
+                            limits->max_bytes);
+        goto out;
+    }
+    jl.max_nodes = limits->max_orders * 20 > 100000 ? limits->max_orders * 20 : 100000;
+    jrc = ow_json_parse(value, len, &jl, &doc, &jerr);
+    if (jrc == OW_JSON_ERR_NOMEM) {
+        rc = OW_ENOMEM;
+        goto out;
+    }
+    if (jrc != OW_JSON_OK) {
+        ow_field_errors_add(errs, "value", "is not valid JSON: %s at byte %zu", jerr.message,
+                            jerr.offset);
+        goto out;
+    }
+    root = ow_json_root(doc);
+    if (root->type != OW_JSON_OBJECT) {
+        ow_field_errors_add(errs, "value", "must be a JSON object");
+        goto out;
+    }
+    parse_user_id(ow_json_member(root, "user_id"), out, errs, &ok);
+    orc = parse_orders(ow_json_member(root, "orders"), limits, out, errs);
+    if (orc < 0) {
+        rc = OW_ENOMEM;
+        goto out;
+    }
+    rc = (ok && orc) ? OW_OK : OW_EINVAL;
+out:
+    ow_json_free(&doc);
+    if (rc != OW_OK) {
+        int64_t user_id = out->user_id;
+
+        ow_request_cleanup(out);
+        out->user_id = user_id;
+    }
+    return rc;
+}
+
+void ow_request_cleanup(ow_request *req)
+{
+    if (req == NULL)
+        return;
+    free(req->orders);
+    req->orders = NULL;
+    req->n_orders = 0;
+    req->user_id = 0;
+}

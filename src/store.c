@@ -1,0 +1,463 @@
+/* Store: connection lifecycle, error classes, parameters and the statement
+ * cache. The transaction logic is in decide.c. */
+#include <errmsg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/log.h"
+#include "store_internal.h"
+
+ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
+{
+    ow_store *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->host = strdup(p->host);
+    s->user = strdup(p->user);
+    s->password = strdup(p->password != NULL ? p->password : "");
+    s->database = strdup(p->database);
+    s->port = p->port;
+    s->connect_timeout_s = p->connect_timeout_s;
+    s->lock_wait_timeout_s = p->lock_wait_timeout_s;
+    s->ids = ids;
+    s->rng = (uint64_t)ow_clock_mono_us() ^ (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ULL;
+    if (s->host == NULL || s->user == NULL || s->password == NULL || s->database == NULL)
+        ow_store_free(&s);
+    return s;
+}
+
+void ow_store_free(ow_store **store)
+{
+    ow_store *s;
+
+    if (store == NULL || *store == NULL)
+        return;
+    s = *store;
+    ow_store_disconnect(s);
+    ow_params_free(&s->params);
+    free(s->scratch.rows);
+    free(s->scratch.slots);
+    free(s->scratch.refs);
+    free(s->scratch.ref_start);
+    free(s->scratch.conflicts);
+    ow_buf_cleanup(&s->scratch.blob);
+    free(s->host);
+    free(s->user);
+    if (s->password != NULL)
+        memset(s->password, 0, strlen(s->password));
+    free(s->password);
+    free(s->database);
+    free(s);
+    *store = NULL;
+}
+
+void ow_store_disconnect(ow_store *s)
+{
+    for (int k = 0; k < OW_SQL_KIND_COUNT; k++) {
+        for (int b = 0; b < OW_STMT_BUCKETS; b++) {
+            if (s->stmts[k][b] != NULL)
+                mysql_stmt_close(s->stmts[k][b]);
+            s->stmts[k][b] = NULL;
+        }
+    }
+    if (s->db != NULL)
+        mysql_close(s->db);
+    s->db = NULL;
+}
+
+const ow_store_stats *ow_store_get_stats(const ow_store *s)
+{
+    return &s->stats;
+}
+
+/* Errors after which the connection cannot be trusted any more. */
+static int is_connection_error(unsigned e)
+{
+    switch (e) {
+    case CR_CONNECTION_ERROR:     /* 2002 */
+    case CR_CONN_HOST_ERROR:      /* 2003 */
+    case CR_SERVER_GONE_ERROR:    /* 2006 */
+    case CR_SERVER_LOST:          /* 2013 */
+    case CR_COMMANDS_OUT_OF_SYNC: /* 2014 */
+    case 2055:                    /* lost connection, extended (MySQL) */
+    case 1053:                    /* server shutdown in progress */
+    case 1152:                    /* aborted connection */
+    case 1158: case 1159: case 1160: case 1161: /* network read/write errors */
+    case 1927:                    /* connection was killed */
+    case 4031:                    /* disconnected by the server for inactivity */
+        return 1;
+    default:
+        return e >= 2000 && e < 3000; /* any other client-side error */
+    }
+}
+
+static int is_transient_server_error(unsigned e)
+{
+    switch (e) {
+    case OW_ER_LOCK_DEADLOCK:     /* 1213, the transaction was rolled back */
+    case OW_ER_LOCK_WAIT_TIMEOUT: /* 1205 */
+    case 1020:                    /* record changed since last read */
+    case 1040:                    /* too many connections */
+    case 1180: case 1181:         /* error during COMMIT / ROLLBACK */
+    case 1290:                    /* --read-only, e.g. during a failover */
+    case 1317:                    /* query interrupted */
+    case 1412:                    /* table definition changed */
+    case 1637:                    /* too many active concurrent transactions */
+    case 1836:                    /* running in read-only mode */
+    case 3572:                    /* NOWAIT lock (MySQL) */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Messages of these errors can quote row data ("Duplicate entry '42-key'"),
+ * so only their numbers are reported. */
+static const char *safe_message(ow_store *s, unsigned e)
+{
+    if (s->db != NULL && (is_connection_error(e) || is_transient_server_error(e) ||
+                          e == 1045 || e == 1049 || e == 1044 || e == 1142 || e == 1146))
+        return mysql_error(s->db);
+    return "(message withheld: it may quote row data)";
+}
+
+int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
+{
+    const char *msg = safe_message(s, e);
+    int rc;
+
+    if (is_connection_error(e)) {
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
+                          what, e, msg);
+        ow_store_disconnect(s);
+    } else if (is_transient_server_error(e)) {
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
+                          what, e, msg);
+    } else {
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e,
+                          msg);
+    }
+    return rc;
+}
+
+int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err)
+{
+    if (mysql_real_query(s->db, sql, (unsigned long)strlen(sql)) != 0)
+        return ow_store_fail(s, mysql_errno(s->db), "static statement", err);
+    return OW_OK;
+}
+
+static int set_lock_wait(ow_store *s, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    int rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", &st, err);
+
+    if (rc == OW_OK) {
+        ow_params_reset(&s->params);
+        rc = ow_params_reserve(&s->params, 1);
+        if (rc == OW_OK) {
+            ow_param_int(&s->params, s->lock_wait_timeout_s);
+            rc = ow_store_execute(s, st, &s->params, "set lock wait timeout", err);
+        } else {
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        }
+    }
+    if (st != NULL)
+        mysql_stmt_close(st);
+    return rc;
+}
+
+static int session_setup(ow_store *s, ow_error *err)
+{
+    int rc = ow_store_exec_static(s, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", err);
+
+    if (rc == OW_OK)
+        rc = set_lock_wait(s, err);
+    if (rc == OW_OK && mysql_autocommit(s->db, 0) != 0)
+        rc = ow_store_fail(s, mysql_errno(s->db), "autocommit off", err);
+    return rc;
+}
+
+int ow_store_connect(ow_store *s, ow_error *err)
+{
+    unsigned timeout = s->connect_timeout_s;
+    /* A statement may legitimately wait for a lock for lock_wait_timeout_s. */
+    unsigned rw_timeout = s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
+    ow_mybool off = 0;
+    int rc;
+
+    if (s->db != NULL)
+        return OW_OK;
+    s->db = mysql_init(NULL);
+    if (s->db == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
+    mysql_options(s->db, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+    mysql_options(s->db, MYSQL_OPT_READ_TIMEOUT, &rw_timeout);
+    mysql_options(s->db, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
+    mysql_options(s->db, MYSQL_OPT_RECONNECT, &off);
+    mysql_options(s->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (mysql_real_connect(s->db, s->host, s->user, s->password, s->database, s->port, NULL, 0) ==
+        NULL) {
+        unsigned e = mysql_errno(s->db);
+
+        if (is_connection_error(e) || is_transient_server_error(e))
+            rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
+                              "cannot connect to MySQL at %s:%u: %s", s->host, s->port,
+                              mysql_error(s->db));
+        else
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
+                              "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port,
+                              s->user, mysql_error(s->db));
+        ow_store_disconnect(s);
+        return rc;
+    }
+    rc = session_setup(s, err);
+    if (rc != OW_OK)
+        ow_store_disconnect(s);
+    return rc;
+}
+
+int ow_store_ping(ow_store *s, ow_error *err)
+{
+    int rc = ow_store_connect(s, err);
+
+    if (rc == OW_OK && mysql_ping(s->db) != 0)
+        rc = ow_store_fail(s, mysql_errno(s->db), "ping", err);
+    return rc;
+}
+
+int ow_store_commit(ow_store *s, ow_error *err)
+{
+    if (mysql_commit(s->db) != 0)
+        return ow_store_fail(s, mysql_errno(s->db), "commit", err);
+    return OW_OK;
+}
+
+void ow_store_rollback(ow_store *s)
+{
+    if (s->db != NULL && mysql_rollback(s->db) != 0)
+        ow_store_disconnect(s); /* Unknown state: start over on a new connection. */
+}
+
+int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err)
+{
+    MYSQL_STMT *st = mysql_stmt_init(s->db);
+
+    *out = NULL;
+    if (st == NULL)
+        return ow_store_fail(s, mysql_errno(s->db), "prepare", err);
+    if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
+        unsigned e = mysql_stmt_errno(st);
+
+        mysql_stmt_close(st);
+        return ow_store_fail(s, e, "prepare", err);
+    }
+    *out = st;
+    return OW_OK;
+}
+
+/* "(?,?,?)" repeated rows times, comma separated. */
+static int append_tuples(ow_buf *b, size_t rows, const char *tuple)
+{
+    int rc = OW_OK;
+
+    for (size_t i = 0; rc == OW_OK && i < rows; i++) {
+        if (i > 0)
+            rc = ow_buf_appendc(b, ',');
+        if (rc == OW_OK)
+            rc = ow_buf_appends(b, tuple);
+    }
+    return rc;
+}
+
+static int build_sql(ow_sql_kind kind, size_t rows, ow_buf *b)
+{
+    int rc = OW_OK;
+
+    switch (kind) {
+    case OW_SQL_LOCK_ORDERS:
+        rc = ow_buf_appends(b, "SELECT id, order_no, user_id, external_order_no, amount, "
+                               "product_id, quantity FROM orders "
+                               "WHERE (user_id, external_order_no) IN (");
+        if (rc == OW_OK)
+            rc = append_tuples(b, rows, "(?,?)");
+        if (rc == OW_OK)
+            rc = ow_buf_appends(b, ") FOR UPDATE");
+        break;
+    case OW_SQL_INSERT_REQUESTS:
+        rc = ow_buf_appends(b, "INSERT IGNORE INTO idempotency_requests (id, user_id, "
+                               "idempotency_key, request_digest, status, response_status, "
+                               "response_body) VALUES ");
+        if (rc == OW_OK)
+            rc = append_tuples(b, rows, "(?,?,?,?,?,?,?)");
+        break;
+    case OW_SQL_SELECT_REQUESTS:
+        rc = ow_buf_appends(b, "SELECT id, user_id, idempotency_key, request_digest, "
+                               "response_status, response_body FROM idempotency_requests "
+                               "WHERE (user_id, idempotency_key) IN (");
+        if (rc == OW_OK)
+            rc = append_tuples(b, rows, "(?,?)");
+        if (rc == OW_OK)
+            rc = ow_buf_appendc(b, ')');
+        break;
+    case OW_SQL_INSERT_ORDERS:
+        rc = ow_buf_appends(b, "INSERT INTO orders (id, order_no, user_id, external_order_no, "
+                               "amount, product_id, quantity, request_id) VALUES ");
+        if (rc == OW_OK)
+            rc = append_tuples(b, rows, "(?,?,?,?,?,?,?,?)");
+        break;
+    default:
+        rc = OW_EINVAL;
+    }
+    return rc;
+}
+
+int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out,
+                  ow_error *err)
+{
+    ow_buf sql;
+    int rc;
+
+    if (s->stmts[kind][bucket] != NULL) {
+        *out = s->stmts[kind][bucket];
+        return OW_OK;
+    }
+    ow_buf_init(&sql);
+    rc = build_sql(kind, (size_t)1 << bucket, &sql);
+    if (rc != OW_OK)
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    else
+        rc = ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err);
+    ow_buf_cleanup(&sql);
+    *out = s->stmts[kind][bucket];
+    return rc;
+}
+
+int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err)
+{
+    if (p != NULL && p->n > 0 && mysql_stmt_bind_param(st, p->b) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    if (mysql_stmt_execute(st) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    return OW_OK;
+}
+
+/* --- Parameters ---------------------------------------------------------- */
+
+void ow_params_reset(ow_params *p)
+{
+    p->n = 0;
+}
+
+void ow_params_free(ow_params *p)
+{
+    free(p->b);
+    free(p->ival);
+    free(p->len);
+    free(p->text);
+    free(p->isnull);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Makes room for extra more parameters. Must be called before the first
+ * ow_param_* of an execution, because growing moves the storage that the
+ * binds already point to. */
+int ow_params_reserve(ow_params *p, size_t extra)
+{
+    size_t need = p->n + extra;
+    size_t cap = p->cap != 0 ? p->cap : 64;
+
+    if (need <= p->cap)
+        return OW_OK;
+    if (p->n != 0)
+        return OW_EINVAL;
+    while (cap < need)
+        cap *= 2;
+    ow_params_free(p);
+    p->b = calloc(cap, sizeof(*p->b));
+    p->ival = calloc(cap, sizeof(*p->ival));
+    p->len = calloc(cap, sizeof(*p->len));
+    p->text = calloc(cap, sizeof(*p->text));
+    p->isnull = calloc(cap, sizeof(*p->isnull));
+    if (p->b == NULL || p->ival == NULL || p->len == NULL || p->text == NULL ||
+        p->isnull == NULL) {
+        ow_params_free(p);
+        return OW_ENOMEM;
+    }
+    p->cap = cap;
+    return OW_OK;
+}
+
+static MYSQL_BIND *next_bind(ow_params *p)
+{
+    MYSQL_BIND *b = &p->b[p->n];
+
+    memset(b, 0, sizeof(*b));
+    p->isnull[p->n] = 0;
+    b->is_null = &p->isnull[p->n];
+    return b;
+}
+
+void ow_param_int(ow_params *p, long long v)
+{
+    MYSQL_BIND *b = next_bind(p);
+
+    p->ival[p->n] = v;
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = &p->ival[p->n];
+    p->n++;
+}
+
+void ow_param_null(ow_params *p)
+{
+    MYSQL_BIND *b = next_bind(p);
+
+    b->buffer_type = MYSQL_TYPE_NULL;
+    p->isnull[p->n] = 1;
+    p->n++;
+}
+
+void ow_param_bytes(ow_params *p, const void *data, size_t len)
+{
+    MYSQL_BIND *b = next_bind(p);
+
+    p->len[p->n] = (unsigned long)len;
+    b->buffer_type = MYSQL_TYPE_BLOB;
+    b->buffer = (void *)(uintptr_t)data;
+    b->buffer_length = (unsigned long)len;
+    b->length = &p->len[p->n];
+    p->n++;
+}
+
+void ow_param_amount(ow_params *p, int64_t cents)
+{
+    MYSQL_BIND *b = next_bind(p);
+
+    ow_amount_format(cents, p->text[p->n]);
+    p->len[p->n] = (unsigned long)strlen(p->text[p->n]);
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = p->text[p->n];
+    b->buffer_length = OW_AMOUNT_TEXT_MAX;
+    b->length = &p->len[p->n];
+    p->n++;
+}
+
+void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_null = isnull;
+}
+
+void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len,
+                     ow_mybool *isnull)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_BLOB;
+    b->buffer = buf;
+    b->buffer_length = (unsigned long)cap;
+    b->length = len;
+    b->is_null = isnull;
+}

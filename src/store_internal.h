@@ -1,0 +1,116 @@
+/* Private to the store modules (store.c, decide.c, store_admin.c). */
+#ifndef OW_STORE_INTERNAL_H
+#define OW_STORE_INTERNAL_H
+
+#include <mysql.h>
+#include <stdbool.h>
+
+#include "ow/store.h"
+
+/* MariaDB Connector/C declares is_null as my_bool*, MySQL 8 as bool*. */
+#ifdef MARIADB_BASE_VERSION
+typedef my_bool ow_mybool;
+#else
+typedef bool ow_mybool;
+#endif
+
+#define OW_STMT_BUCKETS 9 /* statements for 1, 2, 4, ... 256 rows */
+#define OW_STMT_MAX_ROWS 256
+
+typedef enum {
+    OW_SQL_LOCK_ORDERS = 0, /* SELECT ... FROM orders WHERE (user, ext) IN (...) FOR UPDATE */
+    OW_SQL_INSERT_REQUESTS, /* INSERT IGNORE INTO idempotency_requests VALUES (...)... */
+    OW_SQL_SELECT_REQUESTS, /* SELECT ... FROM idempotency_requests WHERE (user, key) IN (...) */
+    OW_SQL_INSERT_ORDERS,   /* INSERT INTO orders VALUES (...)... */
+    OW_SQL_KIND_COUNT
+} ow_sql_kind;
+
+/* Bound parameters for one execution, with storage that outlives the binds. */
+typedef struct {
+    MYSQL_BIND *b;
+    long long *ival;
+    unsigned long *len;
+    char (*text)[OW_AMOUNT_TEXT_MAX];
+    ow_mybool *isnull;
+    size_t n;
+    size_t cap;
+} ow_params;
+
+/* An order that already exists, as read by the locking read. */
+typedef struct {
+    long long id;
+    char order_no[OW_ORDER_NO_MAX + 1];
+    long long user_id;
+    char ext[OW_EXT_NO_MAX + 1];
+    size_t ext_len;
+    int64_t cents; /* -1 when the stored amount could not be read back */
+    long long product_id; /* 0 when NULL */
+    long long quantity;
+} ow_existing;
+
+/* Scratch space reused by every decide call of one store. */
+typedef struct {
+    ow_existing *rows;
+    size_t n_rows;
+    size_t rows_cap;
+    size_t *slots; /* open-addressing index into rows, SIZE_MAX = empty */
+    size_t slots_cap;
+    ow_order_ref *refs; /* per order of every item */
+    size_t refs_cap;
+    size_t *ref_start;  /* per item: its first entry in refs */
+    size_t ref_start_cap;
+    ow_conflict *conflicts;
+    size_t conflicts_cap;
+    ow_buf blob; /* a fetched response body */
+} ow_scratch;
+
+struct ow_store {
+    char *host;
+    char *user;
+    char *password;
+    char *database;
+    unsigned port;
+    unsigned connect_timeout_s;
+    unsigned lock_wait_timeout_s;
+    MYSQL *db;
+    MYSQL_STMT *stmts[OW_SQL_KIND_COUNT][OW_STMT_BUCKETS];
+    ow_params params;
+    ow_scratch scratch;
+    ow_idgen *ids;
+    uint64_t rng;
+    ow_store_stats stats;
+};
+
+/* Classifies the last error of the connection or statement. Lost-connection
+ * errors also drop the connection so the next call reconnects. */
+int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
+/* Runs one static statement (no parameters, no result). */
+int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
+/* A prepared statement from the cache: kind for 2^bucket rows. */
+int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out,
+                  ow_error *err);
+/* Prepares arbitrary static SQL (not cached); caller closes it. */
+int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err);
+int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err);
+int ow_store_commit(ow_store *s, ow_error *err);
+void ow_store_rollback(ow_store *s);
+void ow_store_disconnect(ow_store *s);
+
+void ow_params_reset(ow_params *p);
+int ow_params_reserve(ow_params *p, size_t extra);
+void ow_params_free(ow_params *p);
+void ow_param_int(ow_params *p, long long v);
+void ow_param_null(ow_params *p);
+void ow_param_bytes(ow_params *p, const void *data, size_t len);
+void ow_param_amount(ow_params *p, int64_t cents);
+
+/* Binds a result column. */
+void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull);
+void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len,
+                     ow_mybool *isnull);
+
+#define OW_ER_DUP_ENTRY 1062
+#define OW_ER_LOCK_WAIT_TIMEOUT 1205
+#define OW_ER_LOCK_DEADLOCK 1213
+
+#endif

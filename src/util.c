@@ -1,0 +1,204 @@
+#include "ow/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ow/error.h"
+
+int ow_parse_int64(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    long long v;
+
+    if (s == NULL || *s == '\0' || *s == '+' || *s == ' ' || *s == '\t')
+        return OW_EINVAL;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return OW_EINVAL;
+    *out = (int64_t)v;
+    return OW_OK;
+}
+
+void ow_buf_init(ow_buf *b)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+void ow_buf_cleanup(ow_buf *b)
+{
+    free(b->data);
+    ow_buf_init(b);
+}
+
+void ow_buf_reset(ow_buf *b)
+{
+    b->len = 0;
+    if (b->data != NULL)
+        b->data[0] = '\0';
+}
+
+static int buf_reserve(ow_buf *b, size_t extra)
+{
+    size_t need;
+    size_t cap;
+    char *p;
+
+    if (extra > SIZE_MAX - b->len - 1)
+        return OW_ENOMEM;
+    need = b->len + extra + 1;
+    if (need <= b->cap)
+        return OW_OK;
+    cap = b->cap != 0 ? b->cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    p = realloc(b->data, cap);
+    if (p == NULL)
+        return OW_ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return OW_OK;
+}
+
+int ow_buf_append(ow_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) != OW_OK)
+        return OW_ENOMEM;
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return OW_OK;
+}
+
+int ow_buf_appendc(ow_buf *b, char c)
+{
+    return ow_buf_append(b, &c, 1);
+}
+
+int ow_buf_appends(ow_buf *b, const char *s)
+{
+    return ow_buf_append(b, s, strlen(s));
+}
+
+int ow_buf_appendf(ow_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || buf_reserve(b, (size_t)n) != OW_OK)
+        return OW_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return OW_OK;
+}
+
+char *ow_buf_steal(ow_buf *b, size_t *len)
+{
+    char *p = b->data;
+
+    if (len != NULL)
+        *len = b->len;
+    ow_buf_init(b);
+    return p;
+}
+
+static int64_t clock_us(clockid_t id)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t ow_clock_mono_ms(void)
+{
+    return clock_us(CLOCK_MONOTONIC) / 1000;
+}
+
+int64_t ow_clock_mono_us(void)
+{
+    return clock_us(CLOCK_MONOTONIC);
+}
+
+int64_t ow_clock_wall_ms(void)
+{
+    return clock_us(CLOCK_REALTIME) / 1000;
+}
+
+uint64_t ow_hash64(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void ow_hex(const unsigned char *p, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 0x0f];
+    }
+    out[2 * n] = '\0';
+}
+
+void ow_sleep_ms(int64_t ms, const volatile int *stop)
+{
+    int64_t deadline = ow_clock_mono_ms() + ms;
+
+    for (;;) {
+        int64_t left = deadline - ow_clock_mono_ms();
+        struct timespec ts;
+
+        if (left <= 0 || (stop != NULL && *stop))
+            return;
+        if (left > 50)
+            left = 50;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)left * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+}
+
+uint64_t ow_rand64(uint64_t *state)
+{
+    uint64_t x = *state;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 2685821657736338717ULL;
+}
+
+int64_t ow_backoff_ms(int64_t base, int64_t max, unsigned attempt, uint64_t *seed)
+{
+    int64_t cap = base;
+
+    if (base <= 0)
+        return 0;
+    for (unsigned i = 0; i < attempt && cap < max; i++)
+        cap *= 2;
+    if (cap > max)
+        cap = max;
+    /* Full jitter: anywhere in [cap/2, cap], so a herd of retries spreads out
+     * but never retries immediately after a failure. */
+    return cap / 2 + (int64_t)(ow_rand64(seed) % (uint64_t)(cap / 2 + 1));
+}

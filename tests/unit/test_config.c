@@ -1,0 +1,270 @@
+/* Configuration: table defaults, files, environment, errors, redaction. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ow/config.h"
+
+static void test_defaults(void **state)
+{
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_string_equal(cfg.topic_input, "order-batches");
+    assert_string_equal(cfg.topic_results, "order-batch-results");
+    assert_string_equal(cfg.topic_dlq, "order-batches.dlq");
+    assert_int_equal(cfg.mysql_port, 3306);
+    assert_int_equal(cfg.request_max_bytes, 1048576);
+    assert_int_equal(cfg.request_max_orders, 1000);
+    assert_int_equal(cfg.log_level, OW_LOG_INFO);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    ow_config_cleanup(&cfg);
+}
+
+static void test_file_syntax(void **state)
+{
+    const char *text = "# comment\n"
+                       "\n"
+                       "  kafka.bootstrap.servers = 10.0.0.1:9092 \n"
+                       "mysql.port=3307\r\n"
+                       "kafka.socket.timeout.ms = 5000\n"
+                       "log.level = debug\n"
+                       "mysql.password =\n";
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, text, "t.conf", &err), OW_OK);
+    assert_string_equal(cfg.kafka_bootstrap_servers, "10.0.0.1:9092");
+    assert_int_equal(cfg.mysql_port, 3307);
+    assert_int_equal(cfg.log_level, OW_LOG_DEBUG);
+    assert_string_equal(cfg.mysql_password, "");
+    assert_int_equal(cfg.n_passthrough, 1);
+    assert_string_equal(cfg.passthrough[0].name, "socket.timeout.ms");
+    assert_string_equal(cfg.passthrough[0].value, "5000");
+    ow_config_cleanup(&cfg);
+}
+
+typedef struct {
+    const char *text;
+    const char *error; /* expected message, exactly */
+} error_case;
+
+static const error_case error_cases[] = {
+    {"mysql.port = 70000\n", "t.conf:1: mysql.port: 70000 is out of range [1, 65535]"},
+    {"\n\nmysql.port = 12x\n", "t.conf:3: mysql.port: \"12x\" is not an integer"},
+    {"mysql.prot = 1\n", "t.conf:1: mysql.prot: unknown key"},
+    {"just text\n", "t.conf:1: expected key = value, found no '='"},
+    {" = 5\n", "t.conf:1: empty key before '='"},
+    {"log.level = loud\n", "t.conf:1: log.level: must be one of error, warn, info, debug"},
+    {"worker.lanes = 0\n", "t.conf:1: worker.lanes: 0 is out of range [1, 64]"},
+    {"kafka. = x\n", "t.conf:1: kafka.: a librdkafka property name must follow \"kafka.\""},
+};
+
+static void test_file_errors(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, error_cases[i].text, "t.conf", &err),
+                         OW_EINVAL);
+        assert_string_equal(err.msg, error_cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+static void test_env_overrides_file(void **state)
+{
+    char *env[] = {"PATH=/bin",
+                   "ORDER_WORKER_MYSQL_PORT=3310",
+                   "ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=b:1",
+                   "ORDER_WORKER_KAFKA_STATISTICS_INTERVAL_MS=1000",
+                   "ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=9",
+                   NULL};
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "mysql.port = 3307\nmysql.user = u\n", "f", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
+    assert_int_equal(cfg.mysql_port, 3310);
+    assert_string_equal(cfg.mysql_user, "u");
+    assert_string_equal(cfg.kafka_bootstrap_servers, "b:1");
+    assert_int_equal(cfg.request_in_progress_wait_s, 9);
+    assert_int_equal(cfg.n_passthrough, 1);
+    assert_string_equal(cfg.passthrough[0].name, "statistics.interval.ms");
+    ow_config_cleanup(&cfg);
+}
+
+static void test_env_errors(void **state)
+{
+    char *unknown[] = {"ORDER_WORKER_NOPE=1", NULL};
+    char *bad[] = {"ORDER_WORKER_WORKER_LANES=many", NULL};
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_env(&cfg, unknown, &err), OW_EINVAL);
+    assert_string_equal(err.msg, "environment ORDER_WORKER_NOPE: unknown key");
+    assert_int_equal(ow_config_load_env(&cfg, bad, &err), OW_EINVAL);
+    assert_string_equal(err.msg,
+                        "environment ORDER_WORKER_WORKER_LANES: worker.lanes: \"many\" is not an "
+                        "integer");
+    ow_config_cleanup(&cfg);
+}
+
+static void test_finish_checks(void **state)
+{
+    static const struct {
+        const char *text;
+        const char *error;
+    } cases[] = {
+        {"topic.results = order-batches\n", "topic.input: must differ from topic.results and topic.dlq"},
+        {"kafka.group.id =\n", "kafka.group.id: must not be empty"},
+        {"kafka.enable.auto.offset.store = true\n",
+         "kafka.enable.auto.offset.store: is fixed by order-worker's delivery guarantees"},
+        {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
+        {"retry.backoff_ms = 500\nretry.backoff_max_ms = 100\n",
+         "retry.backoff_max_ms: must be at least retry.backoff_ms"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, cases[i].text, "f", &err), OW_OK);
+        assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+        assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+static char *print_to_string(const ow_config *cfg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    ow_config_print(cfg, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_print_redacts_and_names_sources(void **state)
+{
+    char *env[] = {"ORDER_WORKER_MYSQL_HOST=db.internal", NULL};
+    ow_config cfg;
+    ow_error err;
+    char *out;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg,
+                                           "mysql.password = hunter2-secret\n"
+                                           "kafka.sasl.password = kafka-secret\n",
+                                           "w.conf", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
+    out = print_to_string(&cfg);
+    assert_null(strstr(out, "hunter2-secret"));
+    assert_null(strstr(out, "kafka-secret"));
+    assert_non_null(strstr(out, "mysql.password = (redacted)    # file (w.conf:1)"));
+    assert_non_null(strstr(out, "kafka.sasl.password = (redacted)"));
+    assert_non_null(strstr(out, "mysql.host = db.internal    # environment"));
+    assert_non_null(strstr(out, "mysql.port = 3306    # default"));
+    free(out);
+    ow_config_cleanup(&cfg);
+}
+
+static void test_password_file(void **state)
+{
+    char path[] = "/tmp/ow-test-pw-XXXXXX";
+    int fd = mkstemp(path);
+    ow_config cfg;
+    ow_error err;
+    char line[128];
+
+    (void)state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    snprintf(line, sizeof(line), "mysql.password_file = %s\n", path);
+    assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    assert_string_equal(cfg.mysql_password, "s3cret");
+    ow_config_cleanup(&cfg);
+
+    /* Both a password and a password file: refuse rather than guess. */
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "mysql.password = x\n", "f", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+    ow_config_cleanup(&cfg);
+    unlink(path);
+
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "mysql.password_file = /nonexistent/pw\n", "f",
+                                           &err),
+                     OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+    assert_non_null(strstr(err.msg, "mysql.password_file: /nonexistent/pw: cannot open"));
+    ow_config_cleanup(&cfg);
+}
+
+static void test_reference_lists_every_key(void **state)
+{
+    static const char *const keys[] = {"kafka.bootstrap.servers", "kafka.group.id", "topic.input",
+                                       "topic.results", "topic.dlq", "mysql.host", "mysql.port",
+                                       "mysql.user", "mysql.password", "mysql.database"};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    (void)state;
+    ow_config_print_reference(f, 1);
+    fclose(f);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char cell[80];
+
+        snprintf(cell, sizeof(cell), "| `%s` |", keys[i]);
+        assert_non_null(strstr(buf, cell));
+    }
+    assert_non_null(strstr(buf, "`ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS`"));
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_file_syntax),
+        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_env_overrides_file),
+        cmocka_unit_test(test_env_errors),
+        cmocka_unit_test(test_finish_checks),
+        cmocka_unit_test(test_print_redacts_and_names_sources),
+        cmocka_unit_test(test_password_file),
+        cmocka_unit_test(test_reference_lists_every_key),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,172 @@
+/* The request digest: what must and must not change it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ow/digest.h"
+#include "ow/error.h"
+
+static const ow_request_limits limits = {1 << 20, 1000};
+
+static void digest_of(const char *value, char hex[OW_DIGEST_HEX_LEN + 1])
+{
+    ow_request req;
+    ow_field_errors errs;
+    unsigned char raw[OW_DIGEST_LEN];
+
+    ow_field_errors_init(&errs);
+    if (ow_request_parse(value, strlen(value), &limits, &req, &errs) != OW_OK)
+        fail_msg("invalid test input: %s: %s", errs.items[0].field, errs.items[0].message);
+    assert_int_equal(ow_digest_compute(&req, raw, hex), OW_OK);
+    ow_request_cleanup(&req);
+}
+
+static const char *const base =
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}";
+
+/* Spellings of the same request. */
+static const char *const same[] = {
+    "{ \"user_id\" : 42 ,\n \"orders\" : [ {\"external_order_no\":\"B20260827-001\",\"amount\":"
+    "\"19.90\",\"product_id\":101,\"quantity\":1} , {\"external_order_no\":\"B-2\",\"amount\":5} ]"
+    " }\n",
+    "{\"orders\":[{\"quantity\":1,\"product_id\":101,\"amount\":\"19.90\",\"external_order_no\":"
+    "\"B20260827-001\"},{\"amount\":5,\"external_order_no\":\"B-2\"}],\"user_id\":42}",
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":19.9,"
+    "\"product_id\":101},{\"external_order_no\":\"B-2\",\"amount\":\"5.00\",\"quantity\":1}]}",
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":19.90,"
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":\"5\","
+    "\"product_id\":null}]}",
+    "{\"user_id\":42,\"note\":\"ignored\",\"orders\":[{\"external_order_no\":\"B20260827-001\","
+    "\"amount\":\"19.9\",\"product_id\":101,\"x\":1},{\"external_order_no\":\"B-2\",\"amount\":5.0}]}",
+};
+
+/* Requests that differ from base in one respect each. */
+static const char *const different[] = {
+    /* user */
+    "{\"user_id\":43,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* amount */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.91\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* external_order_no */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-002\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* product_id */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":102,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* product_id absent */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* quantity */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":2},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* item order */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B-2\",\"amount\":5},{\"external_order_no\":"
+    "\"B20260827-001\",\"amount\":\"19.90\",\"product_id\":101,\"quantity\":1}]}",
+    /* one item fewer */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1}]}",
+    /* case of external_order_no */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"b20260827-001\",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+    /* trailing space in external_order_no */
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001 \",\"amount\":\"19.90\","
+    "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
+};
+
+static void test_same_request_same_digest(void **state)
+{
+    char want[OW_DIGEST_HEX_LEN + 1];
+    char got[OW_DIGEST_HEX_LEN + 1];
+
+    (void)state;
+    digest_of(base, want);
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        digest_of(same[i], got);
+        if (strcmp(want, got) != 0)
+            fail_msg("spelling %zu changed the digest", i);
+    }
+}
+
+static void test_different_request_different_digest(void **state)
+{
+    char want[OW_DIGEST_HEX_LEN + 1];
+    char got[OW_DIGEST_HEX_LEN + 1];
+
+    (void)state;
+    digest_of(base, want);
+    for (size_t i = 0; i < sizeof(different) / sizeof(different[0]); i++) {
+        digest_of(different[i], got);
+        if (strcmp(want, got) == 0)
+            fail_msg("variant %zu did not change the digest", i);
+        for (size_t j = 0; j < i; j++) {
+            char other[OW_DIGEST_HEX_LEN + 1];
+
+            digest_of(different[j], other);
+            if (strcmp(other, got) == 0)
+                fail_msg("variants %zu and %zu share a digest", j, i);
+        }
+    }
+}
+
+/* The canonical form is documented, so clients can compute it: pin it. */
+static void test_canonical_form_and_vector(void **state)
+{
+    const char *v = "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\","
+                    "\"amount\":19.9,\"product_id\":101}]}";
+    ow_request req;
+    ow_field_errors errs;
+    ow_buf canon;
+    unsigned char raw[OW_DIGEST_LEN];
+    char hex[OW_DIGEST_HEX_LEN + 1];
+
+    (void)state;
+    ow_field_errors_init(&errs);
+    assert_int_equal(ow_request_parse(v, strlen(v), &limits, &req, &errs), OW_OK);
+    ow_buf_init(&canon);
+    assert_int_equal(ow_digest_canonical(&req, &canon), OW_OK);
+    assert_string_equal(canon.data,
+                        "{\"orders\":[{\"amount\":\"19.90\",\"external_order_no\":\"B20260827-001\","
+                        "\"product_id\":101,\"quantity\":1}],\"user_id\":42}");
+    assert_int_equal(ow_digest_compute(&req, raw, hex), OW_OK);
+    /* sha256sum of the text above. */
+    assert_string_equal(hex, "617ba20a7005cb1c5dcf1f0b4450af614802fb12ad0b2655813278e4d2996c08");
+    ow_buf_cleanup(&canon);
+    ow_request_cleanup(&req);
+}
+
+static void test_escaping_in_canonical_form(void **state)
+{
+    const char *v = "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"a\\\"b\\\\c\",\"amount\":1}]}";
+    ow_request req;
+    ow_field_errors errs;
+    ow_buf canon;
+
+    (void)state;
+    ow_field_errors_init(&errs);
+    assert_int_equal(ow_request_parse(v, strlen(v), &limits, &req, &errs), OW_OK);
+    ow_buf_init(&canon);
+    assert_int_equal(ow_digest_canonical(&req, &canon), OW_OK);
+    assert_string_equal(canon.data, "{\"orders\":[{\"amount\":\"1.00\",\"external_order_no\":"
+                                    "\"a\\\"b\\\\c\",\"product_id\":null,\"quantity\":1}],"
+                                    "\"user_id\":1}");
+    ow_buf_cleanup(&canon);
+    ow_request_cleanup(&req);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_request_same_digest),
+        cmocka_unit_test(test_different_request_different_digest),
+        cmocka_unit_test(test_canonical_form_and_vector),
+        cmocka_unit_test(test_escaping_in_canonical_form),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,103 @@
+/* Checked integer parsing, buffers, backoff. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ow/error.h"
+#include "ow/util.h"
+
+static void test_parse_int64(void **state)
+{
+    static const struct {
+        const char *s;
+        int ok;
+        int64_t v;
+    } cases[] = {{"0", 1, 0},
+                 {"-12", 1, -12},
+                 {"9223372036854775807", 1, INT64_MAX},
+                 {"-9223372036854775808", 1, INT64_MIN},
+                 {"9223372036854775808", 0, 0},
+                 {"", 0, 0},
+                 {"+1", 0, 0},
+                 {" 1", 0, 0},
+                 {"1 ", 0, 0},
+                 {"1x", 0, 0},
+                 {"0x10", 0, 0}};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t v = 0;
+        int rc = ow_parse_int64(cases[i].s, &v);
+
+        if (cases[i].ok) {
+            assert_int_equal(rc, OW_OK);
+            assert_int_equal(v, cases[i].v);
+        } else {
+            assert_int_equal(rc, OW_EINVAL);
+        }
+    }
+    assert_int_equal(ow_parse_int64(NULL, NULL), OW_EINVAL);
+}
+
+static void test_buf(void **state)
+{
+    ow_buf b;
+    char *s;
+    size_t len;
+
+    (void)state;
+    ow_buf_init(&b);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(ow_buf_appendf(&b, "%d,", i), OW_OK);
+    assert_int_equal(strncmp(b.data, "0,1,2,", 6), 0);
+    assert_int_equal(b.data[b.len], '\0');
+    s = ow_buf_steal(&b, &len);
+    assert_null(b.data);
+    assert_int_equal(strlen(s), len);
+    free(s);
+    ow_buf_cleanup(&b);
+}
+
+static void test_backoff_bounds(void **state)
+{
+    uint64_t seed = 99;
+
+    (void)state;
+    for (unsigned attempt = 0; attempt < 20; attempt++) {
+        for (int i = 0; i < 100; i++) {
+            int64_t d = ow_backoff_ms(100, 5000, attempt, &seed);
+            int64_t cap = attempt < 6 ? 100LL << attempt : 5000;
+
+            if (cap > 5000)
+                cap = 5000;
+            assert_true(d >= cap / 2);
+            assert_true(d <= cap);
+        }
+    }
+    assert_int_equal(ow_backoff_ms(0, 100, 3, &seed), 0);
+}
+
+static void test_hash_stable(void **state)
+{
+    (void)state;
+    /* FNV-1a test vectors. */
+    assert_true(ow_hash64("", 0) == 14695981039346656037ULL);
+    assert_true(ow_hash64("a", 1) == 0xaf63dc4c8601ec8cULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_int64),
+        cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_backoff_bounds),
+        cmocka_unit_test(test_hash_stable),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
