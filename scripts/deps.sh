@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Installs what the build, the tests and the demo need. Idempotent: a second
+# run does nothing but print what it skipped.
+#
+#   (a) Debian packages (apt-get), only those missing;
+#   (b) the Apache Kafka broker jars, fetched with Maven into
+#       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh).
+#
+# Environment:
+#   OW_DEPS_SKIP_APT=1        skip step (a)
+#   OW_DEPS_SKIP_KAFKA=1      skip step (b)
+#   OW_DEPS_KAFKA_OPTIONAL=1  if the Maven fetch fails, warn and exit 0
+#                             (services.sh then falls back to the mock broker)
+set -euo pipefail
+
+KAFKA_VERSION=4.1.1
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
+  libcmocka-dev libmicrohttpd-dev
+  mariadb-server mariadb-client
+  clang libclang-rt-14-dev valgrind
+  gnuplot-nox curl kcat
+  openjdk-17-jre-headless maven
+  systemd
+)
+
+say() { printf 'deps: %s\n' "$*"; }
+die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Run a command as root (directly, or through sudo when we are not root).
+as_root() {
+  if [[ ${EUID:-$(id -u)} -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root (or sudo) to run: $*"
+  fi
+}
+
+pkg_installed() {
+  local status
+  status="$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)"
+  [[ $status == "install ok installed" ]]
+}
+
+install_packages() {
+  if [[ ${OW_DEPS_SKIP_APT:-0} == 1 ]]; then
+    say "apt: skipped (OW_DEPS_SKIP_APT=1)"
+    return 0
+  fi
+  command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script expects Debian/Ubuntu"
+
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    pkg_installed "$p" || missing+=("$p")
+  done
+
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    say "apt: all ${#PACKAGES[@]} packages already installed"
+    return 0
+  fi
+
+  say "apt: installing ${#missing[@]} missing package(s): ${missing[*]}"
+  as_root apt-get update -q >/dev/null \
+    || die "apt-get update failed"
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    || die "apt-get install failed for: ${missing[*]}"
+
+  for p in "${missing[@]}"; do
+    pkg_installed "$p" || die "package $p is still not installed after apt-get install"
+  done
+  say "apt: installed ${missing[*]}"
+}
+
+fetch_kafka_jars() {
+  local cache_parent="$REPO_ROOT/.cache/kafka"
+  local cache="$cache_parent/$KAFKA_VERSION"
+  local pom="$REPO_ROOT/scripts/kafka/pom.xml"
+
+  if [[ ${OW_DEPS_SKIP_KAFKA:-0} == 1 ]]; then
+    say "kafka: jar fetch skipped (OW_DEPS_SKIP_KAFKA=1)"
+    return 0
+  fi
+  if [[ -f $cache/.complete ]]; then
+    say "kafka: jars for Apache Kafka $KAFKA_VERSION already cached in ${cache#"$REPO_ROOT"/}/jars"
+    return 0
+  fi
+
+  local tool
+  for tool in java mvn; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+      say "kafka: '$tool' not found: Apache Kafka jars unavailable; services.sh will use the librdkafka mock broker"
+      exit 0
+    fi
+  done
+  [[ -f $pom ]] || die "missing $pom"
+
+  mkdir -p "$cache_parent"
+  # Leftovers of runs killed before their EXIT trap could run.
+  find "$cache_parent" -maxdepth 1 -name ".tmp-*" -mmin +60 -exec rm -rf {} + 2>/dev/null || true
+  # Download into a private temp dir next to the cache, then rename it into
+  # place, so an interrupted run never leaves a half-filled cache behind.
+  TMP_CACHE="$(mktemp -d "$cache_parent/.tmp-$KAFKA_VERSION.XXXXXX")"
+  trap 'rm -rf "${TMP_CACHE:-}"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM HUP
+  chmod 755 "$TMP_CACHE"
+
+  say "kafka: fetching Apache Kafka $KAFKA_VERSION jars with Maven (this takes a while the first time)"
+  local t0=$SECONDS mvn_log="$TMP_CACHE/mvn.log"
+  if ! mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$TMP_CACHE/jars" >"$mvn_log" 2>&1; then
+    tail -n 30 "$mvn_log" >&2 || true
+    if [[ ${OW_DEPS_KAFKA_OPTIONAL:-0} == 1 ]]; then
+      say "kafka: WARNING: Maven fetch failed; Apache Kafka jars unavailable; services.sh will use the librdkafka mock broker"
+      exit 0
+    fi
+    die "Maven could not fetch the Kafka jars (log above); set OW_DEPS_KAFKA_OPTIONAL=1 to fall back to the mock broker"
+  fi
+
+  local n
+  n="$(find "$TMP_CACHE/jars" -maxdepth 1 -name '*.jar' | wc -l)"
+  [[ -f $TMP_CACHE/jars/kafka_2.13-$KAFKA_VERSION.jar ]] \
+    || die "Maven succeeded but kafka_2.13-$KAFKA_VERSION.jar is not among the $n fetched jars"
+
+  rm -f "$mvn_log"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$TMP_CACHE/.complete"
+  # A previous interrupted run cannot have left $cache (it only ever appears
+  # by rename), but a hand-made one might exist without the marker.
+  rm -rf "$cache"
+  mv "$TMP_CACHE" "$cache"
+  TMP_CACHE=""
+  say "kafka: cached $n jars in ${cache#"$REPO_ROOT"/}/jars ($((SECONDS - t0)) s)"
+}
+
+install_packages
+fetch_kafka_jars

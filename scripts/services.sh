@@ -1,0 +1,751 @@
+#!/usr/bin/env bash
+# Throwaway MariaDB and Kafka instances for the tests and the demo.
+#
+# usage: scripts/services.sh COMMAND [SERVICE]
+#
+#   start [mariadb|kafka|all]  start fresh instances (new data dirs, free ports);
+#                              a service that is already running is left as is
+#   stop  [mariadb|kafka|all]  stop them; `stop all` also deletes their data
+#                              dirs and the state file
+#   status                     show what is running
+#   env                        print the state file ($OW_RUN_DIR/services.env)
+#   mariadb-down | kafka-down  stop ONE service, keep its data and port
+#   mariadb-up   | kafka-up    start it again on the same port and data
+#   restart-mariadb | restart-kafka   down + up
+#
+# State lives in $OW_RUN_DIR (default <repo>/.run). `start` writes
+# $OW_RUN_DIR/services.env, `export VAR=value` lines to `source`:
+#   OW_MYSQL_HOST OW_MYSQL_PORT OW_MYSQL_SOCKET OW_MYSQL_ROOT_USER
+#   OW_MARIADB_VERSION OW_MARIADB_VERSION_FULL
+#   OW_KAFKA_BOOTSTRAP OW_KAFKA_PORT OW_BROKER_KIND (kafka|mock) OW_KAFKA_VERSION
+#
+# Environment:
+#   OW_RUN_DIR                  state/data/log folder (default <repo>/.run)
+#   OW_MYSQL_PORT, OW_KAFKA_PORT, OW_KAFKA_CONTROLLER_PORT
+#                               force ports (default: random free ports)
+#   OW_BUILD_DIR                where ow-mockbroker is built (default <repo>/build)
+#   OW_FORCE_MOCK_BROKER=1      use the librdkafka mock broker even if Kafka is available
+#
+# Apache Kafka needs the jars fetched by scripts/deps.sh and java; without them
+# the script falls back to $OW_BUILD_DIR/ow-mockbroker (a librdkafka mock cluster).
+# Only processes started by this script (pid files in $OW_RUN_DIR, checked
+# against the process name and its data dir) are ever signalled.
+set -euo pipefail
+
+KAFKA_VERSION=4.1.1
+PORT_MIN=20000      # random ports are drawn from [PORT_MIN, PORT_MAX], below
+PORT_MAX=32000      # Linux's default ephemeral range (32768-60999)
+MARIADB_READY_TIMEOUT=60
+KAFKA_READY_TIMEOUT=90
+MOCK_READY_TIMEOUT=30
+STOP_TIMEOUT=30
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OW_RUN_DIR="${OW_RUN_DIR:-$REPO_ROOT/.run}"
+mkdir -p "$OW_RUN_DIR"
+OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
+BUILD_DIR="${OW_BUILD_DIR:-$REPO_ROOT/build}"
+
+STATE_FILE="$OW_RUN_DIR/services.env"
+
+MDB_DIR="$OW_RUN_DIR/mariadb"
+MDB_DATA="$MDB_DIR/data"
+MDB_LOG="$OW_RUN_DIR/mariadb.log"
+MDB_INSTALL_LOG="$OW_RUN_DIR/mariadb-install.log"
+MDB_PIDFILE="$OW_RUN_DIR/mariadb.pid"
+MDB_ENV="$OW_RUN_DIR/mariadb.env"          # this service's part of services.env
+
+K_DIR="$OW_RUN_DIR/kafka"
+K_DATA="$K_DIR/data"
+K_PROPS="$K_DIR/server.properties"
+K_LOG="$OW_RUN_DIR/kafka.log"
+K_FORMAT_LOG="$OW_RUN_DIR/kafka-format.log"
+K_PIDFILE="$OW_RUN_DIR/kafka.pid"
+K_ENV="$OW_RUN_DIR/kafka.env"
+K_CACHE="$REPO_ROOT/.cache/kafka/$KAFKA_VERSION"
+K_CP="$K_CACHE/jars/*"
+MOCK_BIN="$BUILD_DIR/ow-mockbroker"
+
+USED_PORTS=" "
+
+# ---------------------------------------------------------------- helpers ---
+
+say()  { printf 'services: %s\n' "$*"; }
+warn() { printf 'services: WARNING: %s\n' "$*" >&2; }
+die()  { printf 'services: ERROR: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# Find a binary also in sbin dirs, which a non-login PATH may lack.
+find_bin() {
+  local name=$1 d
+  if command -v "$name" >/dev/null 2>&1; then command -v "$name"; return 0; fi
+  for d in /usr/sbin /sbin /usr/local/sbin /usr/bin; do
+    [[ -x $d/$name ]] && { echo "$d/$name"; return 0; }
+  done
+  return 1
+}
+
+# Is something listening on 127.0.0.1:PORT?
+port_in_use() {
+  local p=$1
+  if command -v ss >/dev/null 2>&1 && [[ -n "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]]; then
+    return 0
+  fi
+  # shellcheck disable=SC2016  # $0 expands in the inner bash
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$p" 2>/dev/null
+}
+
+# pick_port VAR [FORCED]: sets VAR to FORCED (which must be free) or to a
+# random free port not handed out before by this run.
+pick_port() {
+  local var=$1 forced=${2:-} p i
+  if [[ -n $forced ]]; then
+    if ! [[ $forced =~ ^[0-9]+$ ]] || ((forced < 1 || forced > 65535)); then
+      die "invalid port '$forced'"
+    fi
+    [[ $USED_PORTS == *" $forced "* ]] && die "port $forced requested twice"
+    port_in_use "$forced" && die "requested port $forced is already in use on 127.0.0.1"
+    USED_PORTS+="$forced "
+    printf -v "$var" '%s' "$forced"
+    return 0
+  fi
+  for ((i = 0; i < 200; i++)); do
+    p=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % (PORT_MAX - PORT_MIN + 1)))
+    [[ $USED_PORTS == *" $p "* ]] && continue
+    port_in_use "$p" && continue
+    USED_PORTS+="$p "
+    printf -v "$var" '%s' "$p"
+    return 0
+  done
+  die "could not find a free port in $PORT_MIN-$PORT_MAX"
+}
+
+wait_port_closed() {  # PORT TIMEOUT
+  local port=$1 deadline=$((SECONDS + $2))
+  while port_in_use "$port"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+# A live process (zombies count as dead: PID 1 in a container may not reap).
+pid_running() {
+  local pid=$1 stat state
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  read -r stat 2>/dev/null <"/proc/$pid/stat" || return 1
+  state=${stat##*) }      # "PID (comm) STATE ...": comm may contain spaces
+  state=${state%% *}
+  [[ -n $state && $state != Z && $state != X ]]
+}
+
+proc_comm()    { cat "/proc/$1/comm" 2>/dev/null || true; }
+proc_cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
+proc_cwd()     { readlink "/proc/$1/cwd" 2>/dev/null || true; }
+
+# Is PID a process this script started for SERVICE (in this $OW_RUN_DIR)?
+pid_is_ours() {
+  local svc=$1 pid=$2 comm
+  pid_running "$pid" || return 1
+  comm="$(proc_comm "$pid")"
+  case $svc in
+    mariadb)
+      [[ $comm == mariadbd ]] && [[ "$(proc_cmdline "$pid") " == *"--datadir=$MDB_DATA "* ]] ;;
+    kafka)
+      if [[ $comm == java ]]; then
+        [[ "$(proc_cmdline "$pid") " == *" $K_PROPS "* ]]
+      elif [[ $comm == ow-mockbroker ]]; then
+        [[ "$(proc_cwd "$pid")" == "$K_DIR" ]]
+      else
+        return 1
+      fi ;;
+    *) return 1 ;;
+  esac
+}
+
+# Prints the pid of SERVICE if it is running: from its pid file, or else by
+# scanning /proc for a process with our data dir (e.g. a lost pid file).
+service_pid() {
+  local svc=$1 pidfile pid p
+  pidfile="$(pidfile_of "$svc")"
+  if [[ -f $pidfile ]]; then
+    pid="$(<"$pidfile")"
+    if pid_is_ours "$svc" "$pid"; then echo "$pid"; return 0; fi
+  fi
+  local comm
+  for p in /proc/[0-9]*; do
+    read -r comm 2>/dev/null <"$p/comm" || continue
+    case $comm in
+      mariadbd | java | ow-mockbroker)
+        pid=${p#/proc/}
+        if pid_is_ours "$svc" "$pid"; then echo "$pid"; return 0; fi ;;
+    esac
+  done
+  return 1
+}
+
+pidfile_of() { case $1 in mariadb) echo "$MDB_PIDFILE" ;; kafka) echo "$K_PIDFILE" ;; esac; }
+envfile_of() { case $1 in mariadb) echo "$MDB_ENV" ;; kafka) echo "$K_ENV" ;; esac; }
+
+# frag_get FILE VAR: value of VAR in a fragment file, without our environment.
+frag_get() {
+  [[ -f $1 ]] || return 0
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  env -i bash -c 'source "$1" >/dev/null 2>&1; printf "%s" "${!2:-}"' _ "$1" "$2"
+}
+
+write_frag() {  # FILE VAR=VALUE...
+  local file=$1 kv
+  shift
+  {
+    for kv in "$@"; do printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}"; done
+  } >"$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# services.env = header + the fragments of the services that were started.
+write_state() {
+  if [[ ! -f $MDB_ENV && ! -f $K_ENV ]]; then
+    rm -f "$STATE_FILE"
+    return 0
+  fi
+  {
+    echo "# Written by scripts/services.sh; source this file. Services in $OW_RUN_DIR"
+    printf 'export OW_RUN_DIR=%q\n' "$OW_RUN_DIR"
+    if [[ -f $MDB_ENV ]]; then cat "$MDB_ENV"; fi
+    if [[ -f $K_ENV ]]; then cat "$K_ENV"; fi
+  } >"$STATE_FILE.tmp"
+  mv "$STATE_FILE.tmp" "$STATE_FILE"
+}
+
+file_size() { if [[ -f $1 ]]; then stat -c %s "$1"; else echo 0; fi; }
+
+# Output written to LOG after byte offset OFF.
+log_since() { tail -c +"$(($2 + 1))" "$1" 2>/dev/null || true; }
+
+rotate_log() { if [[ -s $1 ]]; then mv -f "$1" "$1.prev"; fi; : >"$1"; }
+
+show_log_tail() {  # LOG
+  printf -- '----- last 30 lines of %s -----\n' "$1" >&2
+  tail -n 30 "$1" >&2 2>/dev/null || true
+  printf -- '-----\n' >&2
+}
+
+# Send SIGTERM, wait, then SIGKILL. Only call with a pid that pid_is_ours.
+kill_and_wait() {  # PID NAME
+  local pid=$1 name=$2 deadline
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  while pid_running "$pid"; do
+    if ((SECONDS >= deadline)); then
+      warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      deadline=$((SECONDS + 10))
+      while pid_running "$pid"; do
+        ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
+        sleep 0.2
+      done
+      break
+    fi
+    sleep 0.2
+  done
+}
+
+# Launch a daemon detached from this script (own session, no stdin, output
+# to LOG) and print its pid. Runs in DIR. Every inherited fd above 2 (our
+# lock, a caller's pipes) is closed, so that nobody waits for the daemon to
+# close a pipe it never uses.
+launch() {  # DIR LOG CMD...
+  local dir=$1 log=$2
+  shift 2
+  (
+    cd "$dir"
+    for f in /proc/"$BASHPID"/fd/*; do
+      n=${f##*/}
+      if ((n > 2)); then exec {n}>&- 2>/dev/null || true; fi
+    done
+    exec setsid nohup "$@" >>"$log" 2>&1 </dev/null
+  ) &
+  echo $!
+}
+
+# ---------------------------------------------------------------- mariadb ---
+
+MARIADBD=""
+mariadb_prereqs() {
+  MARIADBD="$(find_bin mariadbd)" || die "mariadbd not found (install mariadb-server: scripts/deps.sh)"
+  find_bin mariadb-install-db >/dev/null || die "mariadb-install-db not found (scripts/deps.sh)"
+  find_bin mariadb-admin >/dev/null || die "mariadb-admin not found (install mariadb-client: scripts/deps.sh)"
+  find_bin mariadb >/dev/null || die "mariadb client not found (install mariadb-client: scripts/deps.sh)"
+}
+
+mariadb_socket() {
+  local sock="$MDB_DIR/mysql.sock"
+  # sun_path holds 107 bytes: fall back to /tmp for a deep $OW_RUN_DIR.
+  if ((${#sock} > 100)); then
+    sock="/tmp/ow-mysql-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12).sock"
+  fi
+  echo "$sock"
+}
+
+mariadb_launch() {  # PORT -> sets MDB_PID
+  local port=$1 sock
+  sock="$(mariadb_socket)"
+  MDB_PID="$(launch "$MDB_DIR" "$MDB_LOG" "$MARIADBD" --no-defaults \
+    --datadir="$MDB_DATA" --socket="$sock" --port="$port" \
+    --bind-address=127.0.0.1 --user=root \
+    --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
+    --innodb-buffer-pool-size=512M --skip-name-resolve \
+    --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG")"
+  echo "$MDB_PID" >"$MDB_PIDFILE"
+}
+
+mariadb_wait_ready() {  # PORT
+  local port=$1 deadline=$((SECONDS + MARIADB_READY_TIMEOUT))
+  while :; do
+    if ! pid_running "$MDB_PID"; then
+      show_log_tail "$MDB_LOG"
+      rm -f "$MDB_PIDFILE"
+      die "mariadbd exited during startup (log: $MDB_LOG)"
+    fi
+    if mariadb-admin --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot \
+        --connect-timeout=2 ping >/dev/null 2>&1; then
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log_tail "$MDB_LOG"
+      kill_and_wait "$MDB_PID" mariadbd
+      rm -f "$MDB_PIDFILE"
+      die "MariaDB not ready on 127.0.0.1:$port after ${MARIADB_READY_TIMEOUT}s (log: $MDB_LOG)"
+    fi
+    sleep 0.3
+  done
+}
+
+# Fresh instance: new data dir, new port.
+mariadb_start() {  # PORT
+  local port=$1 t0=$SECONDS full ver sock
+  rm -rf "$MDB_DIR"
+  mkdir -p "$MDB_DATA"
+  rm -f "$MDB_ENV" "$MDB_PIDFILE"
+  rotate_log "$MDB_LOG"
+  if ! mariadb-install-db --no-defaults --datadir="$MDB_DATA" \
+      --auth-root-authentication-method=normal >"$MDB_INSTALL_LOG" 2>&1 9>&-; then
+    show_log_tail "$MDB_INSTALL_LOG"
+    die "mariadb-install-db failed (log: $MDB_INSTALL_LOG)"
+  fi
+  mariadb_launch "$port"
+  mariadb_wait_ready "$port"
+
+  full="$(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot -N -B \
+    -e 'SELECT VERSION()' 2>/dev/null || true)"
+  if [[ -z $full ]]; then  # e.g. "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for ..."
+    full="$("$MARIADBD" --version | sed -n 's/.* Ver \([^ ]*\).*/\1/p')"
+  fi
+  ver="${full%%-*}"
+  sock="$(mariadb_socket)"
+  write_frag "$MDB_ENV" \
+    OW_MYSQL_HOST=127.0.0.1 \
+    OW_MYSQL_PORT="$port" \
+    OW_MYSQL_SOCKET="$sock" \
+    OW_MYSQL_ROOT_USER=root \
+    OW_MARIADB_VERSION="$ver" \
+    OW_MARIADB_VERSION_FULL="$full" \
+    OW_MARIADB_DATADIR="$MDB_DATA" \
+    OW_MARIADB_LOG="$MDB_LOG"
+  say "MariaDB $ver on 127.0.0.1:$port (socket: $sock, data: $MDB_DATA) ready in $((SECONDS - t0))s"
+}
+
+mariadb_down() {
+  local pid port
+  port="$(frag_get "$MDB_ENV" OW_MYSQL_PORT)"
+  if pid="$(service_pid mariadb)"; then
+    kill_and_wait "$pid" mariadbd
+    say "MariaDB stopped (pid $pid); data kept in $MDB_DATA"
+  else
+    say "MariaDB is not running"
+  fi
+  rm -f "$MDB_PIDFILE"
+  if [[ -n $port ]] && ! wait_port_closed "$port" 30; then
+    die "port $port is still open after stopping MariaDB"
+  fi
+}
+
+mariadb_up() {
+  local pid port t0=$SECONDS
+  mariadb_prereqs
+  if pid="$(service_pid mariadb)"; then
+    echo "$pid" >"$MDB_PIDFILE"
+    say "MariaDB already running (pid $pid)"
+    return 0
+  fi
+  port="$(frag_get "$MDB_ENV" OW_MYSQL_PORT)"
+  [[ -n $port && -d $MDB_DATA ]] || die "MariaDB was never started here (no $MDB_ENV or $MDB_DATA); use: $0 start mariadb"
+  port_in_use "$port" && die "cannot restart MariaDB: port $port is now taken by another process"
+  mariadb_launch "$port"
+  mariadb_wait_ready "$port"
+  say "MariaDB up again on 127.0.0.1:$port (pid $MDB_PID, same data) in $((SECONDS - t0))s"
+}
+
+# ------------------------------------------------------------------ kafka ---
+
+BROKER_KIND=""      # kafka | mock, set by kafka_choose
+kafka_choose() {
+  local reason=""
+  if [[ ${OW_FORCE_MOCK_BROKER:-0} == 1 ]]; then
+    reason="OW_FORCE_MOCK_BROKER=1"
+  elif [[ ! -f $K_CACHE/.complete ]]; then
+    reason="no jars in ${K_CACHE#"$REPO_ROOT"/}; run scripts/deps.sh"
+  elif ! command -v java >/dev/null 2>&1; then
+    reason="java not found"
+  fi
+  if [[ -z $reason ]]; then
+    BROKER_KIND=kafka
+    return 0
+  fi
+  [[ -x $MOCK_BIN ]] || die "Apache Kafka unavailable ($reason) and no mock broker at $MOCK_BIN (build the project first, or run scripts/deps.sh)"
+  say "################################################################"
+  say "Apache Kafka unavailable ($reason); using librdkafka mock cluster"
+  say "################################################################"
+  BROKER_KIND=mock
+}
+
+kafka_write_props() {  # PORT CPORT
+  cat >"$K_PROPS" <<EOF
+# Single-node KRaft broker for tests; written by scripts/services.sh
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$2
+listeners=PLAINTEXT://127.0.0.1:$1,CONTROLLER://127.0.0.1:$2
+advertised.listeners=PLAINTEXT://127.0.0.1:$1
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$K_DATA
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+num.partitions=6
+auto.create.topics.enable=true
+EOF
+}
+
+# Short-lived tool JVMs: C1 only and the serial GC start ~40% faster.
+TOOL_JVM_OPTS=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
+
+kafka_format() {
+  local id
+  : >"$K_FORMAT_LOG"
+  id="$(java "${TOOL_JVM_OPTS[@]}" -cp "$K_CP" kafka.tools.StorageTool random-uuid 2>>"$K_FORMAT_LOG" 9>&- | tail -n 1)" || true
+  if [[ ! $id =~ ^[A-Za-z0-9_-]{22}$ ]]; then
+    show_log_tail "$K_FORMAT_LOG"
+    die "kafka.tools.StorageTool random-uuid gave '$id' (log: $K_FORMAT_LOG)"
+  fi
+  if ! java "${TOOL_JVM_OPTS[@]}" -cp "$K_CP" kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" \
+      >>"$K_FORMAT_LOG" 2>&1 9>&-; then
+    show_log_tail "$K_FORMAT_LOG"
+    die "kafka.tools.StorageTool format failed (log: $K_FORMAT_LOG)"
+  fi
+}
+
+# A metadata request answered by the broker (skipped when kcat is missing).
+kafka_metadata_ok() {  # PORT
+  command -v kcat >/dev/null 2>&1 || return 0
+  timeout 15 kcat -b "127.0.0.1:$1" -L -m 5 2>/dev/null | grep -q 'broker.* at 127\.0\.0\.1:'"$1"
+}
+
+kafka_launch() {  # KIND PORT -> sets K_PID, K_LOG_OFF
+  local kind=$1 port=$2 runner=()
+  K_LOG_OFF="$(file_size "$K_LOG")"
+  if [[ $kind == kafka ]]; then
+    K_PID="$(launch "$K_DIR" "$K_LOG" java -Xms256m -Xmx768m -XX:+UseG1GC \
+      -Dorg.slf4j.simpleLogger.showDateTime=true \
+      -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
+      -cp "$K_CP" kafka.Kafka "$K_PROPS")"
+  else
+    # stdbuf: the "bootstrap=" line must reach the log even if the mock
+    # leaves its stdout fully buffered.
+    if command -v stdbuf >/dev/null 2>&1; then runner=(stdbuf -oL -eL); fi
+    K_PID="$(launch "$K_DIR" "$K_LOG" "${runner[@]}" "$MOCK_BIN" --port "$port")"
+  fi
+  echo "$K_PID" >"$K_PIDFILE"
+}
+
+kafka_wait_ready() {  # KIND PORT
+  local kind=$1 port=$2 timeout what
+  if [[ $kind == kafka ]]; then timeout=$KAFKA_READY_TIMEOUT; what="Apache Kafka"
+  else timeout=$MOCK_READY_TIMEOUT; what="mock broker"; fi
+  local t0=$SECONDS deadline=$((SECONDS + timeout))
+  while :; do
+    if ! pid_running "$K_PID"; then
+      show_log_tail "$K_LOG"
+      rm -f "$K_PIDFILE"
+      die "$what exited during startup (log: $K_LOG)"
+    fi
+    if [[ $kind == kafka ]]; then
+      if log_since "$K_LOG" "$K_LOG_OFF" | grep -q 'Kafka Server started' \
+          && kafka_metadata_ok "$port"; then
+        return 0
+      fi
+    else
+      if log_since "$K_LOG" "$K_LOG_OFF" | grep -q "^bootstrap=127\.0\.0\.1:$port\$"; then
+        return 0
+      fi
+      # In case the line never reaches the log: a broker that answers
+      # metadata requests is ready too.
+      if ((SECONDS - t0 >= 5)) && command -v kcat >/dev/null 2>&1 \
+          && port_in_use "$port" && kafka_metadata_ok "$port"; then
+        return 0
+      fi
+    fi
+    if ((SECONDS >= deadline)); then
+      show_log_tail "$K_LOG"
+      kill_and_wait "$K_PID" "$what"
+      rm -f "$K_PIDFILE"
+      die "$what not ready on 127.0.0.1:$port after ${timeout}s (log: $K_LOG)"
+    fi
+    sleep 0.5
+  done
+}
+
+kafka_start() {  # KIND PORT CPORT
+  local kind=$1 port=$2 cport=$3 t0=$SECONDS
+  rm -rf "$K_DIR"
+  mkdir -p "$K_DATA"
+  rm -f "$K_ENV" "$K_PIDFILE"
+  rotate_log "$K_LOG"
+  if [[ $kind == kafka ]]; then
+    kafka_write_props "$port" "$cport"
+    kafka_format
+  fi
+  kafka_launch "$kind" "$port"
+  kafka_wait_ready "$kind" "$port"
+  if [[ $kind == kafka ]]; then
+    write_frag "$K_ENV" \
+      OW_KAFKA_BOOTSTRAP="127.0.0.1:$port" \
+      OW_KAFKA_PORT="$port" \
+      OW_KAFKA_CONTROLLER_PORT="$cport" \
+      OW_BROKER_KIND=kafka \
+      OW_KAFKA_VERSION="apache-kafka-$KAFKA_VERSION" \
+      OW_KAFKA_LOG="$K_LOG"
+    say "Apache Kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (controller :$cport, data: $K_DATA) ready in $((SECONDS - t0))s"
+  else
+    write_frag "$K_ENV" \
+      OW_KAFKA_BOOTSTRAP="127.0.0.1:$port" \
+      OW_KAFKA_PORT="$port" \
+      OW_BROKER_KIND=mock \
+      OW_KAFKA_VERSION=librdkafka-mock \
+      OW_KAFKA_LOG="$K_LOG"
+    say "librdkafka mock broker on 127.0.0.1:$port ready in $((SECONDS - t0))s"
+  fi
+}
+
+kafka_down() {
+  local pid port cport
+  port="$(frag_get "$K_ENV" OW_KAFKA_PORT)"
+  cport="$(frag_get "$K_ENV" OW_KAFKA_CONTROLLER_PORT)"
+  if pid="$(service_pid kafka)"; then
+    kill_and_wait "$pid" "$(proc_comm "$pid")"
+    if [[ "$(frag_get "$K_ENV" OW_BROKER_KIND)" == mock ]]; then
+      say "mock broker stopped (pid $pid); its in-memory topics are gone"
+    else
+      say "Kafka broker stopped (pid $pid); data kept in $K_DATA"
+    fi
+  else
+    say "Kafka broker is not running"
+  fi
+  rm -f "$K_PIDFILE"
+  local p
+  for p in $port $cport; do
+    wait_port_closed "$p" 30 || die "port $p is still open after stopping the Kafka broker"
+  done
+}
+
+kafka_up() {
+  local pid port cport kind t0=$SECONDS
+  if pid="$(service_pid kafka)"; then
+    echo "$pid" >"$K_PIDFILE"
+    say "Kafka broker already running (pid $pid)"
+    return 0
+  fi
+  port="$(frag_get "$K_ENV" OW_KAFKA_PORT)"
+  cport="$(frag_get "$K_ENV" OW_KAFKA_CONTROLLER_PORT)"
+  kind="$(frag_get "$K_ENV" OW_BROKER_KIND)"
+  [[ -n $port && -n $kind && -d $K_DIR ]] || die "Kafka was never started here (no $K_ENV); use: $0 start kafka"
+  local p
+  for p in $port $cport; do
+    port_in_use "$p" && die "cannot restart the Kafka broker: port $p is now taken by another process"
+  done
+  if [[ $kind == kafka ]]; then
+    [[ -f $K_CACHE/.complete ]] || die "Kafka jars gone from $K_CACHE"
+    [[ -f $K_PROPS ]] || die "missing $K_PROPS"
+  else
+    [[ -x $MOCK_BIN ]] || die "mock broker gone from $MOCK_BIN"
+    warn "the mock broker keeps its data in memory: topics and messages are lost across kafka-down/kafka-up"
+  fi
+  kafka_launch "$kind" "$port"
+  kafka_wait_ready "$kind" "$port"
+  if [[ $kind == kafka ]]; then
+    say "Apache Kafka up again on 127.0.0.1:$port (pid $K_PID, same data) in $((SECONDS - t0))s"
+  else
+    say "mock broker up again on 127.0.0.1:$port (pid $K_PID, empty) in $((SECONDS - t0))s"
+  fi
+}
+
+# --------------------------------------------------------------- commands ---
+
+parse_target() {  # [mariadb|kafka|all] -> TARGETS
+  case ${1:-all} in
+    all) TARGETS=(mariadb kafka) ;;
+    mariadb | mysql) TARGETS=(mariadb) ;;
+    kafka) TARGETS=(kafka) ;;
+    *) usage ;;
+  esac
+}
+
+cmd_start() {
+  parse_target "${1:-all}"
+  local todo=() svc pid
+  for svc in "${TARGETS[@]}"; do
+    if pid="$(service_pid "$svc")"; then
+      echo "$pid" >"$(pidfile_of "$svc")"
+      if [[ -f $(envfile_of "$svc") ]]; then
+        say "$svc already running (pid $pid); leaving it as is"
+        continue
+      fi
+      # Running but its state was lost: restart it cleanly.
+      warn "$svc is running (pid $pid) without its state file; restarting it"
+      kill_and_wait "$pid" "$svc"
+    fi
+    todo+=("$svc")
+  done
+  if ((${#todo[@]} == 0)); then
+    write_state
+    say "state: $STATE_FILE"
+    return 0
+  fi
+
+  # Checks and port choices happen here, before the parallel part.
+  local mport="" kport="" cport=""
+  for svc in "${todo[@]}"; do
+    case $svc in
+      mariadb)
+        mariadb_prereqs
+        pick_port mport "${OW_MYSQL_PORT:-}" ;;
+      kafka)
+        kafka_choose
+        pick_port kport "${OW_KAFKA_PORT:-}"
+        if [[ $BROKER_KIND == kafka ]]; then pick_port cport "${OW_KAFKA_CONTROLLER_PORT:-}"; fi ;;
+    esac
+  done
+
+  local -A job=()
+  for svc in "${todo[@]}"; do
+    case $svc in
+      mariadb) ( mariadb_start "$mport" ) & job[mariadb]=$! ;;
+      kafka) ( kafka_start "$BROKER_KIND" "$kport" "$cport" ) & job[kafka]=$! ;;
+    esac
+  done
+  local failed=() ok=()
+  for svc in "${todo[@]}"; do
+    if wait "${job[$svc]}"; then ok+=("$svc"); else failed+=("$svc"); fi
+  done
+
+  if ((${#failed[@]} > 0)); then
+    # Do not leave half a set running: stop what this call started.
+    for svc in "${ok[@]}"; do
+      if pid="$(service_pid "$svc")"; then kill_and_wait "$pid" "$svc"; fi
+      rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
+    done
+    for svc in "${failed[@]}"; do rm -f "$(envfile_of "$svc")"; done
+    write_state
+    die "could not start: ${failed[*]}${ok[*]:+ (stopped again: ${ok[*]})}"
+  fi
+  write_state
+  say "state: $STATE_FILE"
+}
+
+cmd_stop() {
+  parse_target "${1:-all}"
+  local svc pid
+  for svc in "${TARGETS[@]}"; do
+    if pid="$(service_pid "$svc")"; then
+      kill_and_wait "$pid" "$svc"
+      say "$svc stopped (pid $pid)"
+    else
+      say "$svc not running"
+    fi
+    rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
+  done
+  if [[ ${1:-all} == all ]]; then
+    rm -rf "$MDB_DIR" "$K_DIR"
+    rm -f "$STATE_FILE" "$STATE_FILE.tmp"
+    say "removed data dirs and state file (logs kept in $OW_RUN_DIR)"
+  else
+    write_state
+  fi
+}
+
+cmd_status() {
+  local svc pid port
+  for svc in mariadb kafka; do
+    case $svc in
+      mariadb) port="$(frag_get "$MDB_ENV" OW_MYSQL_PORT)" ;;
+      kafka) port="$(frag_get "$K_ENV" OW_KAFKA_PORT)" ;;
+    esac
+    if pid="$(service_pid "$svc")"; then
+      local what=$svc
+      [[ $svc == kafka ]] && what="kafka ($(frag_get "$K_ENV" OW_KAFKA_VERSION))"
+      [[ $svc == mariadb ]] && what="mariadb ($(frag_get "$MDB_ENV" OW_MARIADB_VERSION))"
+      if [[ -n $port ]] && port_in_use "$port"; then
+        say "$what: running, pid $pid, 127.0.0.1:$port"
+      else
+        say "$what: process $pid running, port ${port:-?} not listening yet"
+      fi
+    elif [[ -f $(envfile_of "$svc") ]]; then
+      say "$svc: DOWN (port $port and data kept; '$0 $svc-up' restarts it)"
+    else
+      say "$svc: not started"
+    fi
+  done
+  if [[ -f $STATE_FILE ]]; then say "state: $STATE_FILE"; fi
+}
+
+cmd_env() {
+  [[ -f $STATE_FILE ]] || die "no services started ($STATE_FILE missing); run: $0 start"
+  cat "$STATE_FILE"
+}
+
+main() {
+  local cmd=${1:-}
+  [[ -n $cmd ]] || usage
+  shift || true
+
+  # One services.sh at a time per $OW_RUN_DIR (daemons get fd 9 closed).
+  if command -v flock >/dev/null 2>&1; then
+    exec 9>"$OW_RUN_DIR/.lock"
+    flock -w 600 9 || die "another services.sh is still running in $OW_RUN_DIR"
+  fi
+
+  case $cmd in
+    start) cmd_start "$@" ;;
+    stop) cmd_stop "$@" ;;
+    status) cmd_status ;;
+    env) cmd_env ;;
+    mariadb-down) mariadb_down ;;
+    mariadb-up) mariadb_up ;;
+    kafka-down) kafka_down ;;
+    kafka-up) kafka_up ;;
+    restart-mariadb | mariadb-restart) mariadb_down; mariadb_up ;;
+    restart-kafka | kafka-restart | restart-kafka-down) kafka_down; kafka_up ;;
+    -h | --help | help) usage ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"
