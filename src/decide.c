@@ -366,17 +366,6 @@ static int insert_requests(batch *bt, ow_error *err)
 
 /* --- Step 4: read back who owns each key --------------------------------- */
 
-static ow_store_item *find_item(batch *bt, long long user_id, const char *key, size_t len)
-{
-    for (size_t i = bt->first; i < bt->first + bt->count; i++) {
-        ow_store_item *it = &bt->items[i];
-
-        if (it->req->user_id == user_id && it->key_len == len && memcmp(it->key, key, len) == 0)
-            return it;
-    }
-    return NULL;
-}
-
 /* Reads column 5 (response_body, len bytes) of the current row into the
  * scratch blob. */
 static int fetch_body(ow_store *s, MYSQL_STMT *st, unsigned long len, ow_error *err)
@@ -448,16 +437,25 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
         return ow_store_fail(bt->s, mysql_stmt_errno(st), "read requests", err);
     while (rc == OW_OK && ((frc = mysql_stmt_fetch(st)) == 0 || frc == MYSQL_DATA_TRUNCATED)) {
-        ow_store_item *it;
+        int have_body = 0;
 
         if (key_len > OW_KEY_MAX || digest_len != OW_DIGEST_LEN)
             continue;
-        it = find_item(bt, user_id, key, key_len);
-        if (it == NULL)
-            continue;
-        rc = fetch_body(bt->s, st, body_len, err);
-        if (rc == OW_OK)
-            rc = apply_existing_row(bt, it, id, digest, status, err);
+        /* Every item with this (user_id, key) learns who owns it: a batch may
+         * carry the same key twice. */
+        for (size_t i = bt->first; rc == OW_OK && i < bt->first + bt->count; i++) {
+            ow_store_item *it = &bt->items[i];
+
+            if (it->req->user_id != user_id || it->key_len != key_len ||
+                memcmp(it->key, key, key_len) != 0)
+                continue;
+            if (!have_body && id != it->request_id) {
+                rc = fetch_body(bt->s, st, body_len, err);
+                have_body = 1;
+            }
+            if (rc == OW_OK)
+                rc = apply_existing_row(bt, it, id, digest, status, err);
+        }
     }
     mysql_stmt_free_result(st);
     if (rc == OW_OK && frc != MYSQL_NO_DATA)

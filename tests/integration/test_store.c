@@ -1,0 +1,588 @@
+/*
+ * The deciding transaction against a real MariaDB: the four acceptance cases
+ * of the seeds, the micro-batch path, and the races the database decides.
+ * Every case checks row counts, request status and response bytes.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "../support/testdb.h"
+#include "ow/digest.h"
+#include "ow/store.h"
+
+static const ow_request_limits limits = {1 << 20, 1000};
+static testdb db;
+static ow_idgen ids;
+
+typedef struct {
+    ow_request req;
+    ow_store_item item;
+} msg;
+
+static void msg_make(msg *m, const char *key, const char *value)
+{
+    ow_field_errors errs;
+
+    ow_field_errors_init(&errs);
+    if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
+        fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
+    ow_store_item_init(&m->item, &m->req, key, strlen(key));
+    assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
+}
+
+static void msg_free(msg *m)
+{
+    ow_store_item_cleanup(&m->item);
+    ow_request_cleanup(&m->req);
+}
+
+static ow_store *new_store(unsigned lock_wait_s)
+{
+    ow_store_params p = testdb_params(&db, lock_wait_s);
+    ow_store *s = ow_store_new(&p, &ids);
+
+    assert_non_null(s);
+    return s;
+}
+
+/* Decides one message in its own transaction, retrying transient errors the
+ * way the worker does. */
+static void decide1(ow_store *s, msg *m)
+{
+    ow_error err;
+
+    for (int attempt = 0; attempt < 20; attempt++) {
+        int rc = ow_store_decide(s, &m->item, 1, attempt > 0, &err);
+
+        if (rc == OW_OK)
+            return;
+        if (err.cls != OW_ERRCLASS_RETRIABLE)
+            fail_msg("decide: %s", err.msg);
+        usleep(50000);
+    }
+    fail_msg("decide kept failing: %s", err.msg);
+}
+
+static long long count(const char *sql)
+{
+    return testdb_count(&db, sql);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    testdb_exec(&db, "DELETE FROM orders");
+    testdb_exec(&db, "DELETE FROM idempotency_requests");
+    return 0;
+}
+
+static char *stored_body(long long user_id, const char *key)
+{
+    char sql[256];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char *body = NULL;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT response_body FROM idempotency_requests WHERE user_id=%lld AND "
+             "idempotency_key='%s'",
+             user_id, key);
+    assert_int_equal(mysql_query(db.admin, sql), 0);
+    res = mysql_store_result(db.admin);
+    row = mysql_fetch_row(res);
+    if (row != NULL)
+        body = strdup(row[0]);
+    mysql_free_result(res);
+    return body;
+}
+
+/* Case 1: same key, same content -> one batch of orders, identical responses. */
+static void test_same_key_same_content(void **state)
+{
+    ow_store *s = new_store(5);
+    msg a, b, c;
+    char *stored;
+
+    (void)state;
+    msg_make(&a, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+                           "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
+    /* Same request, spelled differently. */
+    msg_make(&b, "k-same", "{\"orders\":[{\"amount\":19.9,\"external_order_no\":\"E1\"},"
+                           "{\"quantity\":2,\"external_order_no\":\"E2\",\"amount\":\"5.00\"}],"
+                           "\"user_id\":1}");
+    msg_make(&c, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+                           "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
+    decide1(s, &a);
+    assert_int_equal(a.item.decision, OW_DECISION_CREATED);
+    assert_int_equal(a.item.code, OW_CODE_CREATED);
+    assert_int_equal(a.item.replayed, 0);
+    decide1(s, &b);
+    decide1(s, &c);
+    assert_int_equal(b.item.decision, OW_DECISION_REPLAY);
+    assert_int_equal(b.item.code, OW_CODE_CREATED);
+    assert_int_equal(b.item.replayed, 1);
+    assert_int_equal(c.item.decision, OW_DECISION_REPLAY);
+    assert_int_equal(b.item.body.len, a.item.body.len);
+    assert_memory_equal(b.item.body.data, a.item.body.data, a.item.body.len);
+    assert_memory_equal(c.item.body.data, a.item.body.data, a.item.body.len);
+    stored = stored_body(1, "k-same");
+    assert_string_equal(stored, a.item.body.data);
+    free(stored);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE status='SUCCEEDED' "
+                           "AND response_status=201"),
+                     1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders o JOIN idempotency_requests r ON "
+                           "r.id=o.request_id WHERE o.external_order_no='E2' AND o.quantity=2 AND "
+                           "o.amount=5.00 AND o.product_id IS NULL"),
+                     1);
+    msg_free(&a);
+    msg_free(&b);
+    msg_free(&c);
+    ow_store_free(&s);
+}
+
+/* Case 2: same key, different content -> 409 IDEMPOTENCY_KEY_REUSED, nothing written. */
+static void test_same_key_different_content(void **state)
+{
+    ow_store *s = new_store(5);
+    msg a, b;
+    char *before, *after;
+    json_t *j;
+    json_error_t jerr;
+
+    (void)state;
+    msg_make(&a, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
+    msg_make(&b, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2},"
+                            "{\"external_order_no\":\"R2\",\"amount\":3}]}");
+    decide1(s, &a);
+    before = stored_body(2, "k-reuse");
+    decide1(s, &b);
+    assert_int_equal(b.item.decision, OW_DECISION_KEY_REUSED);
+    assert_int_equal(b.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
+    j = json_loadb(b.item.body.data, b.item.body.len, 0, &jerr);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 409);
+    assert_string_equal(json_string_value(json_object_get(j, "code")), "IDEMPOTENCY_KEY_REUSED");
+    json_decref(j);
+    after = stored_body(2, "k-reuse");
+    assert_string_equal(before, after);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE amount=1.00"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
+    /* The same key for another user is an independent request. */
+    msg_free(&b);
+    msg_make(&b, "k-reuse", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2}]}");
+    decide1(s, &b);
+    assert_int_equal(b.item.decision, OW_DECISION_CREATED);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
+    free(before);
+    free(after);
+    msg_free(&a);
+    msg_free(&b);
+    ow_store_free(&s);
+}
+
+/* Case 3: another key, same external order number. */
+static void test_existing_orders(void **state)
+{
+    ow_store *s = new_store(5);
+    msg first, same, differ, replay;
+    json_t *j, *o, *conf;
+    json_error_t jerr;
+
+    (void)state;
+    msg_make(&first, "k-first", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"X1\","
+                                "\"amount\":\"10.00\",\"product_id\":7}]}");
+    decide1(s, &first);
+    assert_int_equal(first.item.decision, OW_DECISION_CREATED);
+
+    /* Identical order under a new key: reused, not inserted again. */
+    msg_make(&same, "k-second", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"NEW\","
+                                "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":10,"
+                                "\"product_id\":7}]}");
+    decide1(s, &same);
+    assert_int_equal(same.item.decision, OW_DECISION_CREATED);
+    j = json_loadb(same.item.body.data, same.item.body.len, 0, &jerr);
+    o = json_object_get(j, "orders");
+    assert_true(json_is_false(json_object_get(json_array_get(o, 0), "existing")));
+    assert_true(json_is_true(json_object_get(json_array_get(o, 1), "existing")));
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(o, 1), "order_id")),
+                     count("SELECT id FROM orders WHERE external_order_no='X1'"));
+    json_decref(j);
+
+    /* Differing order: the whole batch is rolled back, request FAILED, 409 names it. */
+    msg_make(&differ, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+                                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
+                                 "\"quantity\":3}]}");
+    decide1(s, &differ);
+    assert_int_equal(differ.item.decision, OW_DECISION_CONFLICT);
+    assert_int_equal(differ.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
+    j = json_loadb(differ.item.body.data, differ.item.body.len, 0, &jerr);
+    conf = json_object_get(j, "conflicts");
+    assert_int_equal(json_array_size(conf), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(conf, 0), "index")), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(conf, 0), "external_order_no")), "X1");
+    assert_int_equal(json_array_size(json_object_get(json_array_get(conf, 0), "fields")), 3);
+    json_decref(j);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE external_order_no='OK'"), 0);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED' AND "
+                           "response_status=409"),
+                     1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders o JOIN idempotency_requests r ON "
+                           "r.id=o.request_id WHERE r.status='FAILED'"),
+                     0);
+
+    /* The FAILED request replays its 409 byte for byte. */
+    msg_make(&replay, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+                                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
+                                 "\"quantity\":3}]}");
+    decide1(s, &replay);
+    assert_int_equal(replay.item.decision, OW_DECISION_REPLAY);
+    assert_int_equal(replay.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
+    assert_int_equal(replay.item.body.len, differ.item.body.len);
+    assert_memory_equal(replay.item.body.data, differ.item.body.data, differ.item.body.len);
+    msg_free(&first);
+    msg_free(&same);
+    msg_free(&differ);
+    msg_free(&replay);
+    ow_store_free(&s);
+}
+
+/* Case 4: the same key from two connections at once, many times. */
+typedef struct {
+    ow_store *store;
+    msg *m;
+    pthread_barrier_t *start;
+} racer;
+
+static void *race(void *p)
+{
+    racer *r = p;
+
+    pthread_barrier_wait(r->start);
+    decide1(r->store, r->m);
+    return NULL;
+}
+
+static void test_same_key_two_connections(void **state)
+{
+    enum { ROUNDS = 60 };
+    ow_store *s1 = new_store(5);
+    ow_store *s2 = new_store(5);
+    int created_first = 0, created_second = 0;
+
+    (void)state;
+    for (int round = 0; round < ROUNDS; round++) {
+        char key[32], value[256];
+        pthread_barrier_t start;
+        pthread_t t1, t2;
+        msg a, b;
+        racer r1, r2;
+        char sql[160];
+
+        snprintf(key, sizeof(key), "race-%d", round);
+        snprintf(value, sizeof(value),
+                 "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"RC-%d-a\",\"amount\":1},"
+                 "{\"external_order_no\":\"RC-%d-b\",\"amount\":2}]}",
+                 round, round);
+        msg_make(&a, key, value);
+        msg_make(&b, key, value);
+        pthread_barrier_init(&start, NULL, 2);
+        r1 = (racer){s1, &a, &start};
+        r2 = (racer){s2, &b, &start};
+        pthread_create(&t1, NULL, race, &r1);
+        pthread_create(&t2, NULL, race, &r2);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        pthread_barrier_destroy(&start);
+        /* Exactly one created, the other replayed the same bytes. */
+        if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_REPLAY) ||
+              (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_REPLAY)))
+            fail_msg("round %d: decisions %d and %d", round, a.item.decision, b.item.decision);
+        created_first += a.item.decision == OW_DECISION_CREATED;
+        created_second += b.item.decision == OW_DECISION_CREATED;
+        assert_int_equal(a.item.body.len, b.item.body.len);
+        assert_memory_equal(a.item.body.data, b.item.body.data, a.item.body.len);
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM idempotency_requests WHERE idempotency_key='%s'", key);
+        assert_int_equal(count(sql), 1);
+        msg_free(&a);
+        msg_free(&b);
+    }
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE user_id=5"), 2 * ROUNDS);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE user_id=5"), ROUNDS);
+    print_message("same-key race: %d rounds, first connection created %d, second %d\n", ROUNDS,
+                  created_first, created_second);
+    ow_store_free(&s1);
+    ow_store_free(&s2);
+}
+
+
+/* A micro-batch decided by the set-based statements: every kind of outcome
+ * at once, no fallback. */
+static void test_micro_batch_mixed(void **state)
+{
+    ow_store *s = new_store(5);
+    msg seed_c, seed_e, m[5];
+    ow_store_item items[5];
+    ow_error err;
+    const ow_store_stats *st;
+
+    (void)state;
+    msg_make(&seed_c, "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    msg_make(&seed_e, "mb-e0", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":1}]}");
+    decide1(s, &seed_c);
+    decide1(s, &seed_e);
+    msg_make(&m[0], "mb-a", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":1},"
+                            "{\"external_order_no\":\"A2\",\"amount\":2}]}");
+    msg_make(&m[1], "mb-b", "{\"user_id\":8,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":9}]}");
+    msg_make(&m[2], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    msg_make(&m[3], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":2}]}");
+    msg_make(&m[4], "mb-e", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E2\",\"amount\":1},"
+                            "{\"external_order_no\":\"E1\",\"amount\":5}]}");
+    /* Items are moved into one array, as a lane does. */
+    for (int i = 0; i < 5; i++)
+        items[i] = m[i].item;
+    /* m[2] and m[3] share a key: the second sees the first's row (stored by an
+     * earlier transaction) and is a key reuse. */
+    assert_int_equal(ow_store_decide(s, items, 5, 0, &err), OW_OK);
+    assert_int_equal(items[0].decision, OW_DECISION_CREATED);
+    assert_int_equal(items[1].decision, OW_DECISION_CREATED);
+    assert_int_equal(items[2].decision, OW_DECISION_REPLAY);
+    assert_int_equal(items[3].decision, OW_DECISION_KEY_REUSED);
+    assert_int_equal(items[4].decision, OW_DECISION_CONFLICT);
+    assert_int_equal(items[2].body.len, seed_c.item.body.len);
+    assert_memory_equal(items[2].body.data, seed_c.item.body.data, seed_c.item.body.len);
+    st = ow_store_get_stats(s);
+    assert_int_equal(st->batch_fallbacks, 0);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2 + 3);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE external_order_no='E2'"), 0);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2 + 3);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 1);
+    for (int i = 0; i < 5; i++) {
+        m[i].item = items[i];
+        msg_free(&m[i]);
+    }
+    msg_free(&seed_c);
+    msg_free(&seed_e);
+    ow_store_free(&s);
+}
+
+/* Two items of one micro-batch create the same order: the unique key
+ * rejects the set-based insert (1062) and the batch is redone one item at a
+ * time under savepoints, where the second sees the first's order. */
+static void test_micro_batch_fallback(void **state)
+{
+    ow_store *s = new_store(5);
+    msg a, b;
+    ow_store_item items[2];
+    ow_error err;
+    json_t *j;
+    json_error_t jerr;
+
+    (void)state;
+    msg_make(&a, "fb-a", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3}]}");
+    msg_make(&b, "fb-b", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3},"
+                         "{\"external_order_no\":\"S2\",\"amount\":4}]}");
+    items[0] = a.item;
+    items[1] = b.item;
+    assert_int_equal(ow_store_decide(s, items, 2, 0, &err), OW_OK);
+    assert_int_equal(ow_store_get_stats(s)->batch_fallbacks, 1);
+    assert_int_equal(items[0].decision, OW_DECISION_CREATED);
+    assert_int_equal(items[1].decision, OW_DECISION_CREATED);
+    j = json_loadb(items[1].body.data, items[1].body.len, 0, &jerr);
+    assert_true(json_is_true(json_object_get(json_array_get(json_object_get(j, "orders"), 0),
+                                             "existing")));
+    json_decref(j);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
+    a.item = items[0];
+    b.item = items[1];
+    msg_free(&a);
+    msg_free(&b);
+    ow_store_free(&s);
+}
+
+static MYSQL *hold_key(const msg *m, const char *body)
+{
+    MYSQL *other = testdb_connect(&db);
+    MYSQL_STMT *st = mysql_stmt_init(other);
+    const char *sql = "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                      "request_digest, status, response_status, response_body) "
+                      "VALUES (?, ?, ?, ?, 'SUCCEEDED', 201, ?)";
+    MYSQL_BIND b[5];
+    long long id = 1, user = m->req.user_id;
+    unsigned long klen = m->item.key_len, dlen = 32, blen = strlen(body);
+
+    mysql_autocommit(other, 0);
+    memset(b, 0, sizeof(b));
+    b[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    b[0].buffer = &id;
+    b[1].buffer_type = MYSQL_TYPE_LONGLONG;
+    b[1].buffer = &user;
+    b[2].buffer_type = MYSQL_TYPE_BLOB;
+    b[2].buffer = (void *)m->item.key;
+    b[2].length = &klen;
+    b[3].buffer_type = MYSQL_TYPE_BLOB;
+    b[3].buffer = (void *)m->item.digest;
+    b[3].length = &dlen;
+    b[4].buffer_type = MYSQL_TYPE_BLOB;
+    b[4].buffer = (void *)body;
+    b[4].length = &blen;
+    if (mysql_stmt_prepare(st, sql, strlen(sql)) != 0 || mysql_stmt_bind_param(st, b) != 0 ||
+        mysql_stmt_execute(st) != 0)
+        fail_msg("hold key: %s", mysql_stmt_error(st));
+    mysql_stmt_close(st);
+    return other;
+}
+
+/* Another transaction holds the key longer than the in-progress wait. */
+static void test_in_progress_then_replay(void **state)
+{
+    ow_store *s = new_store(1);
+    msg m;
+    MYSQL *other;
+    ow_error err;
+    int64_t t0, waited;
+
+    (void)state;
+    msg_make(&m, "held", "{\"user_id\":10,\"orders\":[{\"external_order_no\":\"H1\",\"amount\":1}]}");
+    other = hold_key(&m, "{\"held\":true}");
+    t0 = ow_clock_mono_ms();
+    assert_int_equal(ow_store_decide(s, &m.item, 1, 0, &err), OW_OK);
+    waited = ow_clock_mono_ms() - t0;
+    assert_int_equal(m.item.decision, OW_DECISION_IN_PROGRESS);
+    assert_int_equal(m.item.code, OW_CODE_REQUEST_IN_PROGRESS);
+    assert_non_null(strstr(m.item.body.data, "\"retry_after_ms\":1000"));
+    assert_true(waited >= 900);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 0);
+    /* The holder commits: the retry replays what it stored. */
+    assert_int_equal(mysql_commit(other), 0);
+    mysql_close(other);
+    decide1(s, &m);
+    assert_int_equal(m.item.decision, OW_DECISION_REPLAY);
+    assert_string_equal(m.item.body.data, "{\"held\":true}");
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 0);
+    msg_free(&m);
+    ow_store_free(&s);
+}
+
+/* The documented InnoDB case: a first session inserts a key, two more wait
+ * on it, the first rolls back, and the two waiters deadlock. The retry must
+ * end with exactly one creation. */
+static void test_three_sessions_first_rolls_back(void **state)
+{
+    ow_store *s1 = new_store(10);
+    ow_store *s2 = new_store(10);
+    msg a, b;
+    MYSQL *first;
+    pthread_barrier_t start;
+    pthread_t t1, t2;
+    racer r1, r2;
+
+    (void)state;
+    msg_make(&a, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    msg_make(&b, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    first = hold_key(&a, "{}");
+    pthread_barrier_init(&start, NULL, 2);
+    r1 = (racer){s1, &a, &start};
+    r2 = (racer){s2, &b, &start};
+    pthread_create(&t1, NULL, race, &r1);
+    pthread_create(&t2, NULL, race, &r2);
+    usleep(500000); /* both wait on the first session's key */
+    assert_int_equal(mysql_rollback(first), 0);
+    mysql_close(first);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_barrier_destroy(&start);
+    if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_REPLAY) ||
+          (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_REPLAY)))
+        fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
+    msg_free(&a);
+    msg_free(&b);
+    ow_store_free(&s1);
+    ow_store_free(&s2);
+}
+
+/* The server drops the connection: the error is retriable and the next call
+ * reconnects by itself. */
+static void test_lost_connection(void **state)
+{
+    ow_store *s = new_store(5);
+    msg a, b;
+    ow_error err;
+    char sql[256];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int killed = 0;
+
+    (void)state;
+    msg_make(&a, "lost-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
+    msg_make(&b, "lost-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
+    decide1(s, &a);
+    snprintf(sql, sizeof(sql),
+             "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
+             "CONNECTION_ID()",
+             db.database);
+    assert_int_equal(mysql_query(db.admin, sql), 0);
+    res = mysql_store_result(db.admin);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        char kill[64];
+
+        snprintf(kill, sizeof(kill), "KILL %s", row[0]);
+        if (mysql_query(db.admin, kill) == 0)
+            killed++;
+    }
+    mysql_free_result(res);
+    assert_true(killed >= 1);
+    assert_int_not_equal(ow_store_decide(s, &b.item, 1, 0, &err), OW_OK);
+    assert_int_equal(err.cls, OW_ERRCLASS_RETRIABLE);
+    assert_int_equal(b.item.decision, OW_DECISION_NONE);
+    assert_int_equal(ow_store_decide(s, &b.item, 1, 0, &err), OW_OK);
+    assert_int_equal(b.item.decision, OW_DECISION_CREATED);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
+    msg_free(&a);
+    msg_free(&b);
+    ow_store_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_same_key_same_content, setup),
+        cmocka_unit_test_setup(test_same_key_different_content, setup),
+        cmocka_unit_test_setup(test_existing_orders, setup),
+        cmocka_unit_test_setup(test_same_key_two_connections, setup),
+        cmocka_unit_test_setup(test_micro_batch_mixed, setup),
+        cmocka_unit_test_setup(test_micro_batch_fallback, setup),
+        cmocka_unit_test_setup(test_in_progress_then_replay, setup),
+        cmocka_unit_test_setup(test_three_sessions_first_rolls_back, setup),
+        cmocka_unit_test_setup(test_lost_connection, setup),
+    };
+    int rc;
+
+    mysql_library_init(0, NULL, NULL);
+    ow_idgen_init(&ids, 1, ow_clock_wall_ms);
+    testdb_create(&db, "ow_it_store");
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    testdb_drop(&db);
+    mysql_library_end();
+    return rc;
+}
