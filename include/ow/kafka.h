@@ -1,0 +1,33 @@
+/*
+ * librdkafka configuration for the worker's consumer and producer, and small
+ * helpers shared by the worker and the operator tools.
+ *
+ * Fixed by order-worker (and refused in the config file): the consumer
+ * stores offsets only when told (enable.auto.offset.store=false) and the
+ * producer is idempotent with acks=all. Everything under kafka.* passes
+ * through, applied before the fixed settings.
+ */
+#ifndef OW_KAFKA_H
+#define OW_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+
+#include "ow/config.h"
+#include "ow/error.h"
+
+typedef enum { OW_KAFKA_CONSUMER, OW_KAFKA_PRODUCER } ow_kafka_role;
+
+/* A new configuration (owned by the caller until handed to rd_kafka_new). */
+rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_error *err);
+
+/* Sets one property, turning librdkafka's complaint into an error. */
+int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err);
+
+/* Adds a header whose value is a decimal integer. */
+void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v);
+
+/* Looks a header up; returns its value and length, or NULL. */
+const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_t *len);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+ * The worker: consumes order batches, decides them in lanes, publishes each
+ * result before the message's offset may be committed.
+ *
+ *   consumer thread ──dispatch by key──▶ lane 1..N (own DB connection)
+ *        ▲  rebalance, backpressure          │ decide micro-batch, produce
+ *        │                                   ▼
+ *   offsets_store ◀── delivery reports ── producer (idempotent, acks=all)
+ *
+ * See docs/architecture.md.
+ */
+#ifndef OW_WORKER_H
+#define OW_WORKER_H
+
+#include <signal.h>
+
+#include "ow/config.h"
+#include "ow/error.h"
+
+/* Runs until *stop becomes non-zero (then shuts down cleanly and returns 0)
+ * or a fatal error (returns a negative code with err filled). */
+int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err);
+
+#endif

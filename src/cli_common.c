@@ -1,0 +1,89 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "ow/cli.h"
+#include "ow/log.h"
+
+extern char **environ;
+
+int ow_cli_load_config(const char *path, ow_config *cfg)
+{
+    ow_error err;
+    int rc = ow_config_init(cfg, &err);
+
+    if (rc == OW_OK && path != NULL)
+        rc = ow_config_load_file(cfg, path, &err);
+    if (rc == OW_OK)
+        rc = ow_config_load_env(cfg, environ, &err);
+    if (rc == OW_OK)
+        rc = ow_config_finish(cfg, &err);
+    if (rc != OW_OK) {
+        fprintf(stderr, "order-worker: configuration error: %s\n", err.msg);
+        ow_config_cleanup(cfg);
+        return OW_EXIT_USAGE;
+    }
+    ow_log_set_level((int)cfg->log_level);
+    return OW_EXIT_OK;
+}
+
+const char *ow_cli_opt(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], name) == 0 && i + 1 < argc)
+            return argv[i + 1];
+        if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
+            return argv[i] + n + 1;
+    }
+    return NULL;
+}
+
+int ow_cli_flag(int argc, char **argv, const char *name)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Matches argv[i] against the known options; sets *takes_value. */
+static int known_option(const char *arg, const char *const *known, int *takes_value)
+{
+    for (size_t k = 0; known[k] != NULL; k++) {
+        size_t n = strlen(known[k]);
+        int flag = n > 0 && known[k][n - 1] == '!';
+
+        if (flag)
+            n--;
+        if (strncmp(arg, known[k], n) == 0 && (arg[n] == '\0' || (!flag && arg[n] == '='))) {
+            *takes_value = !flag && arg[n] == '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ow_cli_check_args(int argc, char **argv, const char *const *known, const char *cmd)
+{
+    for (int i = 1; i < argc; i++) {
+        int takes_value = 0;
+
+        if (argv[i][0] != '-' || strcmp(argv[i], "-") == 0)
+            continue;
+        if (!known_option(argv[i], known, &takes_value)) {
+            fprintf(stderr, "order-worker %s: unknown option %s (see order-worker %s --help)\n", cmd,
+                    argv[i], cmd);
+            return -1;
+        }
+        if (takes_value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "order-worker %s: %s needs a value\n", cmd, argv[i]);
+                return -1;
+            }
+            i++;
+        }
+    }
+    return 0;
+}

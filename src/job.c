@@ -1,0 +1,91 @@
+/* Turning a consumed message into a job: copy what is needed, validate it,
+ * and either compute its digest or build its 400 body. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/digest.h"
+#include "ow/log.h"
+#include "ow/response.h"
+#include "worker_internal.h"
+
+static void describe_errors(ow_job *job, const ow_field_errors *errs)
+{
+    job->n_errors = errs->count + errs->omitted;
+    if (errs->count > 0)
+        snprintf(job->first_error, sizeof(job->first_error), "%s: %s", errs->items[0].field,
+                 errs->items[0].message);
+}
+
+/* An invalid message keeps its original bytes for the dead-letter topic. */
+static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field_errors *errs,
+                        int key_ok)
+{
+    job->valid = 0;
+    describe_errors(job, errs);
+    if (m->len > 0) {
+        job->raw = malloc(m->len);
+        if (job->raw == NULL)
+            return OW_ENOMEM;
+        memcpy(job->raw, m->payload, m->len);
+        job->raw_len = m->len;
+    }
+    job->has_user = job->req.user_id > 0;
+    return ow_response_invalid(key_ok ? job->key : NULL, job->key_len, job->has_user,
+                               job->req.user_id, errs, &job->invalid_body);
+}
+
+ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t epoch)
+{
+    ow_job *job = calloc(1, sizeof(*job));
+    ow_field_errors errs;
+    int key_ok;
+    int rc;
+
+    if (job == NULL)
+        return NULL;
+    job->partition = m->partition;
+    job->offset = m->offset;
+    job->epoch = epoch;
+    job->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
+    ow_buf_init(&job->invalid_body);
+    if (m->key != NULL) {
+        job->key = malloc(m->key_len + 1);
+        if (job->key == NULL)
+            goto fail;
+        memcpy(job->key, m->key, m->key_len);
+        job->key[m->key_len] = '\0';
+        job->key_len = m->key_len;
+    }
+    job->key_hash = ow_hash64(job->key != NULL ? job->key : "", job->key_len);
+    ow_field_errors_init(&errs);
+    key_ok = ow_request_check_key(job->key, job->key_len, &errs) == OW_OK;
+    rc = ow_request_parse(m->payload, m->len, &w->limits, &job->req, &errs);
+    if (rc == OW_ENOMEM)
+        goto fail;
+    if (rc == OW_OK && key_ok) {
+        job->valid = 1;
+        ow_store_item_init(&job->item, &job->req, job->key, job->key_len);
+        if (ow_digest_compute(&job->req, job->item.digest, job->item.digest_hex) != OW_OK)
+            goto fail;
+    } else if (make_invalid(job, m, &errs, key_ok) != OW_OK) {
+        goto fail;
+    }
+    job->bytes = sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
+    return job;
+fail:
+    ow_job_free(job);
+    return NULL;
+}
+
+void ow_job_free(ow_job *job)
+{
+    if (job == NULL)
+        return;
+    if (job->valid)
+        ow_store_item_cleanup(&job->item);
+    ow_request_cleanup(&job->req);
+    ow_buf_cleanup(&job->invalid_body);
+    free(job->raw);
+    free(job->key);
+    free(job);
+}

@@ -1,0 +1,122 @@
+#include "ow/kafka.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ow/log.h"
+
+int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err)
+{
+    char errstr[512];
+
+    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "kafka.%s: %s", name, errstr);
+    return OW_OK;
+}
+
+static int has_passthrough(const ow_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        if (strcmp(cfg->passthrough[i].name, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Defaults that the configuration may override. */
+static int set_default(rd_kafka_conf_t *conf, const ow_config *cfg, const char *name,
+                       const char *value, ow_error *err)
+{
+    if (has_passthrough(cfg, name))
+        return OW_OK;
+    return ow_kafka_conf_set(conf, name, value, err);
+}
+
+static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_error *err)
+{
+    char interval[32];
+    char queued_kb[32];
+    int rc;
+
+    snprintf(interval, sizeof(interval), "%lld", (long long)cfg->commit_interval_ms);
+    /* The local prefetch queue counts against memory too: keep it at a
+     * quarter of the in-flight byte budget. */
+    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 4096));
+    rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "partition.assignment.strategy", "cooperative-sticky", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "auto.offset.reset", "earliest", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "enable.partition.eof", "false", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "queued.max.messages.kbytes", queued_kb, err);
+    if (rc == OW_OK)
+        rc = ow_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
+    if (rc == OW_OK)
+        rc = ow_kafka_conf_set(conf, "enable.auto.commit", "true", err);
+    if (rc == OW_OK)
+        rc = ow_kafka_conf_set(conf, "auto.commit.interval.ms", interval, err);
+    return rc;
+}
+
+static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_error *err)
+{
+    int rc = ow_kafka_conf_set(conf, "enable.idempotence", "true", err);
+
+    if (rc == OW_OK)
+        rc = ow_kafka_conf_set(conf, "acks", "all", err);
+    /* Results are never given up on: a result that cannot be delivered
+     * blocks its offset, so the producer keeps retrying while the broker is
+     * away (0 = no local timeout), and memory is bounded by backpressure. */
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "message.timeout.ms", "0", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "linger.ms", "2", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, "queue.buffering.max.kbytes", "65536", err);
+    return rc;
+}
+
+rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_error *err)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int rc = ow_kafka_conf_set(conf, "bootstrap.servers", cfg->kafka_bootstrap_servers, err);
+
+    if (rc == OW_OK)
+        rc = ow_kafka_conf_set(conf, "client.id",
+                               role == OW_KAFKA_CONSUMER ? "order-worker-consumer"
+                                                         : "order-worker-producer",
+                               err);
+    for (size_t i = 0; rc == OW_OK && i < cfg->n_passthrough; i++)
+        rc = ow_kafka_conf_set(conf, cfg->passthrough[i].name, cfg->passthrough[i].value, err);
+    if (rc == OW_OK)
+        rc = role == OW_KAFKA_CONSUMER ? consumer_settings(conf, cfg, err)
+                                       : producer_settings(conf, cfg, err);
+    if (rc != OW_OK) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_conf_set_log_cb(conf, ow_log_rdkafka);
+    return conf;
+}
+
+void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "%lld", v);
+
+    rd_kafka_header_add(h, name, -1, buf, n);
+}
+
+const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_t *len)
+{
+    rd_kafka_headers_t *h = NULL;
+    const void *v = NULL;
+
+    if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    if (rd_kafka_header_get_last(h, name, &v, len) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    return v;
+}

@@ -1,0 +1,94 @@
+/* order-worker: arguments, signals, exit status. Everything else lives in
+ * the modules; this is the only file that decides the process's fate. */
+#include <librdkafka/rdkafka.h>
+#include <mysql.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/cli.h"
+#include "ow/config.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void help_config(void)
+{
+    puts("Configuration: a key = value file ('#' starts a comment), every key also\n"
+         "settable as ORDER_WORKER_<KEY> with '.' as '_' (the environment wins).\n");
+    ow_config_print_reference(stdout, 0);
+}
+
+const ow_command ow_commands[] = {
+    {"run", "consume, decide and publish until stopped", ow_cmd_run, ow_help_run},
+    {"migrate", "apply the schema migrations of sql/", ow_cmd_migrate, ow_help_migrate},
+    {NULL, NULL, NULL, NULL},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: order-worker COMMAND [--config FILE] [options]\n\ncommands:\n");
+    for (const ow_command *c = ow_commands; c->name != NULL; c++)
+        fprintf(out, "  %-9s %s\n", c->name, c->summary);
+    fprintf(out, "\n  order-worker COMMAND --help   details of one command\n"
+                 "  order-worker --version\n");
+}
+
+int main(int argc, char **argv)
+{
+    int code = OW_EXIT_USAGE;
+
+    if (argc < 2) {
+        usage(stderr);
+        return OW_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        putchar('\n');
+        help_config();
+        return OW_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("order-worker %s (librdkafka %s, %s)\n", OW_VERSION, rd_kafka_version_str(),
+               mysql_get_client_info());
+        return OW_EXIT_OK;
+    }
+    for (const ow_command *c = ow_commands; c->name != NULL; c++) {
+        if (strcmp(argv[1], c->name) != 0)
+            continue;
+        if (ow_cli_flag(argc - 1, argv + 1, "--help")) {
+            c->help();
+            return OW_EXIT_OK;
+        }
+        install_signals();
+        if (mysql_library_init(0, NULL, NULL) != 0) {
+            fprintf(stderr, "order-worker: cannot initialise the MySQL client library\n");
+            return OW_EXIT_FAILURE;
+        }
+        code = c->run(argc - 1, argv + 1, &stop_requested);
+        mysql_library_end();
+        return code;
+    }
+    fprintf(stderr, "order-worker: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return code;
+}

@@ -1,0 +1,95 @@
+#include "ow/metrics.h"
+
+ow_metrics ow_stats;
+
+/* 1 ms .. ~8 s, doubling. */
+static const int64_t bounds_us[OW_HIST_BUCKETS] = {
+    1000,   2000,   4000,    8000,    16000,   32000,   64000,
+    128000, 256000, 512000, 1024000, 2048000, 4096000, 8192000};
+
+double ow_histogram_bound(size_t i)
+{
+    return (double)bounds_us[i] / 1e6;
+}
+
+void ow_histogram_observe(ow_histogram *h, int64_t us)
+{
+    size_t i = 0;
+
+    if (us < 0)
+        us = 0;
+    while (i < OW_HIST_BUCKETS && us > bounds_us[i])
+        i++;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, (uint64_t)us, memory_order_relaxed);
+}
+
+static int render_histogram(ow_buf *out, const char *name, const char *help, ow_histogram *h)
+{
+    uint64_t cumulative = 0;
+    int rc = ow_buf_appendf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+
+    for (size_t i = 0; rc == OW_OK && i <= OW_HIST_BUCKETS; i++) {
+        cumulative += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+        if (i < OW_HIST_BUCKETS)
+            rc = ow_buf_appendf(out, "%s_bucket{le=\"%g\"} %llu\n", name, ow_histogram_bound(i),
+                                (unsigned long long)cumulative);
+        else
+            rc = ow_buf_appendf(out, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                                (unsigned long long)cumulative);
+    }
+    if (rc == OW_OK)
+        rc = ow_buf_appendf(out, "%s_sum %.6f\n%s_count %llu\n", name,
+                            (double)atomic_load(&h->sum_us) / 1e6, name,
+                            (unsigned long long)atomic_load(&h->count));
+    return rc;
+}
+
+int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
+{
+    static const char *const classes[4] = {"none", "retriable", "fatal", "invalid_input"};
+    int rc = OW_OK;
+
+#define OW_COUNTER_RENDER(field, name, help)                                                     \
+    if (rc == OW_OK)                                                                             \
+        rc = ow_buf_appendf(out, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, \
+                            name, (unsigned long long)atomic_load(&ow_stats.field));
+    OW_COUNTERS(OW_COUNTER_RENDER)
+#undef OW_COUNTER_RENDER
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, "# HELP order_worker_results_total Results acknowledged by the "
+                                 "broker, by status and code.\n# TYPE order_worker_results_total "
+                                 "counter\n");
+    for (int c = 0; rc == OW_OK && c < OW_CODE_COUNT; c++)
+        rc = ow_buf_appendf(out, "order_worker_results_total{status=\"%d\",code=\"%s\"} %llu\n",
+                            ow_result_code_status((ow_result_code)c),
+                            ow_result_code_name((ow_result_code)c),
+                            (unsigned long long)atomic_load(&ow_stats.results[c]));
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, "# HELP order_worker_retries_total Retries after a failure, by "
+                                 "error class.\n# TYPE order_worker_retries_total counter\n");
+    for (int c = 1; rc == OW_OK && c < 4; c++)
+        rc = ow_buf_appendf(out, "order_worker_retries_total{class=\"%s\"} %llu\n", classes[c],
+                            (unsigned long long)atomic_load(&ow_stats.retries[c]));
+    if (rc == OW_OK)
+        rc = ow_buf_appendf(
+            out,
+            "# HELP order_worker_inflight_messages Messages consumed and not yet acknowledged.\n"
+            "# TYPE order_worker_inflight_messages gauge\norder_worker_inflight_messages %lld\n"
+            "# HELP order_worker_inflight_bytes Bytes of messages in flight.\n"
+            "# TYPE order_worker_inflight_bytes gauge\norder_worker_inflight_bytes %lld\n",
+            (long long)atomic_load(&ow_stats.inflight_messages),
+            (long long)atomic_load(&ow_stats.inflight_bytes));
+    if (rc == OW_OK)
+        rc = render_histogram(out, "order_worker_db_transaction_seconds",
+                              "Time to decide one micro-batch in the database, retries included.",
+                              &ow_stats.db_latency);
+    if (rc == OW_OK)
+        rc = render_histogram(out, "order_worker_end_to_end_seconds",
+                              "From the input message's timestamp to its result's acknowledgement.",
+                              &ow_stats.e2e_latency);
+    if (rc == OW_OK && extra != NULL)
+        extra(out, opaque);
+    return rc;
+}

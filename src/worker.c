@@ -1,0 +1,545 @@
+/*
+ * The consumer thread: group membership, dispatch to lanes, offsets,
+ * backpressure and shutdown. Delivery reports arrive on the producer's
+ * poller thread and store offsets directly (rd_kafka_offsets_store is
+ * thread-safe); the partition table is shared under parts_mu.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ow/kafka.h"
+#include "ow/log.h"
+#include "ow/metrics.h"
+#include "ow/worker.h"
+#include "worker_internal.h"
+
+/* --- Partitions ---------------------------------------------------------- */
+
+/* The state of a partition, growing the table when needed; parts_mu held. */
+static ow_part *part_get(ow_worker *w, int32_t partition)
+{
+    if (partition < 0)
+        return NULL;
+    if ((size_t)partition >= w->n_parts) {
+        size_t n = (size_t)partition + 16;
+        ow_part *p = realloc(w->parts, n * sizeof(*p));
+
+        if (p == NULL)
+            return NULL;
+        memset(p + w->n_parts, 0, (n - w->n_parts) * sizeof(*p));
+        w->parts = p;
+        w->n_parts = n;
+    }
+    return &w->parts[partition];
+}
+
+int ow_worker_job_stale(ow_worker *w, const ow_job *job)
+{
+    int stale;
+
+    pthread_mutex_lock(&w->parts_mu);
+    stale = (size_t)job->partition >= w->n_parts || w->parts[job->partition].epoch != job->epoch ||
+            !w->parts[job->partition].assigned || w->parts[job->partition].revoking;
+    pthread_mutex_unlock(&w->parts_mu);
+    return stale;
+}
+
+void ow_worker_set_fatal(ow_worker *w, const char *why)
+{
+    if (atomic_exchange(&w->fatal, 1) == 0)
+        OW_LOG(OW_LOG_ERROR, "worker_fatal", OW_F_STR("reason", why));
+    w->stop_sleep = 1;
+}
+
+static void store_offset(ow_worker *w, int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t e;
+
+    rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = offset;
+    e = rd_kafka_offsets_store(w->consumer, l);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        OW_COUNT(offsets_stored, 1);
+    else
+        OW_LOG(OW_LOG_DEBUG, "offset_store_skipped", OW_F_INT("partition", partition),
+               OW_F_INT("offset", offset), OW_F_STR("error", rd_kafka_err2str(e)));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+void ow_worker_finish_job(ow_worker *w, ow_job *job, int done)
+{
+    ow_part *p;
+    int64_t commit = -1;
+
+    pthread_mutex_lock(&w->parts_mu);
+    p = (size_t)job->partition < w->n_parts ? &w->parts[job->partition] : NULL;
+    /* A job from an earlier epoch belongs to an assignment that is over. */
+    if (p != NULL && p->epoch == job->epoch && p->track != NULL) {
+        if (done && ow_offset_track_done(p->track, job->offset) == OW_OK &&
+            ow_offset_track_advance(p->track, &commit))
+            store_offset(w, job->partition, commit);
+        if (p->active > 0)
+            p->active--;
+    }
+    pthread_cond_broadcast(&w->parts_cv);
+    pthread_mutex_unlock(&w->parts_mu);
+    if (!done)
+        OW_COUNT(dropped, 1);
+    atomic_fetch_sub(&ow_stats.inflight_messages, 1);
+    atomic_fetch_sub(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    ow_job_free(job);
+}
+
+void ow_worker_ack(ow_worker *w, ow_job *job, int n, int ok)
+{
+    if (!ok)
+        atomic_store(&job->failed, 1);
+    if (atomic_fetch_sub(&job->pending_acks, n) == n) {
+        int done = !atomic_load(&job->failed);
+
+        if (done && job->timestamp_ms > 0)
+            ow_histogram_observe(&ow_stats.e2e_latency,
+                                 (ow_clock_wall_ms() - job->timestamp_ms) * 1000);
+        ow_worker_finish_job(w, job, done);
+    }
+}
+
+/* --- Producer callbacks (poller thread) --------------------------------- */
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    ow_worker *w = opaque;
+    ow_job *job = m->_private;
+    int is_dlq = strcmp(rd_kafka_topic_name(m->rkt), w->cfg->topic_dlq) == 0;
+
+    (void)rk;
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* message.timeout.ms is infinite, so only permanent errors get here. */
+        OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
+               OW_F_STR("error", rd_kafka_err2str(m->err)));
+        ow_worker_set_fatal(w, "a result was not acknowledged by the broker");
+    } else if (job == ow_in_progress_token) {
+        OW_COUNT(results[OW_CODE_REQUEST_IN_PROGRESS], 1);
+    } else if (is_dlq) {
+        OW_COUNT(dead_lettered, 1);
+    } else if (job->valid) {
+        OW_COUNT(results[job->item.code], 1);
+        if (job->item.replayed)
+            OW_COUNT(replays, 1);
+    } else {
+        OW_COUNT(results[OW_CODE_INVALID_REQUEST], 1);
+    }
+    if (job != ow_in_progress_token && job != NULL)
+        ow_worker_ack(w, job, 1, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    ow_worker *w = opaque;
+
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char why[512];
+
+        rd_kafka_fatal_error(rk, why, sizeof(why));
+        OW_LOG(OW_LOG_ERROR, "kafka_fatal", OW_F_STR("client", rd_kafka_name(rk)),
+               OW_F_STR("error", why));
+        ow_worker_set_fatal(w, "fatal Kafka client error");
+        return;
+    }
+    OW_LOG(OW_LOG_WARN, "kafka_error", OW_F_STR("client", rd_kafka_name(rk)),
+           OW_F_STR("error", rd_kafka_err2name((rd_kafka_resp_err_t)err)),
+           OW_F_STR("reason", reason));
+}
+
+static void *poller_main(void *arg)
+{
+    ow_worker *w = arg;
+
+    while (!atomic_load(&w->poller_stop))
+        rd_kafka_poll(w->producer, 100);
+    return NULL;
+}
+
+/* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
+
+static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_error_t *e;
+
+    pthread_mutex_lock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++) {
+        ow_part *p = part_get(w, parts->elems[i].partition);
+
+        if (p == NULL) {
+            ow_worker_set_fatal(w, "out of memory");
+            continue;
+        }
+        ow_offset_track_free(&p->track);
+        p->track = ow_offset_track_new();
+        p->epoch++;
+        p->assigned = 1;
+        p->revoking = 0;
+        p->active = 0;
+        if (p->track == NULL)
+            ow_worker_set_fatal(w, "out of memory");
+    }
+    pthread_mutex_unlock(&w->parts_mu);
+    e = rd_kafka_incremental_assign(w->consumer, parts);
+    if (e != NULL) {
+        OW_LOG(OW_LOG_ERROR, "assign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+        ow_worker_set_fatal(w, "incremental assign failed");
+        return;
+    }
+    if (w->paused)
+        rd_kafka_pause_partitions(w->consumer, parts);
+}
+
+static int all_drained(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
+{
+    for (int i = 0; i < parts->cnt; i++) {
+        int32_t n = parts->elems[i].partition;
+
+        if ((size_t)n < w->n_parts && w->parts[n].active > 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Waits (bounded) until the revoked partitions have nothing in flight, so
+ * that what was already decided gets acknowledged and committed here rather
+ * than redone by the next owner. */
+static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
+{
+    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+
+    pthread_mutex_lock(&w->parts_mu);
+    while (!all_drained(w, parts) && ow_clock_mono_ms() < deadline && !atomic_load(&w->fatal)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->parts_cv, &w->parts_mu, &ts);
+    }
+    if (!all_drained(w, parts))
+        OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
+               OW_F_INT("timeout_ms", w->cfg->rebalance_drain_timeout_ms));
+    pthread_mutex_unlock(&w->parts_mu);
+}
+
+static void commit_stored(ow_worker *w, const char *why)
+{
+    rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
+
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        OW_COUNT(commits, 1);
+    else if (e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        OW_LOG(OW_LOG_WARN, "commit_failed", OW_F_STR("when", why),
+               OW_F_STR("error", rd_kafka_err2str(e)));
+}
+
+static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
+{
+    int lost = rd_kafka_assignment_lost(w->consumer);
+    rd_kafka_error_t *e;
+
+    pthread_mutex_lock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++) {
+        ow_part *p = part_get(w, parts->elems[i].partition);
+
+        if (p != NULL)
+            p->revoking = 1;
+    }
+    pthread_mutex_unlock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++) {
+        for (size_t k = 0; k < w->n_lanes; k++)
+            ow_lane_drop_partition(&w->lanes[k], parts->elems[i].partition);
+    }
+    /* A lost assignment may already belong to another member: commit nothing. */
+    if (!lost) {
+        drain(w, parts);
+        commit_stored(w, "revoke");
+    }
+    pthread_mutex_lock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++) {
+        ow_part *p = part_get(w, parts->elems[i].partition);
+
+        if (p == NULL)
+            continue;
+        p->assigned = 0;
+        p->revoking = 0;
+        p->epoch++;
+        p->active = 0;
+        ow_offset_track_free(&p->track);
+    }
+    pthread_mutex_unlock(&w->parts_mu);
+    e = rd_kafka_incremental_unassign(w->consumer, parts);
+    if (e != NULL) {
+        OW_LOG(OW_LOG_WARN, "unassign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+    }
+    OW_LOG(OW_LOG_INFO, lost ? "partitions_lost" : "partitions_revoked",
+           OW_F_INT("count", parts->cnt));
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    ow_worker *w = opaque;
+
+    (void)rk;
+    OW_COUNT(rebalances, 1);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        assign_partitions(w, parts);
+        OW_LOG(OW_LOG_INFO, "partitions_assigned", OW_F_INT("count", parts->cnt),
+               OW_F_INT("first", parts->cnt > 0 ? parts->elems[0].partition : -1));
+    } else {
+        revoke_partitions(w, parts);
+    }
+}
+
+/* --- Consumer thread ----------------------------------------------------- */
+
+static void dispatch(ow_worker *w, rd_kafka_message_t *m)
+{
+    ow_part *p;
+    uint32_t epoch = 0;
+    int ok = 0;
+    ow_job *job;
+
+    pthread_mutex_lock(&w->parts_mu);
+    p = part_get(w, m->partition);
+    if (p != NULL && p->assigned && !p->revoking && p->track != NULL &&
+        ow_offset_track_add(p->track, m->offset) == OW_OK) {
+        p->active++;
+        epoch = p->epoch;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&w->parts_mu);
+    if (!ok) {
+        OW_LOG(OW_LOG_WARN, "message_ignored", OW_F_INT("partition", m->partition),
+               OW_F_INT("offset", m->offset));
+        return;
+    }
+    job = ow_job_from_message(w, m, epoch);
+    if (job == NULL) {
+        ow_worker_set_fatal(w, "out of memory");
+        return;
+    }
+    OW_COUNT(consumed, 1);
+    atomic_fetch_add(&ow_stats.inflight_messages, 1);
+    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    ow_lane_enqueue(&w->lanes[job->key_hash % w->n_lanes], job);
+}
+
+static void set_paused(ow_worker *w, int pause)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+
+    if (rd_kafka_assignment(w->consumer, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    if (pause)
+        rd_kafka_pause_partitions(w->consumer, parts);
+    else
+        rd_kafka_resume_partitions(w->consumer, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    w->paused = pause;
+    if (pause)
+        OW_COUNT(paused, 1);
+    OW_LOG(OW_LOG_DEBUG, pause ? "input_paused" : "input_resumed",
+           OW_F_INT("inflight", atomic_load(&ow_stats.inflight_messages)));
+}
+
+/* Pauses the input when too much is in flight and resumes it at half. */
+static void backpressure(ow_worker *w)
+{
+    int64_t msgs = atomic_load(&ow_stats.inflight_messages);
+    int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
+    const ow_config *c = w->cfg;
+
+    if (!w->paused && (msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes))
+        set_paused(w, 1);
+    else if (w->paused && msgs <= c->inflight_max_messages / 2 && bytes <= c->inflight_max_bytes / 2)
+        set_paused(w, 0);
+}
+
+static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
+{
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        dispatch(w, m);
+    } else if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
+        ow_worker_set_fatal(w, "fatal consumer error");
+    } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
+               OW_F_INT("partition", m->partition));
+    }
+    rd_kafka_message_destroy(m);
+}
+
+/* --- Lifecycle ----------------------------------------------------------- */
+
+static int create_clients(ow_worker *w, ow_error *err)
+{
+    char errstr[512];
+    rd_kafka_conf_t *pc = ow_kafka_conf_new(w->cfg, OW_KAFKA_PRODUCER, err);
+    rd_kafka_conf_t *cc;
+
+    if (pc == NULL)
+        return OW_EINVAL;
+    rd_kafka_conf_set_opaque(pc, w);
+    rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
+    rd_kafka_conf_set_error_cb(pc, on_error);
+    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, errstr, sizeof(errstr));
+    if (w->producer == NULL) {
+        rd_kafka_conf_destroy(pc);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "producer: %s", errstr);
+    }
+    pc = NULL; /* owned by the producer now */
+    cc = ow_kafka_conf_new(w->cfg, OW_KAFKA_CONSUMER, err);
+    if (cc == NULL)
+        return OW_EINVAL;
+    rd_kafka_conf_set_opaque(cc, w);
+    rd_kafka_conf_set_error_cb(cc, on_error);
+    rd_kafka_conf_set_rebalance_cb(cc, on_rebalance);
+    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr));
+    if (w->consumer == NULL) {
+        rd_kafka_conf_destroy(cc);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "consumer: %s", errstr);
+    }
+    cc = NULL; /* owned by the consumer now */
+    rd_kafka_poll_set_consumer(w->consumer);
+    return OW_OK;
+}
+
+static int subscribe(ow_worker *w, ow_error *err)
+{
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t e;
+
+    rd_kafka_topic_partition_list_add(topics, w->cfg->topic_input, RD_KAFKA_PARTITION_UA);
+    e = rd_kafka_subscribe(w->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "subscribe to %s: %s",
+                            w->cfg->topic_input, rd_kafka_err2str(e));
+    return OW_OK;
+}
+
+/* Fails fast on configuration mistakes (wrong password, unknown database),
+ * but a database that is only unreachable is waited for by the lanes. */
+static int check_database(ow_worker *w, ow_error *err)
+{
+    int rc = ow_store_ping(w->lanes[0].store, err);
+
+    if (rc != OW_OK && err->cls == OW_ERRCLASS_RETRIABLE) {
+        OW_LOG(OW_LOG_WARN, "database_unreachable", OW_F_STR("error", err->msg));
+        ow_error_clear(err);
+        return OW_OK;
+    }
+    return rc;
+}
+
+static int start(ow_worker *w, ow_error *err)
+{
+    int rc = create_clients(w, err);
+
+    if (rc != OW_OK)
+        return rc;
+    w->lanes = calloc((size_t)w->cfg->worker_lanes, sizeof(*w->lanes));
+    if (w->lanes == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    for (size_t i = 0; i < (size_t)w->cfg->worker_lanes; i++) {
+        rc = ow_lane_start(&w->lanes[i], w, (unsigned)i, err);
+        if (rc != OW_OK)
+            return rc;
+        w->n_lanes++;
+    }
+    if (pthread_create(&w->poller, NULL, poller_main, w) != 0)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start the delivery poller");
+    w->poller_started = 1;
+    rc = check_database(w, err);
+    if (rc == OW_OK)
+        rc = subscribe(w, err);
+    return rc;
+}
+
+/* Stops taking messages, lets lanes finish what they started, flushes
+ * results, commits what is acknowledged and leaves the group. */
+static void shut_down(ow_worker *w)
+{
+    int64_t left;
+
+    atomic_store(&w->stopping, 1);
+    w->deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
+    for (size_t i = 0; i < w->n_lanes; i++)
+        ow_lane_stop(&w->lanes[i]);
+    for (size_t i = 0; i < w->n_lanes; i++)
+        ow_lane_join(&w->lanes[i]);
+    atomic_store(&w->poller_stop, 1);
+    if (w->poller_started)
+        pthread_join(w->poller, NULL);
+    w->poller_started = 0;
+    left = w->deadline_ms - ow_clock_mono_ms();
+    if (w->producer != NULL &&
+        rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        OW_LOG(OW_LOG_WARN, "flush_incomplete",
+               OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
+    if (w->consumer != NULL) {
+        commit_stored(w, "shutdown");
+        rd_kafka_consumer_close(w->consumer);
+    }
+}
+
+static void destroy(ow_worker *w)
+{
+    if (w->consumer != NULL)
+        rd_kafka_destroy(w->consumer);
+    if (w->producer != NULL)
+        rd_kafka_destroy(w->producer);
+    for (size_t i = 0; i < w->n_parts; i++)
+        ow_offset_track_free(&w->parts[i].track);
+    free(w->parts);
+    free(w->lanes);
+    pthread_mutex_destroy(&w->parts_mu);
+    pthread_cond_destroy(&w->parts_cv);
+}
+
+int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
+{
+    ow_worker w;
+    uint64_t seed = (uint64_t)ow_clock_mono_us() ^ (uint64_t)getpid() << 20;
+    int rc;
+
+    memset(&w, 0, sizeof(w));
+    w.cfg = cfg;
+    w.limits.max_bytes = (size_t)cfg->request_max_bytes;
+    w.limits.max_orders = (size_t)cfg->request_max_orders;
+    ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
+    pthread_mutex_init(&w.parts_mu, NULL);
+    pthread_cond_init(&w.parts_cv, NULL);
+    rc = start(&w, err);
+    if (rc == OW_OK) {
+        OW_LOG(OW_LOG_INFO, "worker_started", OW_F_STR("topic", cfg->topic_input),
+               OW_F_STR("group", cfg->kafka_group_id), OW_F_INT("lanes", cfg->worker_lanes),
+               OW_F_INT("batch_max_messages", cfg->batch_max_messages));
+        while (!*stop && !atomic_load(&w.fatal)) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 100);
+
+            if (m != NULL)
+                on_consumer_message(&w, m);
+            backpressure(&w);
+        }
+    }
+    OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.fatal)));
+    shut_down(&w);
+    if (rc == OW_OK && atomic_load(&w.fatal))
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
+    destroy(&w);
+    OW_LOG(OW_LOG_INFO, "worker_stopped", OW_F_INT("clean", rc == OW_OK));
+    return rc;
+}
