@@ -18,7 +18,7 @@ KAFKA_VERSION=4.1.1
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 PACKAGES=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client

@@ -1,0 +1,463 @@
+/*
+ * End to end with the built binary: two worker replicas in one group on a
+ * real broker and a real MariaDB. A scripted mix goes in; the results topic,
+ * the dead-letter topic, the database and the group's committed offsets are
+ * checked; SIGTERM must stop both replicas with status 0.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "kit.h"
+#include "testdb.h"
+
+#define PARTITIONS 4
+#define N_NEW 40
+
+static testdb db;
+static char bootstrap[256];
+static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
+static pid_t workers[2];
+static rd_kafka_t *producer;
+
+/* What each produced message should get. */
+typedef struct {
+    char key[128];
+    size_t key_len;
+    int has_key;
+    char *value;
+    size_t len;
+    const char *code;     /* expected result code, NULL: no result (no key) */
+    int replayed;         /* expected replayed header */
+    const char *field;    /* INVALID: expected first error field */
+    int same_as;          /* RETRY: index of the message whose result bytes it repeats */
+    int existing_index;   /* CREATED: index of an item expected existing:true, else -1 */
+} expect;
+
+static expect sent[256];
+static int n_sent;
+
+static const char *env_or_fail(const char *name)
+{
+    const char *v = getenv(name);
+
+    if (v == NULL || *v == '\0')
+        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
+    return v;
+}
+
+static int add(const char *key, int has_key, const char *value, const char *code, int replayed)
+{
+    expect *e = &sent[n_sent];
+
+    memset(e, 0, sizeof(*e));
+    e->has_key = has_key;
+    if (has_key) {
+        e->key_len = strlen(key);
+        memcpy(e->key, key, e->key_len);
+    }
+    e->value = strdup(value);
+    e->len = strlen(value);
+    e->code = code;
+    e->replayed = replayed;
+    e->same_as = -1;
+    e->existing_index = -1;
+    if (kit_produce(producer, topic_in, -1, has_key ? e->key : NULL, e->key_len, e->value,
+                    e->len) != 0)
+        fail_msg("produce failed");
+    return n_sent++;
+}
+
+static char *worker_env[24];
+static char env_store[24][300];
+
+static void build_env(void)
+{
+    int i = 0;
+
+#define ENV(...) (snprintf(env_store[i], sizeof(env_store[i]), __VA_ARGS__), worker_env[i] = env_store[i], i++)
+    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
+    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
+    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
+    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
+    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
+    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
+    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
+    ENV("ORDER_WORKER_MYSQL_USER=%s", getenv("OW_TEST_WORKER_MYSQL_USER") ? getenv("OW_TEST_WORKER_MYSQL_USER") : db.user);
+    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", getenv("OW_TEST_WORKER_MYSQL_PASSWORD") ? getenv("OW_TEST_WORKER_MYSQL_PASSWORD") : db.password);
+    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
+    ENV("ORDER_WORKER_KAFKA_SESSION_TIMEOUT_MS=6000");
+    ENV("ORDER_WORKER_KAFKA_HEARTBEAT_INTERVAL_MS=1000");
+    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+    ENV("ORDER_WORKER_LOG_LEVEL=info");
+#undef ENV
+    worker_env[i] = NULL;
+}
+
+static void start_worker(int idx)
+{
+    char log[300];
+    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+
+    snprintf(log, sizeof(log), "%s/worker-%d.log", logdir, idx);
+    workers[idx] = kit_spawn(argv, worker_env, log);
+    assert_true(workers[idx] > 0);
+}
+
+static int setup(void **state)
+{
+    char suffix[64];
+
+    (void)state;
+    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
+    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
+    snprintf(topic_in, sizeof(topic_in), "e2e-in-%s", suffix);
+    snprintf(topic_out, sizeof(topic_out), "e2e-out-%s", suffix);
+    snprintf(topic_dlq, sizeof(topic_dlq), "e2e-dlq-%s", suffix);
+    snprintf(group, sizeof(group), "e2e-group-%s", suffix);
+    snprintf(logdir, sizeof(logdir), "%s", getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
+    testdb_create(&db, "ow_e2e");
+    assert_int_equal(kit_create_topic(bootstrap, topic_in, PARTITIONS), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_out, PARTITIONS), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
+    producer = kit_producer(bootstrap, NULL);
+    build_env();
+    start_worker(0);
+    start_worker(1);
+    print_message("e2e: broker %s (%s), topics %s/%s/%s, worker logs in %s\n", bootstrap,
+                  getenv("OW_TEST_BROKER_KIND") ? getenv("OW_TEST_BROKER_KIND") : "?", topic_in,
+                  topic_out, topic_dlq, logdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        if (workers[i] > 0) {
+            kill(workers[i], SIGKILL);
+            kit_wait(workers[i], 5000);
+        }
+    }
+    if (producer != NULL)
+        rd_kafka_destroy(producer);
+    testdb_drop(&db);
+    for (int i = 0; i < n_sent; i++)
+        free(sent[i].value);
+    return 0;
+}
+
+/* Reads the results until every sent message with a key has one, or fails. */
+static void await_results(kit_msgs *results, int timeout_s)
+{
+    int want = 0;
+
+    for (int i = 0; i < n_sent; i++)
+        want += sent[i].code != NULL;
+    for (int waited = 0; waited < timeout_s * 2; waited++) {
+        kit_msgs_free(results);
+        kit_read_topic(bootstrap, topic_out, 20000, results);
+        if ((int)results->n >= want)
+            return;
+        usleep(500000);
+    }
+    fail_msg("only %zu of %d results arrived within %d s", results->n, want, timeout_s);
+}
+
+static int same_message(const expect *e, const char *key, size_t key_len, int has_key,
+                        const char *value, size_t len)
+{
+    return e->len == len && memcmp(e->value, value, len) == 0 && e->has_key == has_key &&
+           (!has_key || (e->key_len == key_len && memcmp(e->key, key, key_len) == 0));
+}
+
+/* The first result whose source headers name message i; checks that every
+ * duplicate (at-least-once delivery) has identical bytes. */
+static const kit_msg *result_for(const kit_msgs *results, const kit_msgs *inputs, int i)
+{
+    const kit_msg *in = NULL;
+    const kit_msg *found = NULL;
+
+    int occurrence = 0;
+
+    /* Match the produced message to its consumed copy by key and value; the
+     * n-th identical message is the n-th identical input (one key, one
+     * partition, so they are read in production order). */
+    for (int j = 0; j < i; j++)
+        occurrence += same_message(&sent[j], sent[i].key, sent[i].key_len, sent[i].has_key,
+                                   sent[i].value, sent[i].len);
+    for (size_t k = 0; k < inputs->n; k++) {
+        const kit_msg *m = &inputs->v[k];
+
+        if (same_message(&sent[i], m->key, m->key_len, m->key != NULL, m->value, m->len) &&
+            occurrence-- == 0) {
+            in = m;
+            break;
+        }
+    }
+    if (in == NULL)
+        fail_msg("message %d not found in the input topic", i);
+    for (size_t k = 0; k < results->n; k++) {
+        const kit_msg *r = &results->v[k];
+        char part[32], off[32];
+
+        if (!kit_header(r, "source-partition", part, sizeof(part)) ||
+            !kit_header(r, "source-offset", off, sizeof(off)) || atoi(part) != in->partition ||
+            atoll(off) != in->offset)
+            continue;
+        if (found == NULL)
+            found = r;
+        else if (found->len != r->len || memcmp(found->value, r->value, r->len) != 0)
+            fail_msg("message %d has two different results", i);
+    }
+    return found;
+}
+
+static json_t *parse(const kit_msg *m)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(m->value, m->len, 0, &jerr);
+
+    if (j == NULL)
+        fail_msg("result is not JSON: %.*s", (int)m->len, m->value);
+    return j;
+}
+
+static void check_result(const kit_msgs *results, const kit_msgs *inputs, int i)
+{
+    const expect *e = &sent[i];
+    const kit_msg *r = result_for(results, inputs, i);
+    char replayed[16] = "";
+    json_t *j;
+
+    if (e->code == NULL) {
+        assert_null(r);
+        return;
+    }
+    if (r == NULL)
+        fail_msg("message %d (%s) has no result", i, e->key);
+    assert_int_equal(r->key_len, e->key_len);
+    assert_memory_equal(r->key, e->key, e->key_len);
+    assert_true(kit_header(r, "replayed", replayed, sizeof(replayed)));
+    if (strcmp(replayed, e->replayed ? "true" : "false") != 0)
+        fail_msg("message %d (%s): replayed=%s", i, e->key, replayed);
+    j = parse(r);
+    if (strcmp(json_string_value(json_object_get(j, "code")), e->code) != 0)
+        fail_msg("message %d (%s): code %s, expected %s", i, e->key,
+                 json_string_value(json_object_get(j, "code")), e->code);
+    if (e->field != NULL)
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(json_object_get(j, "errors"), 0), "field")),
+                            e->field);
+    if (e->same_as >= 0) {
+        const kit_msg *orig = result_for(results, inputs, e->same_as);
+
+        assert_non_null(orig);
+        assert_int_equal(r->len, orig->len);
+        assert_memory_equal(r->value, orig->value, r->len);
+    }
+    if (e->existing_index >= 0)
+        assert_true(json_is_true(json_object_get(
+            json_array_get(json_object_get(j, "orders"), (size_t)e->existing_index), "existing")));
+    json_decref(j);
+}
+
+static void new_batch(int n, char *out, size_t sz, int64_t user, const char *tag)
+{
+    size_t len = (size_t)snprintf(out, sz, "{\"user_id\":%lld,\"orders\":[", (long long)user);
+
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(out + len, sz - len,
+                                "%s{\"external_order_no\":\"%s-%d\",\"amount\":\"%d.%02d\"}",
+                                i ? "," : "", tag, i, 10 + i, i);
+    snprintf(out + len, sz - len, "]}");
+}
+
+static void test_first_requests_and_invalid(void **state)
+{
+    char value[2048], key[128];
+    char k81[90];
+    kit_msgs results = {0}, inputs = {0}, dlq = {0};
+    int dlq_expected = 0;
+
+    (void)state;
+    for (int i = 0; i < N_NEW; i++) {
+        snprintf(key, sizeof(key), "e2e-%d", i);
+        snprintf(value, sizeof(value), "E%d", i);
+        new_batch(1 + i % 5, value, sizeof(value), 100 + i % 7, key);
+        add(key, 1, value, "CREATED", 0);
+    }
+    memset(k81, 'k', 81);
+    k81[81] = '\0';
+    /* Invalid messages: each gets a 400 under its own key when it has one,
+     * and a dead-letter copy always. */
+    sent[add("bad-json", 1, "{\"user_id\":1,", "INVALID_REQUEST", 0)].field = "value";
+    sent[add("bad-amount", 1,
+             "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":\"1.001\"}]}",
+             "INVALID_REQUEST", 0)].field = "orders[0].amount";
+    sent[add("bad-user", 1, "{\"user_id\":0,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
+             "INVALID_REQUEST", 0)].field = "user_id";
+    sent[add("bad key!", 1, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
+             "INVALID_REQUEST", 0)].field = "key";
+    sent[add(k81, 1, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
+             "INVALID_REQUEST", 0)].field = "key";
+    add("", 0, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}", NULL, 0);
+    dlq_expected = 6;
+    assert_int_equal(kit_flush(producer, 30000), 0);
+    await_results(&results, 90);
+    assert_int_equal(kit_read_topic(bootstrap, topic_in, 20000, &inputs), 0);
+    for (int i = 0; i < n_sent; i++)
+        check_result(&results, &inputs, i);
+    /* Dead letters: the original bytes, with headers naming the error and source. */
+    for (int waited = 0; waited < 60 && (int)dlq.n < dlq_expected; waited++) {
+        kit_msgs_free(&dlq);
+        kit_read_topic(bootstrap, topic_dlq, 20000, &dlq);
+        if ((int)dlq.n < dlq_expected)
+            usleep(500000);
+    }
+    assert_int_equal(dlq.n, dlq_expected);
+    for (size_t k = 0; k < dlq.n; k++) {
+        char code[64], src[128];
+        int matched = 0;
+
+        assert_true(kit_header(&dlq.v[k], "error-code", code, sizeof(code)));
+        assert_string_equal(code, "INVALID_REQUEST");
+        assert_true(kit_header(&dlq.v[k], "source-topic", src, sizeof(src)));
+        assert_string_equal(src, topic_in);
+        assert_true(kit_header(&dlq.v[k], "error-message", src, sizeof(src)));
+        for (int i = N_NEW; i < n_sent; i++)
+            matched |= sent[i].len == dlq.v[k].len &&
+                       memcmp(sent[i].value, dlq.v[k].value, dlq.v[k].len) == 0;
+        assert_true(matched);
+    }
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW);
+    kit_msgs_free(&results);
+    kit_msgs_free(&inputs);
+    kit_msgs_free(&dlq);
+}
+
+static void test_retries_reuse_clash(void **state)
+{
+    char value[2048], key[128];
+    kit_msgs results = {0}, inputs = {0};
+    long long orders_before = testdb_count(&db, "SELECT COUNT(*) FROM orders");
+    int first = n_sent;
+
+    (void)state;
+    for (int i = 0; i < 10; i++) {
+        /* Byte-identical retries. */
+        int k = add(sent[i].key, 1, sent[i].value, "CREATED", 1);
+
+        sent[k].same_as = i;
+    }
+    for (int i = 10; i < 20; i++) {
+        /* The same request spelled differently: amounts as numbers, spaces. */
+        snprintf(value, sizeof(value), "{ \"orders\" : [ {\"amount\": %d.%02d, \"external_order_no\":\"e2e-%d-0\"}",
+                 10, 0, i);
+        if (i % 5 >= 1) {
+            size_t len = strlen(value);
+
+            for (int j = 1; j <= i % 5; j++)
+                len += (size_t)snprintf(value + len, sizeof(value) - len,
+                                        ",{\"external_order_no\":\"e2e-%d-%d\",\"amount\":\"%d.%02d\"}", i, j,
+                                        10 + j, j);
+        }
+        snprintf(value + strlen(value), sizeof(value) - strlen(value), "], \"user_id\": %d }", 100 + i % 7);
+        sent[add(sent[i].key, 1, value, "CREATED", 1)].same_as = i;
+    }
+    for (int i = 20; i < 25; i++) {
+        snprintf(value, sizeof(value), "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"other-%d\",\"amount\":1}]}",
+                 100 + i % 7, i);
+        add(sent[i].key, 1, value, "IDEMPOTENCY_KEY_REUSED", 0);
+    }
+    for (int i = 25; i < 30; i++) {
+        /* New key, an existing order with another amount: 409, nothing created. */
+        snprintf(key, sizeof(key), "clash-%d", i);
+        snprintf(value, sizeof(value),
+                 "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"clash-new-%d\",\"amount\":1},"
+                 "{\"external_order_no\":\"e2e-%d-0\",\"amount\":\"99.99\"}]}",
+                 100 + i % 7, i, i);
+        add(key, 1, value, "ORDER_ALREADY_EXISTS", 0);
+    }
+    for (int i = 30; i < 35; i++) {
+        /* New key, an identical existing order: reused, one new order. */
+        snprintf(key, sizeof(key), "same-%d", i);
+        snprintf(value, sizeof(value),
+                 "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"same-new-%d\",\"amount\":1},"
+                 "{\"external_order_no\":\"e2e-%d-0\",\"amount\":10}]}",
+                 100 + i % 7, i, i);
+        sent[add(key, 1, value, "CREATED", 0)].existing_index = 1;
+    }
+    assert_int_equal(kit_flush(producer, 30000), 0);
+    await_results(&results, 90);
+    assert_int_equal(kit_read_topic(bootstrap, topic_in, 20000, &inputs), 0);
+    for (int i = first; i < n_sent; i++)
+        check_result(&results, &inputs, i);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW + 10);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 5);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), orders_before + 5);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders WHERE external_order_no LIKE 'clash-new-%'"), 0);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r "
+                                       "ON r.id = o.request_id WHERE r.status IS NULL OR r.status <> 'SUCCEEDED'"),
+                     0);
+    kit_msgs_free(&results);
+    kit_msgs_free(&inputs);
+}
+
+static void test_offsets_committed_to_the_end(void **state)
+{
+    int64_t ends[PARTITIONS], committed[PARTITIONS];
+    int behind = 1;
+
+    (void)state;
+    assert_int_equal(kit_end_offsets(bootstrap, topic_in, ends, PARTITIONS), PARTITIONS);
+    for (int waited = 0; waited < 60 && behind; waited++) {
+        behind = 0;
+        assert_int_equal(kit_committed(bootstrap, group, topic_in, PARTITIONS, committed), 0);
+        for (int p = 0; p < PARTITIONS; p++)
+            behind |= ends[p] > 0 && committed[p] != ends[p];
+        if (behind)
+            usleep(500000);
+    }
+    for (int p = 0; p < PARTITIONS; p++)
+        if (ends[p] > 0 && committed[p] != ends[p])
+            fail_msg("partition %d: committed %lld, end %lld", p, (long long)committed[p],
+                     (long long)ends[p]);
+}
+
+static void test_sigterm_exits_zero(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(kill(workers[i], SIGTERM), 0);
+    for (int i = 0; i < 2; i++) {
+        int status = kit_wait(workers[i], 30000);
+
+        if (status != 0)
+            fail_msg("replica %d exited with %d after SIGTERM", i, status);
+        workers[i] = 0;
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_requests_and_invalid),
+        cmocka_unit_test(test_retries_reuse_clash),
+        cmocka_unit_test(test_offsets_committed_to_the_end),
+        cmocka_unit_test(test_sigterm_exits_zero),
+    };
+
+    mysql_library_init(0, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

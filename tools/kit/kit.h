@@ -1,0 +1,95 @@
+/*
+ * Test and tool kit: Kafka administration and I/O, processes, and the
+ * deterministic message generator. Used by the end-to-end tests, the chaos
+ * verifier and the benchmark; not part of the worker.
+ */
+#ifndef OW_KIT_H
+#define OW_KIT_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* --- Kafka --------------------------------------------------------------- */
+
+typedef struct {
+    int32_t partition;
+    int64_t offset;
+    int64_t timestamp_ms;
+    char *key; /* NULL when absent */
+    size_t key_len;
+    char *value;
+    size_t len;
+    char *headers; /* "name=value\n" lines */
+} kit_msg;
+
+typedef struct {
+    kit_msg *v;
+    size_t n;
+    size_t cap;
+} kit_msgs;
+
+void kit_msgs_free(kit_msgs *m);
+/* Value of a header in a kit_msg, copied into out; returns 0 if absent. */
+int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz);
+
+/* Creates a topic (replication 1); an existing topic is not an error. */
+int kit_create_topic(const char *bootstrap, const char *topic, int partitions);
+/* A producer for the kit (idempotent, acks=all). */
+rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf);
+/* Produces one message asynchronously; key may be NULL. partition -1 = by key. */
+int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
+                size_t key_len, const void *value, size_t len);
+/* Flushes; returns the number of messages that failed to deliver. */
+int kit_flush(rd_kafka_t *p, int timeout_ms);
+/* Reads a topic from the beginning to its current end (or until max
+ * messages); appends to out. Returns 0 or -1. */
+int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out);
+/* End offsets (high watermarks) of every partition; returns the count. */
+int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max);
+/* Committed offsets of a group; -1 where nothing is committed. */
+int kit_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
+                  int64_t *out);
+
+/* --- Processes ----------------------------------------------------------- */
+
+/* Starts argv with extra environment ("NAME=value", NULL-terminated);
+ * stderr goes to log_path (appended) when not NULL. Returns the pid or -1. */
+pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path);
+/* Waits up to timeout_ms; returns the exit status (or 128+signal), -1 on timeout. */
+int kit_wait(pid_t pid, int timeout_ms);
+
+/* --- Generator ----------------------------------------------------------- */
+
+typedef enum {
+    KIT_NEW = 0,     /* a first request */
+    KIT_RETRY,       /* same key, same content as an earlier message */
+    KIT_REUSE,       /* same key, other content */
+    KIT_CLASH,       /* new key, an existing order number with another amount */
+    KIT_INVALID,     /* fails validation */
+    KIT_KIND_COUNT
+} kit_kind;
+
+typedef struct {
+    kit_kind kind;
+    char key[96];
+    size_t key_len; /* 0 with has_key 0: no key */
+    int has_key;
+    char *value;
+    size_t len;
+    int64_t user_id;
+    int n_orders;
+} kit_gen_msg;
+
+typedef struct kit_gen kit_gen;
+
+/* percentages of retries, reuses, clashes and invalid messages; the rest
+ * are new. items_max: orders per batch are 1..items_max (mean about half). */
+kit_gen *kit_gen_new(uint64_t seed, int pct_retry, int pct_reuse, int pct_clash, int pct_invalid,
+                     int items_max, const char *key_prefix);
+void kit_gen_free(kit_gen *g);
+/* The next message (owned by the generator until the next call). */
+const kit_gen_msg *kit_gen_next(kit_gen *g);
+
+#endif

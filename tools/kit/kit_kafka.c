@@ -1,0 +1,314 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kit.h"
+
+static rd_kafka_conf_t *base_conf(const char *bootstrap)
+{
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    char errstr[256];
+
+    rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    return c;
+}
+
+void kit_msgs_free(kit_msgs *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->v[i].key);
+        free(m->v[i].value);
+        free(m->v[i].headers);
+    }
+    free(m->v);
+    memset(m, 0, sizeof(*m));
+}
+
+int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz)
+{
+    size_t n = strlen(name);
+    const char *p = m->headers;
+
+    while (p != NULL && *p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+
+        if (len > n && strncmp(p, name, n) == 0 && p[n] == '=') {
+            size_t v = len - n - 1;
+
+            if (v >= outsz)
+                v = outsz - 1;
+            memcpy(out, p + n + 1, v);
+            out[v] = '\0';
+            return 1;
+        }
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+    return 0;
+}
+
+int kit_create_topic(const char *bootstrap, const char *topic, int partitions)
+{
+    char errstr[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    rd_kafka_NewTopic_t *nt;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    int rc = -1;
+
+    if (rk == NULL)
+        return -1;
+    nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof(errstr));
+    q = rd_kafka_queue_new(rk);
+    rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+    ev = rd_kafka_queue_poll(q, 30000);
+    if (ev != NULL) {
+        const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
+        size_t cnt = 0;
+        const rd_kafka_topic_result_t **tr = res != NULL ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
+
+        if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && cnt == 1 &&
+            (rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR ||
+             rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
+            rc = 0;
+        else
+            fprintf(stderr, "kit: create topic %s: %s\n", topic,
+                    cnt == 1 ? rd_kafka_topic_result_error_string(tr[0])
+                             : rd_kafka_event_error_string(ev));
+        rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_NewTopic_destroy(nt);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+static int failed_deliveries;
+
+static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        __atomic_add_fetch(&failed_deliveries, 1, __ATOMIC_RELAXED);
+}
+
+rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = base_conf(bootstrap);
+
+    rd_kafka_conf_set(c, "enable.idempotence", "true", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "linger.ms", "5", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "queue.buffering.max.messages", "1000000", errstr, sizeof(errstr));
+    if (extra_conf != NULL) {
+        char *copy = strdup(extra_conf);
+        char *save = NULL;
+
+        for (char *kv = strtok_r(copy, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(kv, '=');
+
+            if (eq != NULL) {
+                *eq = '\0';
+                rd_kafka_conf_set(c, kv, eq + 1, errstr, sizeof(errstr));
+            }
+        }
+        free(copy);
+    }
+    rd_kafka_conf_set_dr_msg_cb(c, on_dr);
+    return rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+}
+
+int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
+                size_t key_len, const void *value, size_t len)
+{
+    int32_t part = partition < 0 ? RD_KAFKA_PARTITION_UA : partition;
+    size_t klen = key != NULL ? key_len : 0;
+
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            p, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(part), RD_KAFKA_V_KEY(key, klen),
+            RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return -1;
+        rd_kafka_poll(p, 10);
+    }
+}
+
+int kit_flush(rd_kafka_t *p, int timeout_ms)
+{
+    rd_kafka_flush(p, timeout_ms);
+    return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) +
+           rd_kafka_outq_len(p);
+}
+
+static int partition_count(rd_kafka_t *rk, const char *topic)
+{
+    rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
+    const rd_kafka_metadata_t *md = NULL;
+    int n = -1;
+
+    if (rd_kafka_metadata(rk, 0, t, &md, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        n = md->topics[0].partition_cnt;
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(t);
+    return n;
+}
+
+int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max)
+{
+    char errstr[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    int n;
+
+    if (rk == NULL)
+        return -1;
+    n = partition_count(rk, topic);
+    for (int i = 0; i < n && i < max; i++) {
+        int64_t lo = 0, hi = -1;
+
+        rd_kafka_query_watermark_offsets(rk, topic, i, &lo, &hi, 10000);
+        ends[i] = hi;
+    }
+    rd_kafka_destroy(rk);
+    return n;
+}
+
+static void copy_msg(kit_msgs *out, const rd_kafka_message_t *m)
+{
+    kit_msg *k;
+    rd_kafka_headers_t *h = NULL;
+    size_t hl = 0;
+
+    if (out->n == out->cap) {
+        out->cap = out->cap ? out->cap * 2 : 1024;
+        out->v = realloc(out->v, out->cap * sizeof(*out->v));
+    }
+    k = &out->v[out->n++];
+    memset(k, 0, sizeof(*k));
+    k->partition = m->partition;
+    k->offset = m->offset;
+    k->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
+    if (m->key != NULL) {
+        k->key = malloc(m->key_len + 1);
+        memcpy(k->key, m->key, m->key_len);
+        k->key[m->key_len] = '\0';
+        k->key_len = m->key_len;
+    }
+    k->value = malloc(m->len + 1);
+    if (m->len > 0)
+        memcpy(k->value, m->payload, m->len);
+    k->value[m->len] = '\0';
+    k->len = m->len;
+    k->headers = calloc(1, 1);
+    if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char *name;
+        const void *val;
+        size_t vl;
+
+        for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &val, &vl) == 0; i++) {
+            size_t add = strlen(name) + vl + 2;
+
+            k->headers = realloc(k->headers, hl + add + 1);
+            memcpy(k->headers + hl, name, strlen(name));
+            hl += strlen(name);
+            k->headers[hl++] = '=';
+            if (vl > 0)
+                memcpy(k->headers + hl, val, vl);
+            hl += vl;
+            k->headers[hl++] = '\n';
+            k->headers[hl] = '\0';
+        }
+    }
+}
+
+int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = base_conf(bootstrap);
+    rd_kafka_t *rk;
+    rd_kafka_topic_partition_list_t *parts;
+    int64_t ends[256];
+    int n;
+    int remaining = 0;
+    int rc = 0;
+    int64_t deadline;
+    struct timespec ts;
+
+    rd_kafka_conf_set(c, "group.id", "ow-kit-reader", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+    if (rk == NULL)
+        return -1;
+    n = partition_count(rk, topic);
+    if (n <= 0 || n > 256) {
+        rd_kafka_destroy(rk);
+        return n == 0 ? 0 : -1;
+    }
+    parts = rd_kafka_topic_partition_list_new(n);
+    for (int i = 0; i < n; i++) {
+        int64_t lo = 0;
+
+        rd_kafka_query_watermark_offsets(rk, topic, i, &lo, &ends[i], 10000);
+        if (ends[i] > lo) {
+            rd_kafka_topic_partition_list_add(parts, topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
+            remaining++;
+        }
+    }
+    rd_kafka_assign(rk, parts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    deadline = ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+    while (remaining > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if (ts.tv_sec * 1000 + ts.tv_nsec / 1000000 > deadline) {
+            rc = -1;
+            break;
+        }
+        if (m == NULL)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            copy_msg(out, m);
+            if (m->offset + 1 == ends[m->partition])
+                remaining--;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int kit_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
+                  int64_t *out)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = base_conf(bootstrap);
+    rd_kafka_t *rk;
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(partitions);
+    int rc = -1;
+
+    rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+    for (int i = 0; i < partitions; i++)
+        rd_kafka_topic_partition_list_add(parts, topic, i);
+    if (rk != NULL && rd_kafka_committed(rk, parts, 15000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < partitions; i++)
+            out[i] = parts->elems[i].offset;
+        rc = 0;
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    if (rk != NULL)
+        rd_kafka_destroy(rk);
+    return rc;
+}
