@@ -588,8 +588,10 @@ void ow_config_print_reference(FILE *out, int markdown)
             snprintf(range, sizeof(range), "%lld..%lld", (long long)row->min,
                      (long long)row->max);
         if (markdown)
-            fprintf(out, "| `%s` | %s | `%s` | %s | `%s` | %s%s |\n", row->name, type_name(row),
-                    row->def, range, env, row->desc, row->secret ? " Secret: never printed." : "");
+            fprintf(out, "| `%s` | %s | %s%s%s | %s | `%s` | %s%s |\n", row->name, type_name(row),
+                    row->def[0] ? "`" : "", row->def[0] ? row->def : "(empty)",
+                    row->def[0] ? "`" : "", range, env, row->desc,
+                    row->secret ? " Secret: never printed." : "");
         else
             fprintf(out, "  %-28s %s, default \"%s\"%s%s\n      %s\n", row->name, type_name(row),
                     row->def, range[0] != '\0' ? ", " : "", range, row->desc);

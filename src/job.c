@@ -22,12 +22,17 @@ static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field
 {
     job->valid = 0;
     describe_errors(job, errs);
+    job->raw_original_len = m->len;
     if (m->len > 0) {
-        job->raw = malloc(m->len);
+        /* A copy larger than a broker accepts would never be acknowledged
+         * and would stall the partition: keep a prefix and say so. */
+        size_t keep = m->len < OW_DLQ_MAX_BYTES ? m->len : OW_DLQ_MAX_BYTES;
+
+        job->raw = malloc(keep);
         if (job->raw == NULL)
             return OW_ENOMEM;
-        memcpy(job->raw, m->payload, m->len);
-        job->raw_len = m->len;
+        memcpy(job->raw, m->payload, keep);
+        job->raw_len = keep;
     }
     job->has_user = job->req.user_id > 0;
     return ow_response_invalid(key_ok ? job->key : NULL, job->key_len, job->has_user,

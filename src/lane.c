@@ -254,6 +254,8 @@ static int publish_dead_letter(ow_lane *l, ow_job *job)
     ow_kafka_header_int(h, "error-count", (long long)job->n_errors);
     source_headers(h, l->w, job);
     ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
+    if (job->raw_len < job->raw_original_len)
+        ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
     return produce(l, l->w->cfg->topic_dlq, job->key, job->key_len, job->raw, job->raw_len, h,
                    job);
 }

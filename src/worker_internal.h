@@ -14,6 +14,11 @@
 
 typedef struct ow_worker ow_worker;
 
+/* Dead-letter copies keep at most this many bytes of the original value, so
+ * that they fit the broker's and the producer's default message size
+ * (1,000,000 bytes) with room for the headers. */
+#define OW_DLQ_MAX_BYTES 983040
+
 /* One consumed message from dispatch until its outputs are acknowledged. */
 typedef struct ow_job {
     struct ow_job *next; /* lane queue */
@@ -33,6 +38,7 @@ typedef struct ow_job {
     ow_buf invalid_body;
     char *raw;
     size_t raw_len;
+    size_t raw_original_len; /* raw_len is smaller when the copy was truncated */
     char first_error[200];
     size_t n_errors;
     int has_user;

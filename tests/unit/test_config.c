@@ -252,6 +252,49 @@ static void test_reference_lists_every_key(void **state)
     free(buf);
 }
 
+/* The shipped example loads cleanly and mentions every key of the table. */
+static void test_example_file(void **state)
+{
+    char *ref = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&ref, &len);
+    FILE *example;
+    char text[16384];
+    size_t n;
+    ow_config cfg;
+    ow_error err;
+    const char *line;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    if (ow_config_load_file(&cfg, OW_SOURCE_DIR "/config/order-worker.conf", &err) != OW_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    ow_config_cleanup(&cfg);
+    example = fopen(OW_SOURCE_DIR "/config/order-worker.conf", "r");
+    assert_non_null(example);
+    n = fread(text, 1, sizeof(text) - 1, example);
+    text[n] = '\0';
+    fclose(example);
+    ow_config_print_reference(f, 0);
+    fclose(f);
+    /* Reference lines of keys start with two spaces and the key name. */
+    for (line = ref; line != NULL && *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+
+        if (line[0] == ' ' && line[1] == ' ' && line[2] != ' ' && strncmp(line + 2, "kafka.<", 7) != 0) {
+            char key[64], want[80];
+
+            sscanf(line + 2, "%63s", key);
+            snprintf(want, sizeof(want), "\n%s =", key);
+            if (strstr(text, want) == NULL)
+                fail_msg("config/order-worker.conf does not set %s", key);
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    free(ref);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_print_redacts_and_names_sources),
         cmocka_unit_test(test_password_file),
         cmocka_unit_test(test_reference_lists_every_key),
+        cmocka_unit_test(test_example_file),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,141 @@
+/*
+ * ow-kit: small Kafka utilities for the demo, the chaos run and the
+ * benchmark scripts (not for production use).
+ *
+ *   ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS
+ *   ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key]   (value on stdin)
+ *   ow-kit read BOOTSTRAP TOPIC          one JSON object per message
+ *   ow-kit lag BOOTSTRAP GROUP TOPIC     committed vs end offsets; exit 0 when caught up
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+
+static int usage(void)
+{
+    fputs("usage: ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS\n"
+          "       ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key] < value\n"
+          "       ow-kit read BOOTSTRAP TOPIC\n"
+          "       ow-kit lag BOOTSTRAP GROUP TOPIC\n",
+          stderr);
+    return 2;
+}
+
+static int cmd_produce(int argc, char **argv)
+{
+    const char *key = NULL;
+    int32_t partition = -1;
+    char *value = NULL;
+    size_t len = 0, cap = 0, n;
+    char chunk[65536];
+    rd_kafka_t *p;
+    int failed;
+
+    for (int i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "--partition") == 0 && i + 1 < argc)
+            partition = (int32_t)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc)
+            key = argv[++i];
+        else if (strcmp(argv[i], "--no-key") != 0)
+            return usage();
+    }
+    while ((n = fread(chunk, 1, sizeof(chunk), stdin)) > 0) {
+        if (len + n > cap) {
+            cap = (len + n) * 2;
+            value = realloc(value, cap);
+        }
+        memcpy(value + len, chunk, n);
+        len += n;
+    }
+    while (len > 0 && value[len - 1] == '\n')
+        len--;
+    p = kit_producer(argv[2], NULL);
+    if (p == NULL || kit_produce(p, argv[3], partition, key, key ? strlen(key) : 0, value, len) != 0)
+        return 1;
+    failed = kit_flush(p, 30000);
+    rd_kafka_destroy(p);
+    free(value);
+    return failed == 0 ? 0 : 1;
+}
+
+static json_t *headers_json(const char *h)
+{
+    json_t *o = json_object();
+
+    while (h != NULL && *h != '\0') {
+        const char *nl = strchr(h, '\n');
+        const char *eq = strchr(h, '=');
+        size_t len = nl != NULL ? (size_t)(nl - h) : strlen(h);
+
+        if (eq != NULL && eq < h + len) {
+            char name[128];
+            size_t nn = (size_t)(eq - h) < sizeof(name) - 1 ? (size_t)(eq - h) : sizeof(name) - 1;
+
+            memcpy(name, h, nn);
+            name[nn] = '\0';
+            json_object_set_new(o, name, json_stringn(eq + 1, len - (size_t)(eq - h) - 1));
+        }
+        h = nl != NULL ? nl + 1 : NULL;
+    }
+    return o;
+}
+
+static int cmd_read(char **argv)
+{
+    kit_msgs msgs = {0};
+    int rc = kit_read_topic(argv[2], argv[3], 30000, &msgs);
+
+    for (size_t i = 0; i < msgs.n; i++) {
+        const kit_msg *m = &msgs.v[i];
+        json_t *o = json_object();
+        char *line;
+
+        json_object_set_new(o, "partition", json_integer(m->partition));
+        json_object_set_new(o, "offset", json_integer(m->offset));
+        json_object_set_new(o, "key", m->key ? json_stringn(m->key, m->key_len) : json_null());
+        json_object_set_new(o, "headers", headers_json(m->headers));
+        json_object_set_new(o, "value", json_stringn(m->value, m->len));
+        line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (line != NULL)
+            puts(line);
+        free(line);
+        json_decref(o);
+    }
+    kit_msgs_free(&msgs);
+    return rc == 0 ? 0 : 1;
+}
+
+static int cmd_lag(char **argv)
+{
+    int64_t ends[256], committed[256];
+    int n = kit_end_offsets(argv[2], argv[4], ends, 256);
+    long long total = 0;
+
+    if (n <= 0 || kit_committed(argv[2], argv[3], argv[4], n, committed) != 0)
+        return 1;
+    for (int p = 0; p < n; p++) {
+        long long lag = ends[p] - (committed[p] < 0 ? 0 : committed[p]);
+
+        printf("partition %d: committed %lld end %lld lag %lld\n", p, (long long)committed[p],
+               (long long)ends[p], lag);
+        total += lag;
+    }
+    printf("total lag %lld\n", total);
+    return total == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 5 && strcmp(argv[1], "create-topic") == 0)
+        return kit_create_topic(argv[2], argv[3], atoi(argv[4])) == 0 ? 0 : 1;
+    if (argc >= 4 && strcmp(argv[1], "produce") == 0)
+        return cmd_produce(argc, argv);
+    if (argc == 4 && strcmp(argv[1], "read") == 0)
+        return cmd_read(argv);
+    if (argc == 5 && strcmp(argv[1], "lag") == 0)
+        return cmd_lag(argv);
+    return usage();
+}
