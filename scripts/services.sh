@@ -339,6 +339,11 @@ mariadb_start() {  # PORT
   fi
   mariadb_launch "$port"
   mariadb_wait_ready "$port"
+  # mariadb-install-db creates anonymous accounts (''@localhost, ''@<host>)
+  # that would shadow test users such as 'ow_worker'@'%'; drop them.
+  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot -N -B -e \
+    "SELECT CONCAT('DROP USER ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE user = ''" \
+    | mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot
 
   full="$(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot -N -B \
     -e 'SELECT VERSION()' 2>/dev/null || true)"

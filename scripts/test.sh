@@ -22,6 +22,13 @@ t_start=$SECONDS
 
 "$ROOT/scripts/deps.sh"
 
+say "static checks"
+"$ROOT/scripts/check-sql.sh"
+"$ROOT/scripts/check-sql.sh" --self-test
+if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*.c; then
+  say "unchecked or unbounded calls in src/ (use the checked helpers)"; exit 1
+fi
+
 say "building in $BUILD (warnings are errors)"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD"
@@ -36,6 +43,11 @@ if ((needs_services)); then
   export OW_TEST_MYSQL_HOST=127.0.0.1 OW_TEST_MYSQL_PORT="$OW_MYSQL_PORT" \
     OW_TEST_MYSQL_USER=root OW_TEST_MYSQL_PASSWORD="" \
     OW_TEST_KAFKA_BOOTSTRAP="$OW_KAFKA_BOOTSTRAP" OW_TEST_BROKER_KIND="$OW_BROKER_KIND"
+  # Workers under test run as a least-privilege user made by sql/worker_user.sql
+  # (tests/support/testdb.c applies it to every test database).
+  export OW_TEST_WORKER_MYSQL_USER=ow_worker
+  OW_TEST_WORKER_MYSQL_PASSWORD="w-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+  export OW_TEST_WORKER_MYSQL_PASSWORD
   say "database: MariaDB $OW_MARIADB_VERSION on 127.0.0.1:$OW_MYSQL_PORT"
   say "broker:   $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP"
 fi

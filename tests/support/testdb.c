@@ -51,6 +51,38 @@ long long testdb_count(testdb *t, const char *sql)
     return v;
 }
 
+/* Runs sql/worker_user.sql for this database, as an administrator would. */
+static void grant_worker(testdb *t, const char *user, const char *password)
+{
+    char sql[512];
+    FILE *f = fopen(OW_SOURCE_DIR "/sql/worker_user.sql", "r");
+    char line[1024];
+    char stmt[8192] = "";
+
+    if (f == NULL)
+        fail_msg("cannot open sql/worker_user.sql");
+    snprintf(sql, sizeof(sql),
+             "SET @worker_user='%s', @worker_host='%%', @worker_password='%s', "
+             "@worker_database='%s'",
+             user, password, t->database);
+    testdb_exec(t, sql);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        size_t n = strlen(line);
+
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' '))
+            line[--n] = '\0';
+        if (n == 0 || strncmp(line, "--", 2) == 0)
+            continue;
+        strncat(stmt, line, sizeof(stmt) - strlen(stmt) - 2);
+        strcat(stmt, " ");
+        if (line[n - 1] == ';') {
+            testdb_exec(t, stmt);
+            stmt[0] = '\0';
+        }
+    }
+    fclose(f);
+}
+
 void testdb_create(testdb *t, const char *prefix)
 {
     char port[16];
@@ -87,6 +119,9 @@ void testdb_create(testdb *t, const char *prefix)
         fail_msg("migrate: %s", err.msg);
     fclose(devnull);
     ow_store_free(&s);
+    if (getenv("OW_TEST_WORKER_MYSQL_USER") != NULL)
+        grant_worker(t, getenv("OW_TEST_WORKER_MYSQL_USER"),
+                     getenv("OW_TEST_WORKER_MYSQL_PASSWORD") ? getenv("OW_TEST_WORKER_MYSQL_PASSWORD") : "");
 }
 
 void testdb_drop(testdb *t)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Fails if SQL text could be built from message data. Rules, for src/:
+#   A. The client library's text entry points (mysql_query, mysql_real_query,
+#      mysql_send_query, mysql_stmt_prepare) are called only inside
+#      ow_store_exec_static and ow_store_prepare in src/store.c.
+#   B. ow_store_exec_static is always called with a string literal.
+#   C. ow_store_prepare is called with a string literal, or at one of the two
+#      reviewed sites: the statement cache (SQL from build_sql, which only
+#      appends literals and a row count) and the embedded migrations.
+#   D. build_sql and append_tuples format nothing (no *appendf, no %).
+# Data always travels as bound parameters. Run with --self-test to prove the
+# check fails on planted violations.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+check() {  # DIR
+  local dir=$1 bad=0 line
+  # A
+  while IFS= read -r line; do
+    local file=${line%%:*} rest=${line#*:} lineno
+    lineno=${rest%%:*}
+    local fn
+    fn=$(awk -v n="$lineno" 'NR<=n && /^[a-z].*\(/ {f=$0} NR==n {print f}' "$file")
+    if [[ $file != */store.c || ! ( $fn == *ow_store_exec_static* || $fn == *ow_store_prepare* ) ]]; then
+      echo "check-sql: $file:$lineno: raw query call outside ow_store_exec_static/ow_store_prepare" >&2
+      bad=1
+    fi
+  done < <(grep -nE '\b(mysql_query|mysql_real_query|mysql_send_query|mysql_stmt_prepare)\s*\(' "$dir"/*.c || true)
+  # B
+  while IFS= read -r line; do
+    if ! grep -qE 'ow_store_exec_static\([^,]+,\s*"' <<<"$line"; then
+      echo "check-sql: ${line%%:*}: ow_store_exec_static without a string literal: ${line#*:}" >&2
+      bad=1
+    fi
+  done < <(grep -nHE 'ow_store_exec_static\(' "$dir"/*.c | grep -vE '^[^:]+:[0-9]+:(int|static int) ow_store_exec_static' || true)
+  # C
+  while IFS= read -r line; do
+    if grep -qE 'ow_store_prepare\([^,]+,\s*"' <<<"$line"; then continue; fi
+    case "$line" in
+      */store.c:*'ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err)'*) ;;
+      */store_admin.c:*'ow_store_prepare(s, sql, &st, err)'*) ;;
+      *) echo "check-sql: ${line%%:*}: ow_store_prepare with SQL that is neither a literal nor a reviewed site: ${line#*:}" >&2
+         bad=1 ;;
+    esac
+  done < <(grep -nHE 'ow_store_prepare\(' "$dir"/*.c | grep -vE ':[0-9]+:(int|static int) ow_store_prepare' || true)
+  # D
+  local body
+  body=$(awk '/^static int (build_sql|append_tuples)\(/ {on=1} on {print} on && /^}/ {on=0}' "$dir/store.c")
+  if grep -qE 'appendf|%' <<<"$body"; then
+    echo "check-sql: src/store.c: build_sql/append_tuples must only append literals" >&2
+    bad=1
+  fi
+  return $bad
+}
+
+if [[ ${1:-} == --self-test ]]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  for plant in \
+      's/ow_store_exec_static(s, "SAVEPOINT ow_item", err)/ow_store_exec_static(s, key, err)/' \
+      's/rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", \&st, err);/rc = ow_store_prepare(s, text, \&st, err);/' \
+      's/rows, "(?,?)")/rows, tuple_for(key))/; s/append_tuples(b, rows, "(?,?,?,?,?,?,?)")/ow_buf_appendf(b, "(%s)", key)/' ; do
+    rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
+    sed -i "$plant" "$tmp/src"/*.c
+    if diff -rq "$ROOT/src" "$tmp/src" >/dev/null; then
+      echo "check-sql: self-test could not plant: $plant" >&2; exit 1
+    fi
+    if check "$tmp/src" 2>/dev/null; then
+      echo "check-sql: self-test FAILED: a planted violation passed ($plant)" >&2; exit 1
+    fi
+  done
+  # A raw query outside the store.
+  rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
+  printf 'void f(void *db, const char *k) { mysql_query(db, k); }\n' >>"$tmp/src/lane.c"
+  if check "$tmp/src" 2>/dev/null; then echo "check-sql: self-test FAILED on a raw query" >&2; exit 1; fi
+  echo "check-sql: self-test passed (4 planted violations caught)"
+  exit 0
+fi
+
+check "$ROOT/src"
+echo "check-sql: ok (SQL text in src/ is static; data is bound)"

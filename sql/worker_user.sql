@@ -1,0 +1,40 @@
+-- Creates (or updates) the database user the worker runs as, with only the
+-- privileges it needs: SELECT, INSERT and UPDATE on the two tables, and
+-- DELETE on idempotency_requests for `order-worker purge` (retention).
+-- Run it as an administrator after `order-worker migrate`, with three
+-- session variables set, for example:
+--
+--   mariadb -u root -e "SET @worker_user='order_worker', @worker_host='%',
+--       @worker_password='...', @worker_database='orders';
+--       SOURCE sql/worker_user.sql;"
+--
+-- Works on MariaDB 10.11 and MySQL 8. Identifiers and the password are
+-- quoted by the server (QUOTE / backtick escaping), never pasted raw.
+
+SET @ow_account = CONCAT(QUOTE(@worker_user), '@', QUOTE(@worker_host));
+SET @ow_db = CONCAT('`', REPLACE(@worker_database, '`', '``'), '`');
+
+SET @ow_sql = CONCAT('CREATE USER IF NOT EXISTS ', @ow_account,
+                     ' IDENTIFIED BY ', QUOTE(@worker_password));
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+-- A re-run also resets the password.
+SET @ow_sql = CONCAT('ALTER USER ', @ow_account, ' IDENTIFIED BY ', QUOTE(@worker_password));
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+SET @ow_sql = CONCAT('GRANT SELECT, INSERT, UPDATE, DELETE ON ', @ow_db,
+                     '.idempotency_requests TO ', @ow_account);
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+SET @ow_sql = CONCAT('GRANT SELECT, INSERT, UPDATE ON ', @ow_db, '.orders TO ', @ow_account);
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+SET @ow_sql = NULL, @ow_account = NULL, @ow_db = NULL, @worker_password = NULL;
