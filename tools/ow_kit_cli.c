@@ -6,20 +6,86 @@
  *   ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key]   (value on stdin)
  *   ow-kit read BOOTSTRAP TOPIC          one JSON object per message
  *   ow-kit lag BOOTSTRAP GROUP TOPIC     committed vs end offsets; exit 0 when caught up
+ *   ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]
+ *              [--clash P] [--invalid P] [--items MAX] [--prefix K]
+ *                                        produce a deterministic mix (kit_gen)
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kit.h"
+
+static int usage(void);
+
+/* Produces n generated messages, at most rate per second (0 = unlimited). */
+static int cmd_gen(int argc, char **argv)
+{
+    long n = strtol(argv[4], NULL, 10);
+    long rate = 0;
+    uint64_t seed = 1;
+    int retry = 25, reuse = 2, clash = 2, invalid = 1, items = 10;
+    const char *prefix = "k";
+    kit_gen *g;
+    rd_kafka_t *p;
+    struct timespec t0, now;
+    long counts[KIT_KIND_COUNT] = {0};
+    int failed;
+
+    for (int i = 5; i + 1 < argc; i += 2) {
+        long v = strtol(argv[i + 1], NULL, 10);
+
+        if (strcmp(argv[i], "--rate") == 0) rate = v;
+        else if (strcmp(argv[i], "--seed") == 0) seed = (uint64_t)v;
+        else if (strcmp(argv[i], "--retry") == 0) retry = (int)v;
+        else if (strcmp(argv[i], "--reuse") == 0) reuse = (int)v;
+        else if (strcmp(argv[i], "--clash") == 0) clash = (int)v;
+        else if (strcmp(argv[i], "--invalid") == 0) invalid = (int)v;
+        else if (strcmp(argv[i], "--items") == 0) items = (int)v;
+        else if (strcmp(argv[i], "--prefix") == 0) prefix = argv[i + 1];
+        else return usage();
+    }
+    g = kit_gen_new(seed, retry, reuse, clash, invalid, items, prefix);
+    p = kit_producer(argv[2], NULL);
+    if (p == NULL)
+        return 1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < n; i++) {
+        const kit_gen_msg *m = kit_gen_next(g);
+
+        counts[m->kind]++;
+        if (kit_produce(p, argv[3], -1, m->has_key ? m->key : NULL, m->key_len, m->value, m->len) != 0)
+            return 1;
+        rd_kafka_poll(p, 0);
+        while (rate > 0) {
+            double el;
+
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+            if ((double)(i + 1) <= el * (double)rate)
+                break;
+            rd_kafka_poll(p, 1);
+        }
+    }
+    failed = kit_flush(p, 120000);
+    rd_kafka_destroy(p);
+    kit_gen_free(g);
+    fprintf(stderr, "gen: produced %ld (new %ld, retry %ld, reuse %ld, clash %ld, invalid %ld), %d failed\n",
+            n, counts[KIT_NEW], counts[KIT_RETRY], counts[KIT_REUSE], counts[KIT_CLASH],
+            counts[KIT_INVALID], failed);
+    return failed == 0 ? 0 : 1;
+}
 
 static int usage(void)
 {
     fputs("usage: ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS\n"
           "       ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key] < value\n"
           "       ow-kit read BOOTSTRAP TOPIC\n"
-          "       ow-kit lag BOOTSTRAP GROUP TOPIC\n",
+          "       ow-kit lag BOOTSTRAP GROUP TOPIC\n"
+          "       ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]\n"
+          "                  [--clash P] [--invalid P] [--items MAX] [--prefix K]\n",
           stderr);
     return 2;
 }
@@ -137,5 +203,7 @@ int main(int argc, char **argv)
         return cmd_read(argv);
     if (argc == 5 && strcmp(argv[1], "lag") == 0)
         return cmd_lag(argv);
+    if (argc >= 5 && strcmp(argv[1], "gen") == 0)
+        return cmd_gen(argc, argv);
     return usage();
 }

@@ -1,0 +1,501 @@
+/*
+ * ow-verify: checks the contract's invariants after a run, from the outside:
+ * the input, results and dead-letter topics, the database and the group's
+ * committed offsets. Prints one line per invariant and a figures line;
+ * exits 1 on any violation.
+ *
+ *   ow-verify --bootstrap B --group G --input T --results T --dlq T
+ *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
+ *             --database D [--faults FILE]
+ */
+#include <jansson.h>
+#include <mysql.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+#include "ow/request.h"
+#include "ow/util.h"
+
+/* --- A string-keyed index (open addressing) ------------------------------ */
+
+typedef struct {
+    char **keys;
+    size_t *vals;
+    size_t cap;
+    size_t n;
+} index_t;
+
+static void ix_init(index_t *ix, size_t expect)
+{
+    ix->cap = 1024;
+    while (ix->cap < expect * 2)
+        ix->cap *= 2;
+    ix->keys = calloc(ix->cap, sizeof(*ix->keys));
+    ix->vals = calloc(ix->cap, sizeof(*ix->vals));
+    ix->n = 0;
+}
+
+static size_t *ix_slot(index_t *ix, const char *k, int create)
+{
+    size_t i = (size_t)ow_hash64(k, strlen(k)) & (ix->cap - 1);
+
+    while (ix->keys[i] != NULL) {
+        if (strcmp(ix->keys[i], k) == 0)
+            return &ix->vals[i];
+        i = (i + 1) & (ix->cap - 1);
+    }
+    if (!create)
+        return NULL;
+    ix->keys[i] = strdup(k);
+    ix->n++;
+    return &ix->vals[i];
+}
+
+/* --- Inputs -------------------------------------------------------------- */
+
+typedef struct {
+    const kit_msg *m;
+    int valid;      /* key and value pass validation */
+    int results;    /* definitive results seen */
+    int dlq;        /* dead-letter copies seen */
+    const kit_msg *first_result;
+    int mismatched; /* definitive results with different bytes */
+} input_t;
+
+typedef struct {
+    long long id;
+    long long user_id;
+    char *key;
+    char digest[65];
+    char status[16];
+    int response_status;
+    char *body;
+    size_t body_len;
+} record_t;
+
+typedef struct {
+    const char *bootstrap, *group, *in, *out, *dlq, *host, *user, *password, *database, *faults;
+    unsigned port;
+} args_t;
+
+static int violations;
+
+static void verdict(const char *name, long long bad, const char *what)
+{
+    printf("verify: %-4s %-58s %s (%lld %s)\n", bad == 0 ? "ok" : "FAIL", name,
+           bad == 0 ? "holds" : "VIOLATED", bad, what);
+    if (bad != 0)
+        violations++;
+}
+
+static long long sql_count(MYSQL *db, const char *sql)
+{
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+    long long v = -1;
+
+    if (mysql_query(db, sql) != 0) {
+        fprintf(stderr, "verify: %s: %s\n", sql, mysql_error(db));
+        return -1;
+    }
+    r = mysql_store_result(db);
+    if (r != NULL && (row = mysql_fetch_row(r)) != NULL && row[0] != NULL)
+        v = strtoll(row[0], NULL, 10);
+    mysql_free_result(r);
+    return v;
+}
+
+static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
+{
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+    record_t *recs;
+    size_t k = 0;
+
+    if (mysql_query(db, "SELECT id, user_id, idempotency_key, HEX(request_digest), status, "
+                        "response_status, response_body FROM idempotency_requests") != 0) {
+        fprintf(stderr, "verify: %s\n", mysql_error(db));
+        exit(2);
+    }
+    r = mysql_store_result(db);
+    recs = calloc(mysql_num_rows(r) + 1, sizeof(*recs));
+    ix_init(ix, mysql_num_rows(r));
+    while ((row = mysql_fetch_row(r)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(r);
+        record_t *rec = &recs[k];
+        char ikey[160];
+
+        rec->id = strtoll(row[0], NULL, 10);
+        rec->user_id = strtoll(row[1], NULL, 10);
+        rec->key = strndup(row[2], len[2]);
+        for (int i = 0; i < 64; i++)
+            rec->digest[i] = (char)(row[3][i] >= 'A' && row[3][i] <= 'F' ? row[3][i] + 32 : row[3][i]);
+        snprintf(rec->status, sizeof(rec->status), "%s", row[4]);
+        rec->response_status = (int)strtol(row[5], NULL, 10);
+        rec->body = malloc(len[6] + 1);
+        memcpy(rec->body, row[6], len[6]);
+        rec->body[len[6]] = '\0';
+        rec->body_len = len[6];
+        snprintf(ikey, sizeof(ikey), "%lld\x1f%s", rec->user_id, rec->key);
+        *ix_slot(ix, ikey, 1) = k;
+        k++;
+    }
+    mysql_free_result(r);
+    *n = k;
+    return recs;
+}
+
+/* --- Checks -------------------------------------------------------------- */
+
+static int hdr_int(const kit_msg *m, const char *name, long long *v)
+{
+    char buf[64];
+
+    if (!kit_header(m, name, buf, sizeof(buf)))
+        return 0;
+    *v = strtoll(buf, NULL, 10);
+    return 1;
+}
+
+static const char *code_of(json_t *j)
+{
+    const char *c = json_string_value(json_object_get(j, "code"));
+
+    return c != NULL ? c : "";
+}
+
+typedef struct {
+    long long results, definitive, replays, in_progress, created, conflicts, reused, invalid;
+    long long dlq, lost, mismatched, stored_mismatch, reuse_bad, body_orders_bad, order_bad;
+    long long first_db_result_ms[64];
+} tally_t;
+
+static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, tally_t *t)
+{
+    json_t *orders = json_object_get(body, "orders");
+    size_t i;
+    json_t *o;
+
+    json_array_foreach(orders, i, o) {
+        char sql[512];
+        long long id = json_integer_value(json_object_get(o, "order_id"));
+        const char *amount = json_string_value(json_object_get(o, "amount"));
+        int existing = json_is_true(json_object_get(o, "existing"));
+
+        if (amount == NULL || strchr(amount, '\'') != NULL) {
+            t->body_orders_bad++;
+            continue;
+        }
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM orders WHERE id = %lld AND user_id = %lld AND amount = '%s'%s",
+                 id, rec->user_id, amount, existing ? "" : " AND request_id = ");
+        if (!existing)
+            snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%lld", rec->id);
+        if (sql_count(db, sql) != 1)
+            t->body_orders_bad++;
+    }
+}
+
+static void check_result(MYSQL *db, const kit_msg *r, input_t *in, record_t *recs, index_t *recix,
+                         tally_t *t)
+{
+    char replayed[8] = "";
+    json_error_t jerr;
+    json_t *j = json_loadb(r->value, r->len, 0, &jerr);
+    const char *code;
+    long long user = 0;
+
+    t->results++;
+    if (j == NULL) {
+        t->mismatched++;
+        return;
+    }
+    code = code_of(j);
+    kit_header(r, "replayed", replayed, sizeof(replayed));
+    if (strcmp(code, "REQUEST_IN_PROGRESS") == 0) {
+        t->in_progress++;
+        json_decref(j);
+        return;
+    }
+    t->definitive++;
+    t->replays += strcmp(replayed, "true") == 0;
+    if (in != NULL) {
+        in->results++;
+        if (in->first_result == NULL)
+            in->first_result = r;
+        else if (in->first_result->len != r->len || memcmp(in->first_result->value, r->value, r->len) != 0)
+            in->mismatched++;
+    }
+    if (strcmp(code, "INVALID_REQUEST") == 0) {
+        t->invalid++;
+    } else if (hdr_int(r, "user-id", &user)) {
+        char ikey[160];
+        size_t *slot;
+
+        snprintf(ikey, sizeof(ikey), "%lld\x1f%.*s", user, (int)r->key_len, r->key);
+        slot = ix_slot(recix, ikey, 0);
+        if (strcmp(code, "IDEMPOTENCY_KEY_REUSED") == 0) {
+            const char *d = json_string_value(json_object_get(j, "request_digest"));
+
+            t->reused++;
+            /* I6: a record exists for the key, with another digest. */
+            if (slot == NULL || d == NULL || strcmp(recs[*slot].digest, d) == 0)
+                t->reuse_bad++;
+        } else {
+            t->created += strcmp(code, "CREATED") == 0;
+            t->conflicts += strcmp(code, "ORDER_ALREADY_EXISTS") == 0;
+            /* I5: every result of a recorded request is its stored body. */
+            if (slot == NULL || recs[*slot].body_len != r->len ||
+                memcmp(recs[*slot].body, r->value, r->len) != 0)
+                t->stored_mismatch++;
+            else if (strcmp(code, "CREATED") == 0 && strcmp(replayed, "false") == 0)
+                check_created_orders(db, j, &recs[*slot], t);
+        }
+    }
+    json_decref(j);
+}
+
+/* Per (partition, key), the first definitive result of each message must
+ * appear in offset order; repeats of an already published message (after a
+ * redelivery) may come later. */
+static long long order_violations(const kit_msgs *results)
+{
+    index_t seen, maxfirst;
+    long long bad = 0;
+
+    ix_init(&seen, results->n);
+    ix_init(&maxfirst, results->n);
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        long long part = -1, off = -1;
+        char k1[200], k2[224];
+        size_t *max;
+
+        if (r->key == NULL || r->len < 20 || strstr(r->value, "\"REQUEST_IN_PROGRESS\"") != NULL ||
+            !hdr_int(r, "source-partition", &part) || !hdr_int(r, "source-offset", &off))
+            continue;
+        snprintf(k1, sizeof(k1), "%lld\x1f%.*s", part, (int)r->key_len, r->key);
+        snprintf(k2, sizeof(k2), "%s\x1f%lld", k1, off);
+        if (ix_slot(&seen, k2, 0) != NULL)
+            continue;
+        *ix_slot(&seen, k2, 1) = 1;
+        max = ix_slot(&maxfirst, k1, 0);
+        if (max != NULL && (long long)*max > off)
+            bad++;
+        if (max == NULL || (long long)*max < off)
+            *ix_slot(&maxfirst, k1, 1) = (size_t)off;
+    }
+    return bad;
+}
+
+static void usage(void)
+{
+    fputs("usage: ow-verify --bootstrap B --group G --input T --results T --dlq T "
+          "--mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW] --database D "
+          "[--faults FILE]\n",
+          stderr);
+    exit(2);
+}
+
+static void parse_args(int argc, char **argv, args_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->host = "127.0.0.1";
+    a->user = "root";
+    a->password = "";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+
+        if (strcmp(k, "--bootstrap") == 0) a->bootstrap = v;
+        else if (strcmp(k, "--group") == 0) a->group = v;
+        else if (strcmp(k, "--input") == 0) a->in = v;
+        else if (strcmp(k, "--results") == 0) a->out = v;
+        else if (strcmp(k, "--dlq") == 0) a->dlq = v;
+        else if (strcmp(k, "--mysql-host") == 0) a->host = v;
+        else if (strcmp(k, "--mysql-port") == 0) a->port = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--mysql-user") == 0) a->user = v;
+        else if (strcmp(k, "--mysql-password") == 0) a->password = v;
+        else if (strcmp(k, "--database") == 0) a->database = v;
+        else if (strcmp(k, "--faults") == 0) a->faults = v;
+        else usage();
+    }
+    if (!a->bootstrap || !a->group || !a->in || !a->out || !a->dlq || !a->port || !a->database)
+        usage();
+}
+
+/* Time from the end of each fault to the next result that needed the
+ * database (or, for broker faults, any result). */
+static void resume_times(const char *path, const kit_msgs *results)
+{
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    char ev[64];
+    long long t, worst_db = -1, worst_broker = -1, worst_kill = -1;
+    int kills = 0, db_outages = 0, broker_outages = 0, scales = 0;
+
+    if (f == NULL)
+        return;
+    while (fscanf(f, "%63s %lld%*[^\n]", ev, &t) == 2) {
+        int need_db = strcmp(ev, "mariadb-up") == 0;
+        long long first = -1;
+
+        kills += strcmp(ev, "kill") == 0;
+        db_outages += need_db;
+        broker_outages += strcmp(ev, "kafka-up") == 0;
+        scales += strcmp(ev, "scale-up") == 0;
+        if (strcmp(ev, "mariadb-up") != 0 && strcmp(ev, "kafka-up") != 0 && strcmp(ev, "restart") != 0)
+            continue;
+        for (size_t i = 0; i < results->n; i++) {
+            const kit_msg *r = &results->v[i];
+
+            if (r->timestamp_ms < t || (first >= 0 && r->timestamp_ms >= first))
+                continue;
+            if (need_db && strstr(r->value, "\"status\":400") != NULL)
+                continue;
+            first = r->timestamp_ms;
+        }
+        if (first < 0)
+            continue;
+        if (need_db && first - t > worst_db)
+            worst_db = first - t;
+        else if (strcmp(ev, "kafka-up") == 0 && first - t > worst_broker)
+            worst_broker = first - t;
+        else if (strcmp(ev, "restart") == 0 && first - t > worst_kill)
+            worst_kill = first - t;
+    }
+    fclose(f);
+    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n", kills,
+           db_outages, broker_outages, scales);
+    printf("verify: resume (fault end to next result): database %lld ms, broker %lld ms, "
+           "after a kill %lld ms (longest of each)\n",
+           worst_db, worst_broker, worst_kill);
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    kit_msgs inputs = {0}, results = {0}, dlq = {0};
+    index_t src, recix;
+    input_t *ins;
+    record_t *recs;
+    size_t n_recs = 0;
+    tally_t t;
+    MYSQL *db;
+    int64_t ends[256], committed[256];
+    int parts;
+    long long lag = 0, dlq_bad = 0, valid = 0;
+    const ow_request_limits limits = {1 << 20, 1000};
+
+    parse_args(argc, argv, &a);
+    memset(&t, 0, sizeof(t));
+    if (kit_read_topic(a.bootstrap, a.in, 120000, &inputs) != 0 ||
+        kit_read_topic(a.bootstrap, a.out, 120000, &results) != 0 ||
+        kit_read_topic(a.bootstrap, a.dlq, 120000, &dlq) != 0) {
+        fprintf(stderr, "verify: cannot read the topics\n");
+        return 2;
+    }
+    db = mysql_init(NULL);
+    if (mysql_real_connect(db, a.host, a.user, a.password, a.database, a.port, NULL, 0) == NULL) {
+        fprintf(stderr, "verify: %s\n", mysql_error(db));
+        return 2;
+    }
+    recs = load_records(db, &n_recs, &recix);
+    ins = calloc(inputs.n + 1, sizeof(*ins));
+    ix_init(&src, inputs.n);
+    for (size_t i = 0; i < inputs.n; i++) {
+        char k[64];
+        ow_request req;
+        ow_field_errors errs;
+        const kit_msg *m = &inputs.v[i];
+
+        ins[i].m = m;
+        ow_field_errors_init(&errs);
+        ins[i].valid = ow_request_check_key(m->key, m->key_len, &errs) == 0 &&
+                       ow_request_parse(m->value, m->len, &limits, &req, &errs) == 0;
+        ow_request_cleanup(&req);
+        valid += ins[i].valid;
+        snprintf(k, sizeof(k), "%d:%lld", m->partition, (long long)m->offset);
+        *ix_slot(&src, k, 1) = i;
+    }
+    for (size_t i = 0; i < results.n; i++) {
+        long long p = -1, o = -1;
+        char k[64];
+        size_t *slot = NULL;
+
+        if (hdr_int(&results.v[i], "source-partition", &p) && hdr_int(&results.v[i], "source-offset", &o)) {
+            snprintf(k, sizeof(k), "%lld:%lld", p, o);
+            slot = ix_slot(&src, k, 0);
+        }
+        check_result(db, &results.v[i], slot != NULL ? &ins[*slot] : NULL, recs, &recix, &t);
+    }
+    for (size_t i = 0; i < dlq.n; i++) {
+        long long p = -1, o = -1;
+        char k[64];
+        size_t *slot = NULL;
+
+        if (hdr_int(&dlq.v[i], "source-partition", &p) && hdr_int(&dlq.v[i], "source-offset", &o)) {
+            snprintf(k, sizeof(k), "%lld:%lld", p, o);
+            slot = ix_slot(&src, k, 0);
+        }
+        if (slot == NULL || ins[*slot].valid || dlq.v[i].len > ins[*slot].m->len ||
+            memcmp(dlq.v[i].value, ins[*slot].m->value, dlq.v[i].len) != 0)
+            dlq_bad++;
+        else
+            ins[*slot].dlq++;
+    }
+    for (size_t i = 0; i < inputs.n; i++) {
+        const input_t *in = &ins[i];
+
+        if ((in->m->key_len > 0 && in->results == 0) || (!in->valid && in->dlq == 0))
+            t.lost++;
+        if (in->mismatched > 0)
+            t.mismatched++;
+    }
+    parts = kit_end_offsets(a.bootstrap, a.in, ends, 256);
+    if (parts <= 0 || kit_committed(a.bootstrap, a.group, a.in, parts, committed) != 0)
+        lag = -1;
+    for (int p = 0; lag >= 0 && p < parts; p++)
+        lag += ends[p] - (committed[p] < 0 ? 0 : committed[p]);
+
+    verdict("I1 one request record per (user_id, key)",
+            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM idempotency_requests GROUP BY user_id, "
+                          "idempotency_key HAVING COUNT(*) > 1) d"),
+            "duplicate keys");
+    verdict("I2 no two orders with one (user_id, external_order_no)",
+            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
+                          "external_order_no HAVING COUNT(*) > 1) d"),
+            "duplicate orders");
+    verdict("I3 every order belongs to a SUCCEEDED request",
+            sql_count(db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r ON r.id = "
+                          "o.request_id WHERE o.request_id IS NOT NULL AND (r.id IS NULL OR r.status "
+                          "<> 'SUCCEEDED')"),
+            "orphan or FAILED-owned orders");
+    verdict("I3 results' created orders exist as stated", t.body_orders_bad, "mismatches");
+    verdict("I4 every message has its result / dead letter (lost)", t.lost, "lost");
+    verdict("I4 dead letters are the original bytes of invalid messages", dlq_bad, "bad copies");
+    verdict("I4 committed offsets reach the end of every partition", lag, "messages of lag");
+    verdict("I5 all results of a message are byte-identical", t.mismatched, "non-identical");
+    verdict("I5 every recorded result equals the stored response", t.stored_mismatch, "mismatches");
+    verdict("I6 a reused key never changed its record", t.reuse_bad, "violations");
+    verdict("I7 no record left in a processing state",
+            sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "
+                          "('SUCCEEDED','FAILED') OR LENGTH(response_body) = 0"),
+            "stuck records");
+    verdict("per key, results leave in consumption order", order_violations(&results), "inversions");
+    printf("verify: figures: messages_in=%zu valid=%lld results_out=%lld definitive=%lld "
+           "replays=%lld in_progress=%lld created=%lld order_conflicts=%lld key_reused=%lld "
+           "invalid=%lld dead_letters=%zu records=%zu orders=%lld lost=%lld duplicate_orders=%lld "
+           "stuck=%lld non_identical_replays=%lld final_lag=%lld\n",
+           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created, t.conflicts,
+           t.reused, t.invalid, dlq.n, n_recs, sql_count(db, "SELECT COUNT(*) FROM orders"), t.lost,
+           sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
+                         "external_order_no HAVING COUNT(*) > 1) d"),
+           sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "
+                         "('SUCCEEDED','FAILED')"),
+           t.mismatched + t.stored_mismatch, lag);
+    resume_times(a.faults, &results);
+    printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");
+    mysql_close(db);
+    return violations == 0 ? 0 : 1;
+}
