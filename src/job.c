@@ -22,8 +22,10 @@ static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field
 {
     job->valid = 0;
     describe_errors(job, errs);
-    if (m->len > 0) {
-        job->raw = malloc(m->len);
+    /* An empty value keeps a non-NULL pointer: producing NULL would turn
+     * it into a null value (a tombstone) in the dead-letter topic. */
+    if (m->payload != NULL) {
+        job->raw = malloc(m->len > 0 ? m->len : 1);
         if (job->raw == NULL)
             return OW_ENOMEM;
         memcpy(job->raw, m->payload, m->len);
