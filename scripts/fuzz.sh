@@ -62,7 +62,7 @@ if ((status != 0 || crashes > 0)); then
   for a in $new_artifacts; do say "kept $ARTIFACTS/$a (reproduce: $BUILD/fuzz_request $ARTIFACTS/$a)"; done
   ((crashes > 0)) || crashes=1
 else
-  say "$((corpus_after - seeds)) new inputs found (not kept)"
+  say "the corpus copy grew by $((corpus_after - seeds)) inputs (discarded)"
 fi
 secs="$(awk -v ms="$elapsed_ms" 'BEGIN { printf "%.1f", ms / 1000 }')"
 echo "fuzz: ${execs:-0} executions in $secs s (${rate:-0} exec/s), $crashes crashes"
