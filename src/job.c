@@ -23,12 +23,14 @@ static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field
     job->valid = 0;
     describe_errors(job, errs);
     job->raw_original_len = m->len;
-    if (m->len > 0) {
+    /* An empty value keeps a non-NULL pointer: producing NULL would turn it
+     * into a null value (a tombstone) in the dead-letter topic. */
+    if (m->payload != NULL) {
         /* A copy larger than a broker accepts would never be acknowledged
          * and would stall the partition: keep a prefix and say so. */
         size_t keep = m->len < OW_DLQ_MAX_BYTES ? m->len : OW_DLQ_MAX_BYTES;
 
-        job->raw = malloc(keep);
+        job->raw = malloc(keep > 0 ? keep : 1);
         if (job->raw == NULL)
             return OW_ENOMEM;
         memcpy(job->raw, m->payload, keep);

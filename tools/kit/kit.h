@@ -21,7 +21,8 @@ typedef struct {
     size_t key_len;
     char *value;
     size_t len;
-    char *headers; /* "name=value\n" lines */
+    int value_null; /* a null value (tombstone), as opposed to an empty one */
+    char *headers;  /* "name=value\n" lines */
 } kit_msg;
 
 typedef struct {

@@ -208,6 +208,7 @@ static void copy_msg(kit_msgs *out, const rd_kafka_message_t *m)
         memcpy(k->value, m->payload, m->len);
     k->value[m->len] = '\0';
     k->len = m->len;
+    k->value_null = m->payload == NULL;
     k->headers = calloc(1, 1);
     if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         const char *name;

@@ -1,0 +1,392 @@
+/*
+ * End to end with hostile input: every row of the hostile table
+ * (tests/hostile/hostile_cases.c) goes to a fresh input topic, read by one
+ * worker process of the built binary on a real broker and a fresh MariaDB
+ * database. Checked afterwards:
+ *   - the group's committed offsets reach the end of every partition, so no
+ *     message stopped its partition;
+ *   - a message with a non-empty key has exactly one result, under its own
+ *     key byte for byte: 400 INVALID_REQUEST naming the expected first field
+ *     (the one valid control row: 201 CREATED); a message with an empty key
+ *     or none has no result;
+ *   - every invalid message has exactly one dead-letter copy with the same
+ *     key and value bytes and the error and source headers;
+ *   - the database holds the control's request and order and nothing else;
+ *   - SIGTERM stops the worker with status 0.
+ * The worker runs with request.max_bytes = HOSTILE_MAX_BYTES, the limit the
+ * table's rows are judged against.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "hostile_cases.h"
+#include "kit.h"
+#include "testdb.h"
+
+#define PARTITIONS 4
+#define WAIT_S 120
+
+/* A row as produced, and where it landed in the input topic. */
+typedef struct {
+    const hostile_case *c;
+    unsigned char *value;
+    size_t len;
+    int32_t partition;
+    int64_t offset;
+} sent_row;
+
+static testdb db;
+static char bootstrap[256];
+static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
+static pid_t worker;
+static sent_row *rows;
+static kit_msgs results, dead_letters;
+
+static const char *env_or_fail(const char *name)
+{
+    const char *v = getenv(name);
+
+    if (v == NULL || *v == '\0')
+        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
+    return v;
+}
+
+static const char *env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+
+    return v != NULL ? v : def;
+}
+
+static void start_worker(void)
+{
+    static char store[16][300];
+    char *env[17];
+    char log[300];
+    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+    int i = 0;
+
+#define ENV(...) (snprintf(store[i], sizeof(store[i]), __VA_ARGS__), env[i] = store[i], i++)
+    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
+    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
+    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
+    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
+    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
+    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
+    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
+    ENV("ORDER_WORKER_MYSQL_USER=%s", env_or("OW_TEST_WORKER_MYSQL_USER", db.user));
+    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", env_or("OW_TEST_WORKER_MYSQL_PASSWORD", db.password));
+    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
+    ENV("ORDER_WORKER_REQUEST_MAX_BYTES=%d", HOSTILE_MAX_BYTES);
+    ENV("ORDER_WORKER_REQUEST_MAX_ORDERS=%d", HOSTILE_MAX_ORDERS);
+    ENV("ORDER_WORKER_KAFKA_SESSION_TIMEOUT_MS=6000");
+    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+    ENV("ORDER_WORKER_LOG_LEVEL=info");
+#undef ENV
+    env[i] = NULL;
+    snprintf(log, sizeof(log), "%s/worker-hostile.log", logdir);
+    worker = kit_spawn(argv, env, log);
+    assert_true(worker > 0);
+}
+
+static int setup(void **state)
+{
+    char suffix[64];
+
+    (void)state;
+    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
+    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
+    snprintf(topic_in, sizeof(topic_in), "hostile-in-%s", suffix);
+    snprintf(topic_out, sizeof(topic_out), "hostile-out-%s", suffix);
+    snprintf(topic_dlq, sizeof(topic_dlq), "hostile-dlq-%s", suffix);
+    snprintf(group, sizeof(group), "hostile-group-%s", suffix);
+    snprintf(logdir, sizeof(logdir), "%s", env_or("OW_TEST_LOG_DIR", "/tmp"));
+    testdb_create(&db, "ow_hostile");
+    assert_int_equal(kit_create_topic(bootstrap, topic_in, PARTITIONS), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_out, PARTITIONS), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
+    rows = calloc(hostile_count, sizeof(*rows));
+    assert_non_null(rows);
+    start_worker();
+    print_message("hostile e2e: %zu rows, broker %s (%s), topics %s/%s/%s, worker log in %s\n",
+                  hostile_count, bootstrap, env_or("OW_TEST_BROKER_KIND", "?"), topic_in,
+                  topic_out, topic_dlq, logdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (worker > 0) {
+        kill(worker, SIGKILL);
+        kit_wait(worker, 5000);
+    }
+    testdb_drop(&db);
+    for (size_t i = 0; rows != NULL && i < hostile_count; i++)
+        free(rows[i].value);
+    free(rows);
+    kit_msgs_free(&results);
+    kit_msgs_free(&dead_letters);
+    return 0;
+}
+
+/* --- Matching ----------------------------------------------------------- */
+
+static int same_key(const hostile_case *c, const kit_msg *m)
+{
+    if (!c->has_key)
+        return m->key == NULL;
+    return m->key != NULL && m->key_len == c->key_len &&
+           (c->key_len == 0 || memcmp(m->key, c->key, c->key_len) == 0);
+}
+
+/* Rows always have a value, possibly empty: an empty value must not come
+ * back as a null one (a tombstone, which compaction would treat as a delete). */
+static int same_value(const sent_row *r, const kit_msg *m)
+{
+    return !m->value_null && m->len == r->len &&
+           (r->len == 0 || memcmp(m->value, r->value, r->len) == 0);
+}
+
+static int64_t header_int(const kit_msg *m, const char *name)
+{
+    char text[32];
+
+    if (!kit_header(m, name, text, sizeof(text)))
+        return -1;
+    return strtoll(text, NULL, 10);
+}
+
+/* Messages of out whose source headers name the input message of row r. */
+static size_t outputs_of(const sent_row *r, const kit_msgs *out, const kit_msg **first)
+{
+    size_t n = 0;
+
+    *first = NULL;
+    for (size_t k = 0; k < out->n; k++) {
+        const kit_msg *m = &out->v[k];
+
+        if (header_int(m, "source-partition") != r->partition ||
+            header_int(m, "source-offset") != r->offset)
+            continue;
+        if (n++ == 0)
+            *first = m;
+    }
+    return n;
+}
+
+/* Reads topic until it holds at least want messages or WAIT_S passes. */
+static void read_at_least(const char *topic, size_t want, kit_msgs *out)
+{
+    for (int waited = 0; waited < WAIT_S * 2; waited++) {
+        kit_msgs_free(out);
+        kit_read_topic(bootstrap, topic, 20000, out);
+        if (out->n >= want)
+            return;
+        usleep(500000);
+    }
+    fail_msg("%s: only %zu of %zu messages within %d s", topic, out->n, want, WAIT_S);
+}
+
+/* --- Tests --------------------------------------------------------------- */
+
+/* Produces every row, then finds each in the input topic to learn its
+ * partition and offset (the source headers of the outputs name them). */
+static void test_produce_every_row(void **state)
+{
+    rd_kafka_t *producer = kit_producer(bootstrap, NULL);
+    kit_msgs inputs = {0};
+
+    (void)state;
+    assert_non_null(producer);
+    for (size_t i = 0; i < hostile_count; i++) {
+        const hostile_case *c = &hostile_cases[i];
+
+        rows[i].c = c;
+        rows[i].value = hostile_value(c, &rows[i].len);
+        assert_non_null(rows[i].value);
+        assert_int_equal(kit_produce(producer, topic_in, -1, c->has_key ? c->key : NULL,
+                                     c->key_len, rows[i].value, rows[i].len),
+                         0);
+    }
+    assert_int_equal(kit_flush(producer, 30000), 0);
+    rd_kafka_destroy(producer);
+    read_at_least(topic_in, hostile_count, &inputs);
+    assert_int_equal(inputs.n, hostile_count);
+    for (size_t i = 0; i < hostile_count; i++) {
+        size_t found = 0;
+
+        for (size_t k = 0; k < inputs.n; k++) {
+            if (!same_key(rows[i].c, &inputs.v[k]) || !same_value(&rows[i], &inputs.v[k]))
+                continue;
+            rows[i].partition = inputs.v[k].partition;
+            rows[i].offset = inputs.v[k].offset;
+            found++;
+        }
+        if (found != 1)
+            fail_msg("%s: found %zu times in the input topic", rows[i].c->name, found);
+    }
+    kit_msgs_free(&inputs);
+}
+
+/* Committed offsets at the end mean every output was acknowledged, so the
+ * output topics read after this are complete. */
+static void test_offsets_committed_to_the_end(void **state)
+{
+    int64_t ends[PARTITIONS], committed[PARTITIONS];
+    int behind = 1;
+
+    (void)state;
+    assert_int_equal(kit_end_offsets(bootstrap, topic_in, ends, PARTITIONS), PARTITIONS);
+    for (int waited = 0; waited < WAIT_S * 2 && behind; waited++) {
+        behind = 0;
+        assert_int_equal(kit_committed(bootstrap, group, topic_in, PARTITIONS, committed), 0);
+        for (int p = 0; p < PARTITIONS; p++)
+            behind |= ends[p] > 0 && committed[p] != ends[p];
+        if (behind)
+            usleep(500000);
+    }
+    for (int p = 0; p < PARTITIONS; p++)
+        if (ends[p] > 0 && committed[p] != ends[p])
+            fail_msg("partition %d: committed %lld, end %lld (see %s/worker-hostile.log)", p,
+                     (long long)committed[p], (long long)ends[p], logdir);
+}
+
+static void check_result_body(const sent_row *r, const kit_msg *m)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(m->value, m->len, 0, &jerr);
+    const char *code;
+
+    if (j == NULL)
+        fail_msg("%s: result is not JSON: %s", r->c->name, jerr.text);
+    code = json_string_value(json_object_get(j, "code"));
+    if (r->c->field == NULL) {
+        assert_int_equal(json_integer_value(json_object_get(j, "status")), 201);
+        assert_string_equal(code, "CREATED");
+    } else {
+        const char *field = json_string_value(
+            json_object_get(json_array_get(json_object_get(j, "errors"), 0), "field"));
+
+        assert_int_equal(json_integer_value(json_object_get(j, "status")), 400);
+        assert_string_equal(code, "INVALID_REQUEST");
+        if (field == NULL || strcmp(field, r->c->field) != 0)
+            fail_msg("%s: first error on %s, expected %s", r->c->name, field ? field : "(none)",
+                     r->c->field);
+    }
+    json_decref(j);
+}
+
+static void test_one_result_per_keyed_message(void **state)
+{
+    size_t want = 0;
+
+    (void)state;
+    for (size_t i = 0; i < hostile_count; i++)
+        want += rows[i].c->key_len > 0;
+    read_at_least(topic_out, want, &results);
+    assert_int_equal(results.n, want);
+    for (size_t i = 0; i < hostile_count; i++) {
+        const sent_row *r = &rows[i];
+        const kit_msg *m = NULL;
+        size_t n = outputs_of(r, &results, &m);
+        char replayed[16] = "";
+
+        if (n != (r->c->key_len > 0 ? 1u : 0u))
+            fail_msg("%s: %zu results", r->c->name, n);
+        if (n == 0)
+            continue;
+        if (!same_key(r->c, m))
+            fail_msg("%s: the result's key differs from the message's", r->c->name);
+        assert_true(kit_header(m, "replayed", replayed, sizeof(replayed)));
+        assert_string_equal(replayed, "false");
+        check_result_body(r, m);
+    }
+}
+
+static void check_dead_letter(const sent_row *r, const kit_msg *m)
+{
+    char text[128];
+
+    if (!same_key(r->c, m) || !same_value(r, m))
+        fail_msg("%s: the dead-letter copy differs from the message", r->c->name);
+    assert_true(kit_header(m, "error-code", text, sizeof(text)));
+    assert_string_equal(text, "INVALID_REQUEST");
+    assert_true(kit_header(m, "source-topic", text, sizeof(text)));
+    assert_string_equal(text, topic_in);
+    /* outputs_of matched source-partition and source-offset already. */
+}
+
+static void test_one_dead_letter_per_invalid_message(void **state)
+{
+    size_t want = 0;
+
+    (void)state;
+    for (size_t i = 0; i < hostile_count; i++)
+        want += rows[i].c->field != NULL;
+    read_at_least(topic_dlq, want, &dead_letters);
+    assert_int_equal(dead_letters.n, want);
+    for (size_t i = 0; i < hostile_count; i++) {
+        const sent_row *r = &rows[i];
+        const kit_msg *m = NULL;
+        size_t n = outputs_of(r, &dead_letters, &m);
+
+        if (n != (r->c->field != NULL ? 1u : 0u))
+            fail_msg("%s: %zu dead-letter copies", r->c->name, n);
+        if (n == 1)
+            check_dead_letter(r, m);
+    }
+}
+
+/* Only the control row was written: one request, its one order. */
+static void test_database_holds_only_the_control(void **state)
+{
+    (void)state;
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 1);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests "
+                                       "WHERE user_id = 42 AND status = 'SUCCEEDED' "
+                                       "AND idempotency_key = REPEAT('k', 80)"),
+                     1);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders WHERE user_id = 42 "
+                                       "AND external_order_no = 'H-1' AND amount = 19.90"),
+                     1);
+}
+
+static void test_sigterm_exits_zero(void **state)
+{
+    int status;
+
+    (void)state;
+    assert_int_equal(kill(worker, SIGTERM), 0);
+    status = kit_wait(worker, 30000);
+    if (status != 0)
+        fail_msg("the worker exited with %d after SIGTERM", status);
+    worker = 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_produce_every_row),
+        cmocka_unit_test(test_offsets_committed_to_the_end),
+        cmocka_unit_test(test_one_result_per_keyed_message),
+        cmocka_unit_test(test_one_dead_letter_per_invalid_message),
+        cmocka_unit_test(test_database_holds_only_the_control),
+        cmocka_unit_test(test_sigterm_exits_zero),
+    };
+
+    mysql_library_init(0, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
