@@ -22,6 +22,7 @@
 #define SEND_TIMEOUT_DEFAULT_MS 30000
 #define SEND_TIMEOUT_MAX_MS 3600000
 #define SEND_POLL_MS 100
+#define METADATA_RETRY_MS 5000 /* how long a missing topic may be a new one */
 
 void ow_help_send(void)
 {
@@ -89,7 +90,7 @@ static void warn_bad_key(const char *key)
 
     ow_field_errors_init(&errs);
     if (ow_request_check_key(key, strlen(key), &errs) != OW_OK)
-        fprintf(stderr, "order-worker send: warning: --key %s; the worker will answer 400 "
+        fprintf(stderr, "order-worker send: warning: --key: %s; the worker will answer 400 "
                         "INVALID_REQUEST\n",
                 errs.count > 0 ? errs.items[0].message : "is not a valid idempotency key");
 }
@@ -210,27 +211,53 @@ static rd_kafka_t *new_consumer(const ow_config *cfg, ow_error *err)
     return rk; /* conf is owned by rk when rk is not NULL */
 }
 
+/* Errors that a topic created a moment ago can still give. */
+static int is_metadata_lag(rd_kafka_resp_err_t e)
+{
+    return e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+           e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE || e == RD_KAFKA_RESP_ERR__TIMED_OUT;
+}
+
+static rd_kafka_resp_err_t topic_partitions(rd_kafka_t *rk, rd_kafka_topic_t *t, int timeout_ms,
+                                            int *n)
+{
+    const rd_kafka_metadata_t *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, t, &md, timeout_ms);
+
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt != 1)
+        e = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        e = md->topics[0].err;
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        *n = md->topics[0].partition_cnt;
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    return e;
+}
+
+/* The partition count of topic; retries for a few seconds while the
+ * broker may not know a topic created a moment ago. */
 static int partition_count(send_ctx *c, const char *topic, ow_error *err)
 {
     rd_kafka_topic_t *t = rd_kafka_topic_new(c->consumer, topic, NULL);
-    const rd_kafka_metadata_t *md = NULL;
+    int64_t give_up = ow_clock_mono_ms() + METADATA_RETRY_MS;
     rd_kafka_resp_err_t e;
     int n = -1;
 
     if (t == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: cannot create a topic handle", topic);
-    e = rd_kafka_metadata(c->consumer, 0, t, &md, (int)time_left(c));
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1)
-        e = md->topics[0].err;
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-        n = md->topics[0].partition_cnt;
-    else
-        ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "topic.results %s: %s", topic,
-                     rd_kafka_err2str(e));
-    if (md != NULL)
-        rd_kafka_metadata_destroy(md);
+    for (;;) {
+        e = topic_partitions(c->consumer, t, (int)time_left(c), &n);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR || !is_metadata_lag(e) || *c->stop ||
+            ow_clock_mono_ms() + SEND_POLL_MS >= give_up || time_left(c) <= SEND_POLL_MS)
+            break;
+        ow_sleep_ms(SEND_POLL_MS, c->stop);
+    }
     rd_kafka_topic_destroy(t);
-    return n >= 0 ? n : OW_EFATAL;
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "topic.results %s: %s", topic,
+                            rd_kafka_err2str(e));
+    return n;
 }
 
 /* Assigns every partition of topic.results at its high watermark. */
