@@ -325,11 +325,15 @@ static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_err
     bind_order_cols(&c);
     if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
         return ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
-    while (rc == OW_OK && ((frc = mysql_stmt_fetch(st)) == 0 || frc == MYSQL_DATA_TRUNCATED)) {
-        if (grow_orders(r, &cap) != OW_OK)
+    for (;;) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        if (grow_orders(r, &cap) != OW_OK) {
             rc = oom(err);
-        else
-            take_order(&c, &r->orders[r->n_orders++]);
+            break;
+        }
+        take_order(&c, &r->orders[r->n_orders++]);
     }
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
         rc = ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
@@ -446,7 +450,10 @@ static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit,
         rc = exec_binds(s, st, params, "select old requests", err);
     if (rc == OW_OK && mysql_stmt_bind_result(st, &res) != 0)
         rc = ow_store_fail(s, mysql_stmt_errno(st), "select old requests", err);
-    while (rc == OW_OK && (frc = mysql_stmt_fetch(st)) == 0) {
+    while (rc == OW_OK) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0)
+            break;
         if (*n < limit)
             ids[(*n)++] = id;
     }
@@ -639,8 +646,10 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
     bind_int(&res[2], &c, &nul[2]);
     if (mysql_stmt_bind_result(st, res) != 0)
         return ow_store_fail(s, mysql_stmt_errno(st), "audit examples", err);
-    while (((frc = mysql_stmt_fetch(st)) == 0 || frc == MYSQL_DATA_TRUNCATED) &&
-           chk->n_examples < OW_AUDIT_EXAMPLES) {
+    while (chk->n_examples < OW_AUDIT_EXAMPLES) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
         format_example(d, nul[0] ? 0 : a, b, blen < sizeof(b) ? blen : sizeof(b), nul[1],
                        nul[2] ? 0 : c, chk->examples[chk->n_examples]);
         chk->n_examples++;
