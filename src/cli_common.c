@@ -65,16 +65,31 @@ static int known_option(const char *arg, const char *const *known, int *takes_va
     return 0;
 }
 
-int ow_cli_check_args(int argc, char **argv, const char *const *known, const char *cmd)
+/* Walks argv: options must be known and get their values; the rest are
+ * positional: ignored when ignore_pos, else stored in pos (at most max). */
+static int walk_args(int argc, char **argv, const char *const *known, const char *cmd,
+                     int ignore_pos, const char **pos, int max)
 {
+    int n = 0;
+
     for (int i = 1; i < argc; i++) {
         int takes_value = 0;
 
-        if (argv[i][0] != '-' || strcmp(argv[i], "-") == 0)
+        if (argv[i][0] != '-' || strcmp(argv[i], "-") == 0) {
+            if (ignore_pos)
+                continue;
+            if (n >= max) {
+                fprintf(stderr, "order-worker %s: unexpected argument \"%s\" "
+                                "(see order-worker %s --help)\n",
+                        cmd, argv[i], cmd);
+                return -1;
+            }
+            pos[n++] = argv[i];
             continue;
+        }
         if (!known_option(argv[i], known, &takes_value)) {
-            fprintf(stderr, "order-worker %s: unknown option %s (see order-worker %s --help)\n", cmd,
-                    argv[i], cmd);
+            fprintf(stderr, "order-worker %s: unknown option %s (see order-worker %s --help)\n",
+                    cmd, argv[i], cmd);
             return -1;
         }
         if (takes_value) {
@@ -85,5 +100,56 @@ int ow_cli_check_args(int argc, char **argv, const char *const *known, const cha
             i++;
         }
     }
+    return n;
+}
+
+int ow_cli_check_args(int argc, char **argv, const char *const *known, const char *cmd)
+{
+    return walk_args(argc, argv, known, cmd, 1, NULL, 0) < 0 ? -1 : 0;
+}
+
+int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd,
+                const char **pos, int max)
+{
+    return walk_args(argc, argv, known, cmd, 0, pos, max);
+}
+
+const char *ow_cli_required(int argc, char **argv, const char *name, const char *cmd)
+{
+    const char *v = ow_cli_opt(argc, argv, name);
+
+    if (v == NULL || *v == '\0') {
+        fprintf(stderr, "order-worker %s: %s is required (see order-worker %s --help)\n", cmd,
+                name, cmd);
+        return NULL;
+    }
+    return v;
+}
+
+int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user)
+{
+    const char *v = ow_cli_required(argc, argv, "--user", cmd);
+
+    if (v == NULL)
+        return -1;
+    if (ow_parse_int64(v, user) != OW_OK || *user <= 0) {
+        fprintf(stderr, "order-worker %s: --user: must be a positive 64-bit integer, got \"%s\"\n",
+                cmd, v);
+        return -1;
+    }
     return 0;
+}
+
+ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids)
+{
+    ow_store_params p = {cfg->mysql_host,
+                         (unsigned)cfg->mysql_port,
+                         cfg->mysql_user,
+                         cfg->mysql_password,
+                         cfg->mysql_database,
+                         (unsigned)cfg->mysql_connect_timeout_s,
+                         (unsigned)cfg->request_in_progress_wait_s};
+
+    ow_idgen_init(ids, 0, ow_clock_wall_ms);
+    return ow_store_new(&p, ids);
 }

@@ -30,16 +30,17 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static void help_config(void)
-{
-    puts("Configuration: a key = value file ('#' starts a comment), every key also\n"
-         "settable as ORDER_WORKER_<KEY> with '.' as '_' (the environment wins).\n");
-    ow_config_print_reference(stdout, 0);
-}
-
 const ow_command ow_commands[] = {
     {"run", "consume, decide and publish until stopped", ow_cmd_run, ow_help_run},
     {"migrate", "apply the schema migrations of sql/", ow_cmd_migrate, ow_help_migrate},
+    {"lookup", "print one request record and its orders as JSON", ow_cmd_lookup,
+     ow_help_lookup},
+    {"purge", "delete request records older than a duration", ow_cmd_purge, ow_help_purge},
+    {"audit", "check the stored data against the invariants", ow_cmd_audit, ow_help_audit},
+    {"send", "produce one order batch (and optionally wait for its result)", ow_cmd_send,
+     ow_help_send},
+    {"config", "print the effective configuration or the key reference", ow_cmd_config,
+     ow_help_config},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -64,7 +65,7 @@ int main(int argc, char **argv)
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
         putchar('\n');
-        help_config();
+        ow_help_config_keys();
         return OW_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {

@@ -202,3 +202,54 @@ int64_t ow_backoff_ms(int64_t base, int64_t max, unsigned attempt, uint64_t *see
      * but never retries immediately after a failure. */
     return cap / 2 + (int64_t)(ow_rand64(seed) % (uint64_t)(cap / 2 + 1));
 }
+
+static int64_t duration_unit(char c)
+{
+    switch (c) {
+    case 's':
+        return 1;
+    case 'm':
+        return 60;
+    case 'h':
+        return 3600;
+    case 'd':
+        return 86400;
+    default:
+        return 0;
+    }
+}
+
+int ow_duration_parse(const char *s, int64_t *seconds, const char **why)
+{
+    const char *reason = NULL;
+    int64_t n = 0;
+    int64_t unit = 0;
+    size_t i = 0;
+
+    if (s == NULL)
+        s = "";
+    /* Accumulate while n stays below the maximum, so it cannot overflow. */
+    while (s[i] >= '0' && s[i] <= '9' && n <= OW_DURATION_MAX_S)
+        n = n * 10 + (s[i++] - '0');
+    while (s[i] >= '0' && s[i] <= '9')
+        i++;
+    if (s[i] != '\0' && s[i + 1] == '\0')
+        unit = duration_unit(s[i]);
+    if (i == 0)
+        reason = "must start with a number, e.g. 30d";
+    else if (s[i] == '\0')
+        reason = "needs a unit: s, m, h or d (e.g. 30d)";
+    else if (unit == 0)
+        reason = "unknown unit: use s, m, h or d (e.g. 30d)";
+    else if (n == 0)
+        reason = "must be greater than zero";
+    else if (n > OW_DURATION_MAX_S / unit)
+        reason = "is too long (at most 36500d)";
+    if (reason != NULL) {
+        if (why != NULL)
+            *why = reason;
+        return OW_EINVAL;
+    }
+    *seconds = n * unit;
+    return OW_OK;
+}

@@ -3,8 +3,11 @@
 #define OW_CLI_H
 
 #include <signal.h>
+#include <stdint.h>
 
 #include "ow/config.h"
+#include "ow/idgen.h"
+#include "ow/store.h"
 
 enum {
     OW_EXIT_OK = 0,
@@ -32,10 +35,36 @@ int ow_cli_flag(int argc, char **argv, const char *name);
 /* Rejects options not in the NULL-terminated list (flags end with '!',
  * e.g. "--dry-run!"). Prints the error. Returns 0 when all are known. */
 int ow_cli_check_args(int argc, char **argv, const char *const *known, const char *cmd);
+/* Like ow_cli_check_args, and also collects the arguments that are neither
+ * options nor option values into pos (at most max, pos may be NULL when max
+ * is 0; "-" counts as one).
+ * Prints the error and returns -1 for an unknown option or too many
+ * arguments; otherwise returns how many were found. */
+int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd,
+                const char **pos, int max);
+/* The value of a required option; prints "--name is required" and returns
+ * NULL when it is absent or empty. */
+const char *ow_cli_required(int argc, char **argv, const char *name, const char *cmd);
+/* --user as a positive 64-bit integer; prints the error and returns -1. */
+int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
+/* A store for the configured database (connects on first use). */
+ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids);
 
 int ow_cmd_run(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_migrate(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_audit(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_send(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_config(int argc, char **argv, const volatile sig_atomic_t *stop);
 void ow_help_run(void);
 void ow_help_migrate(void);
+void ow_help_lookup(void);
+void ow_help_purge(void);
+void ow_help_audit(void);
+void ow_help_send(void);
+void ow_help_config(void);
+/* The configuration key reference, as `order-worker --help` ends. */
+void ow_help_config_keys(void);
 
 #endif

@@ -12,6 +12,15 @@
  * does not fit. */
 int ow_parse_int64(const char *s, int64_t *out);
 
+/* Longest duration ow_duration_parse accepts: 100 years of 365 days. */
+#define OW_DURATION_MAX_S (INT64_C(36500) * 86400)
+
+/* Parses a duration such as "30d", "12h", "90m" or "3600s": decimal digits
+ * and one unit (s, m, h, d), nothing else. The result, in seconds, is
+ * positive and at most OW_DURATION_MAX_S. Returns 0, or OW_EINVAL with a
+ * reason in *why (static text; why may be NULL). */
+int ow_duration_parse(const char *s, int64_t *seconds, const char **why);
+
 /* Growable byte buffer; data is always NUL-terminated when non-NULL. */
 typedef struct {
     char *data;

@@ -90,6 +90,60 @@ static void test_hash_stable(void **state)
     assert_true(ow_hash64("a", 1) == 0xaf63dc4c8601ec8cULL);
 }
 
+static void test_duration_parse(void **state)
+{
+    static const struct {
+        const char *s;
+        int64_t seconds; /* 0: must be rejected */
+        const char *why; /* a word of the reason when rejected */
+    } cases[] = {
+        {"30d", 30 * 86400, NULL},
+        {"12h", 12 * 3600, NULL},
+        {"90m", 90 * 60, NULL},
+        {"3600s", 3600, NULL},
+        {"1s", 1, NULL},
+        {"007m", 7 * 60, NULL},
+        {"36500d", OW_DURATION_MAX_S, NULL},
+        {"3153600000s", OW_DURATION_MAX_S, NULL},
+        {"36501d", 0, "too long"},
+        {"3153600001s", 0, "too long"},
+        {"99999999999999999999999d", 0, "too long"},
+        {"0d", 0, "greater than zero"},
+        {"0s", 0, "greater than zero"},
+        {"000h", 0, "greater than zero"},
+        {"-5d", 0, "number"},
+        {"+5d", 0, "number"},
+        {"", 0, "number"},
+        {"d", 0, "number"},
+        {" 5d", 0, "number"},
+        {"30", 0, "needs a unit"},
+        {"30w", 0, "unknown unit"},
+        {"30D", 0, "unknown unit"},
+        {"30dd", 0, "unknown unit"},
+        {"30d ", 0, "unknown unit"},
+        {"30 d", 0, "unknown unit"},
+        {"1.5h", 0, "unknown unit"},
+        {"1h30m", 0, "unknown unit"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t v = -1;
+        const char *why = NULL;
+        int rc = ow_duration_parse(cases[i].s, &v, &why);
+
+        if (cases[i].seconds > 0) {
+            if (rc != OW_OK || v != cases[i].seconds)
+                fail_msg("\"%s\": rc %d, %lld seconds", cases[i].s, rc, (long long)v);
+        } else {
+            if (rc != OW_EINVAL || why == NULL || strstr(why, cases[i].why) == NULL)
+                fail_msg("\"%s\": rc %d, reason %s", cases[i].s, rc, why ? why : "(none)");
+            assert_int_equal(v, -1); /* untouched */
+        }
+    }
+    assert_int_equal(ow_duration_parse(NULL, NULL, NULL), OW_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -97,6 +151,7 @@ int main(void)
         cmocka_unit_test(test_buf),
         cmocka_unit_test(test_backoff_bounds),
         cmocka_unit_test(test_hash_stable),
+        cmocka_unit_test(test_duration_parse),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,307 @@
+/*
+ * The operator subcommands end to end: one real worker process, a real
+ * broker and MariaDB, and the built binary run as an operator would run it.
+ * send --wait gets the 201 and then the byte-identical replay; lookup shows
+ * the record (and exits 3 for an unknown key); audit passes; config --print
+ * hides the password; bad arguments exit 2.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "kit.h"
+#include "testcli.h"
+#include "testdb.h"
+
+#define N_ENV 12
+#define CLI_TIMEOUT_MS 120000
+
+static testdb db;
+static char bootstrap[256];
+static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
+static char env_store[N_ENV][300];
+static char *env[N_ENV + 1];
+static pid_t worker;
+static char *first_result; /* stdout of the first send --wait */
+
+static const char *const batch =
+    "{\"user_id\":4242,\"orders\":[{\"external_order_no\":\"CLI-1\",\"amount\":\"19.90\","
+    "\"product_id\":101},{\"external_order_no\":\"CLI-2\",\"amount\":5,\"quantity\":2}]}";
+
+static const char *env_or_fail(const char *name)
+{
+    const char *v = getenv(name);
+
+    if (v == NULL || *v == '\0')
+        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
+    return v;
+}
+
+static void build_env(void)
+{
+    int i = 0;
+
+#define ENV(...)                                                                  \
+    (snprintf(env_store[i], sizeof(env_store[i]), __VA_ARGS__), env[i] = env_store[i], i++)
+    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
+    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
+    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
+    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
+    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
+    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
+    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
+    ENV("ORDER_WORKER_MYSQL_USER=%s", db.user);
+    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", db.password);
+    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
+    ENV("ORDER_WORKER_KAFKA_SESSION_TIMEOUT_MS=6000");
+    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+#undef ENV
+    env[i] = NULL;
+}
+
+/* Runs the binary with the test's environment, extra (may be NULL) on top. */
+static testcli_result cli(const char *const *args, const char *in, const char *extra)
+{
+    char *argv[16];
+    char *envp[N_ENV + 2];
+    testcli_result r;
+    size_t n = 0, e = 0;
+
+    argv[n++] = (char *)env_or_fail("OW_TEST_WORKER_BIN");
+    while (*args != NULL && n < 15)
+        argv[n++] = (char *)*args++;
+    argv[n] = NULL;
+    while (env[e] != NULL) {
+        envp[e] = env[e];
+        e++;
+    }
+    envp[e++] = (char *)extra;
+    envp[e] = NULL;
+    if (testcli_run(argv, envp, in, in != NULL ? strlen(in) : 0, CLI_TIMEOUT_MS, &r) != 0)
+        fail_msg("cannot run %s", argv[0]);
+    return r;
+}
+
+static int setup(void **state)
+{
+    char suffix[64], log[300];
+    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+
+    (void)state;
+    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
+    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
+    snprintf(topic_in, sizeof(topic_in), "cli-in-%s", suffix);
+    snprintf(topic_out, sizeof(topic_out), "cli-out-%s", suffix);
+    snprintf(topic_dlq, sizeof(topic_dlq), "cli-dlq-%s", suffix);
+    snprintf(group, sizeof(group), "cli-group-%s", suffix);
+    snprintf(logdir, sizeof(logdir), "%s",
+             getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
+    testdb_create(&db, "ow_e2e_cli");
+    assert_int_equal(kit_create_topic(bootstrap, topic_in, 2), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_out, 2), 0);
+    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
+    build_env();
+    snprintf(log, sizeof(log), "%s/cli-worker.log", logdir);
+    worker = kit_spawn(argv, env, log);
+    assert_true(worker > 0);
+    print_message("cli e2e: broker %s, topics %s/%s, database %s, worker log %s\n", bootstrap,
+                  topic_in, topic_out, db.database, log);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (worker > 0) {
+        kill(worker, SIGTERM);
+        if (kit_wait(worker, 20000) < 0) {
+            kill(worker, SIGKILL);
+            kit_wait(worker, 5000);
+        }
+    }
+    testdb_drop(&db);
+    free(first_result);
+    return 0;
+}
+
+static json_t *parse_json(const char *text)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+
+    if (j == NULL)
+        fail_msg("not JSON (%s): %s", jerr.text, text);
+    return j;
+}
+
+static void test_send_wait_created(void **state)
+{
+    static const char *const args[] = {"send", "--user", "4242", "--key", "cli-e2e-1", "--wait",
+                                       "--timeout-ms", "90000", NULL};
+    testcli_result r = cli(args, batch, NULL);
+    json_t *j;
+
+    (void)state;
+    if (r.status != 0)
+        fail_msg("send --wait: status %d\n%s", r.status, r.err);
+    assert_non_null(strstr(r.err, "sent: partition "));
+    assert_non_null(strstr(r.err, "replayed: false\n"));
+    assert_non_null(strstr(r.err, "source-offset: "));
+    assert_true(r.out_len > 0);
+    assert_ptr_equal(strchr(r.out, '\n'), r.out + r.out_len - 1); /* one line */
+    j = parse_json(r.out);
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 201);
+    assert_string_equal(json_string_value(json_object_get(j, "code")), "CREATED");
+    assert_int_equal(json_array_size(json_object_get(j, "orders")), 2);
+    json_decref(j);
+    first_result = strdup(r.out);
+    testcli_result_free(&r);
+}
+
+static void test_send_wait_replayed(void **state)
+{
+    static char path[300];
+    const char *const args[] = {"send", "--user", "4242", "--key", "cli-e2e-1", path, "--wait",
+                                NULL};
+    testcli_result r;
+    FILE *f;
+
+    (void)state;
+    assert_non_null(first_result);
+    snprintf(path, sizeof(path), "%s/cli-e2e-batch-%d.json", logdir, (int)getpid());
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(batch, f);
+    fclose(f);
+    r = cli(args, NULL, NULL);
+    unlink(path);
+    if (r.status != 0)
+        fail_msg("send --wait (again): status %d\n%s", r.status, r.err);
+    assert_non_null(strstr(r.err, "replayed: true\n"));
+    assert_string_equal(r.out, first_result); /* byte for byte */
+    testcli_result_free(&r);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 2);
+}
+
+static void test_send_wait_invalid_input(void **state)
+{
+    static const char *const args[] = {"send", "--user", "4242", "--key", "cli-e2e-bad", "--wait",
+                                       NULL};
+    testcli_result r = cli(args, "{\"user_id\":4242,\"orders\":[]}", NULL);
+    json_t *j;
+
+    (void)state;
+    /* The result arrived: exit 0, whatever its status. */
+    if (r.status != 0)
+        fail_msg("send --wait (invalid): status %d\n%s", r.status, r.err);
+    j = parse_json(r.out);
+    assert_int_equal(json_integer_value(json_object_get(j, "status")), 400);
+    assert_string_equal(json_string_value(json_object_get(j, "code")), "INVALID_REQUEST");
+    json_decref(j);
+    testcli_result_free(&r);
+}
+
+static void test_lookup(void **state)
+{
+    static const char *const found[] = {"lookup", "--user", "4242", "--key", "cli-e2e-1", NULL};
+    static const char *const unknown[] = {"lookup", "--user", "4242", "--key", "cli-e2e-none",
+                                          NULL};
+    testcli_result r = cli(found, NULL, NULL);
+    json_t *j, *first;
+
+    (void)state;
+    if (r.status != 0)
+        fail_msg("lookup: status %d\n%s", r.status, r.err);
+    j = parse_json(r.out);
+    first = parse_json(first_result);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
+    assert_int_equal(json_integer_value(json_object_get(j, "response_status")), 201);
+    assert_string_equal(json_string_value(json_object_get(j, "request_digest")),
+                        json_string_value(json_object_get(first, "request_digest")));
+    assert_int_equal(json_array_size(json_object_get(j, "orders")), 2);
+    assert_true(json_equal(json_object_get(j, "response"), first));
+    json_decref(first);
+    json_decref(j);
+    testcli_result_free(&r);
+
+    r = cli(unknown, NULL, NULL);
+    assert_int_equal(r.status, 3);
+    assert_non_null(strstr(r.err, "no request for user 4242 with key cli-e2e-none"));
+    testcli_result_free(&r);
+}
+
+static void test_audit_passes(void **state)
+{
+    static const char *const args[] = {"audit", NULL};
+    testcli_result r = cli(args, NULL, NULL);
+
+    (void)state;
+    if (r.status != 0)
+        fail_msg("audit: status %d\n%s%s", r.status, r.out, r.err);
+    assert_non_null(strstr(r.out, "audit: idempotency_requests 1 rows, orders 2 rows"));
+    testcli_result_free(&r);
+}
+
+static void test_config_print_redacts(void **state)
+{
+    static const char *const args[] = {"config", "--print", NULL};
+    testcli_result r = cli(args, NULL, "ORDER_WORKER_MYSQL_PASSWORD=secret-value");
+
+    (void)state;
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "secret-value"));
+    assert_null(strstr(r.err, "secret-value"));
+    assert_non_null(strstr(r.out, "mysql.password = (redacted)"));
+    assert_non_null(strstr(r.out, topic_in)); /* the environment's values are shown */
+    testcli_result_free(&r);
+}
+
+static void test_bad_arguments(void **state)
+{
+    static const char *const a1[] = {"lookup", "--user", "x", "--key", "k", NULL};
+    static const char *const a2[] = {"send", "--user", "4242", NULL};
+    static const char *const a3[] = {"purge", "--older-than", "0d", NULL};
+    static const char *const a4[] = {"audit", "--verbose", NULL};
+    static const char *const a5[] = {"send", "--user", "1", "--key", "k", NULL};
+    static const char *const *const cases[] = {a1, a2, a3, a4, a5};
+    static const char *const stderr_has[] = {"--user", "--key", "--older-than", "--verbose",
+                                             "user_id is 4242 but --user is 1"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        testcli_result r = cli(cases[i], batch, NULL);
+
+        if (r.status != 2 || strstr(r.err, stderr_has[i]) == NULL)
+            fail_msg("case %zu: status %d, stderr: %s", i, r.status, r.err);
+        testcli_result_free(&r);
+    }
+    /* Nothing reached the database. */
+    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_send_wait_created),
+        cmocka_unit_test(test_send_wait_replayed),
+        cmocka_unit_test(test_send_wait_invalid_input),
+        cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_audit_passes),
+        cmocka_unit_test(test_config_print_redacts),
+        cmocka_unit_test(test_bad_arguments),
+    };
+
+    mysql_library_init(0, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

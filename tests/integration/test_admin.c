@@ -1,0 +1,591 @@
+/*
+ * The operator operations against a real MariaDB, both as functions
+ * (ow/admin.h) and through the built binary (exit codes, output):
+ * lookup found / not found, purge in batches with orders kept, dry run,
+ * and an audit in which every check fires, next to a clean one.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "ow/admin.h"
+#include "ow/digest.h"
+#include "ow/store.h"
+#include "testcli.h"
+#include "testdb.h"
+
+static const ow_request_limits limits = {1 << 20, 1000};
+static testdb db;
+static ow_idgen ids;
+
+/* --- Helpers ---------------------------------------------------------------- */
+
+typedef struct {
+    ow_request req;
+    ow_store_item item;
+} msg;
+
+static void msg_make(msg *m, const char *key, const char *value)
+{
+    ow_field_errors errs;
+
+    ow_field_errors_init(&errs);
+    if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
+        fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
+    ow_store_item_init(&m->item, &m->req, key, strlen(key));
+    assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
+}
+
+static void msg_free(msg *m)
+{
+    ow_store_item_cleanup(&m->item);
+    ow_request_cleanup(&m->req);
+}
+
+static ow_store *new_store(testdb *t)
+{
+    ow_store_params p = testdb_params(t, 5);
+    ow_store *s = ow_store_new(&p, &ids);
+
+    assert_non_null(s);
+    return s;
+}
+
+/* Decides one request the way the worker does; returns its decision. */
+static ow_decision decide(ow_store *s, msg *m)
+{
+    ow_error err;
+
+    for (int attempt = 0; attempt < 20; attempt++) {
+        if (ow_store_decide(s, &m->item, 1, attempt > 0, &err) == OW_OK)
+            return m->item.decision;
+        if (err.cls != OW_ERRCLASS_RETRIABLE)
+            fail_msg("decide: %s", err.msg);
+    }
+    fail_msg("decide kept failing: %s", err.msg);
+    return OW_DECISION_NONE;
+}
+
+/* Decides {"user_id":user,"orders":[...]} under key and frees it. */
+static void record(ow_store *s, const char *key, const char *value, ow_decision want)
+{
+    msg m;
+
+    msg_make(&m, key, value);
+    assert_int_equal(decide(s, &m), want);
+    msg_free(&m);
+}
+
+static long long count(testdb *t, const char *sql)
+{
+    return testdb_count(t, sql);
+}
+
+/* Runs the binary against database t; argv after the binary, NULL-terminated. */
+static testcli_result cli(testdb *t, const char *const *args)
+{
+    char env[5][200];
+    char *envp[6];
+    char *argv[16];
+    testcli_result r;
+    size_t n = 0;
+
+    if (testcli_bin() == NULL)
+        fail_msg("OW_TEST_WORKER_BIN is not set: run the tests through ctest");
+    snprintf(env[0], sizeof(env[0]), "ORDER_WORKER_MYSQL_HOST=%s", t->host);
+    snprintf(env[1], sizeof(env[1]), "ORDER_WORKER_MYSQL_PORT=%u", t->port);
+    snprintf(env[2], sizeof(env[2]), "ORDER_WORKER_MYSQL_USER=%s", t->user);
+    snprintf(env[3], sizeof(env[3]), "ORDER_WORKER_MYSQL_PASSWORD=%s", t->password);
+    snprintf(env[4], sizeof(env[4]), "ORDER_WORKER_MYSQL_DATABASE=%s", t->database);
+    for (int i = 0; i < 5; i++)
+        envp[i] = env[i];
+    envp[5] = NULL;
+    argv[n++] = (char *)testcli_bin();
+    while (*args != NULL && n < 15)
+        argv[n++] = (char *)*args++;
+    argv[n] = NULL;
+    if (testcli_run(argv, envp, NULL, 0, 60000, &r) != 0)
+        fail_msg("cannot run %s", argv[0]);
+    return r;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    testdb_exec(&db, "DELETE FROM orders");
+    testdb_exec(&db, "DELETE FROM idempotency_requests");
+    return 0;
+}
+
+/* --- lookup ------------------------------------------------------------------ */
+
+static const char *const lookup_value =
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"L-1\",\"amount\":\"19.9\","
+    "\"product_id\":101},{\"external_order_no\":\"L-2\",\"amount\":5,\"quantity\":3}]}";
+
+static void test_lookup_record(void **state)
+{
+    ow_store *s = new_store(&db);
+    ow_admin_record rec;
+    ow_error err;
+    msg m;
+
+    (void)state;
+    msg_make(&m, "look-1", lookup_value);
+    assert_int_equal(decide(s, &m), OW_DECISION_CREATED);
+    ow_admin_record_init(&rec);
+    assert_int_equal(ow_admin_lookup(s, 42, "look-1", 6, &rec, &err), OW_OK);
+    assert_int_equal(rec.user_id, 42);
+    assert_int_equal(rec.id, count(&db, "SELECT id FROM idempotency_requests"));
+    assert_string_equal(rec.status, "SUCCEEDED");
+    assert_int_equal(rec.response_status, 201);
+    assert_string_equal(rec.digest_hex, m.item.digest_hex);
+    assert_true(rec.created_at.year >= 2024 && rec.created_at.month >= 1);
+    assert_int_equal(rec.response.len, m.item.body.len);
+    assert_memory_equal(rec.response.data, m.item.body.data, m.item.body.len);
+    assert_int_equal(rec.n_orders, 2);
+    assert_string_equal(rec.orders[0].external_order_no, "L-1");
+    assert_string_equal(rec.orders[0].amount, "19.90");
+    assert_int_equal(rec.orders[0].product_id, 101);
+    assert_int_equal(rec.orders[0].quantity, 1);
+    assert_string_equal(rec.orders[1].external_order_no, "L-2");
+    assert_string_equal(rec.orders[1].amount, "5.00");
+    assert_int_equal(rec.orders[1].product_id, 0);
+    assert_int_equal(rec.orders[1].quantity, 3);
+    assert_int_equal(strncmp(rec.orders[0].order_no, "OW-", 3), 0);
+    /* The scope is (user, key): another user's lookup of the key finds nothing. */
+    assert_int_equal(ow_admin_lookup(s, 43, "look-1", 6, &rec, &err), OW_ENOTFOUND);
+    assert_int_equal(ow_admin_lookup(s, 42, "look-2", 6, &rec, &err), OW_ENOTFOUND);
+    ow_admin_record_cleanup(&rec);
+    msg_free(&m);
+    ow_store_free(&s);
+}
+
+static void test_lookup_failed_record(void **state)
+{
+    ow_store *s = new_store(&db);
+    ow_admin_record rec;
+    ow_error err;
+
+    (void)state;
+    record(s, "first", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"F-1\",\"amount\":1}]}",
+           OW_DECISION_CREATED);
+    record(s, "clash", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"F-1\",\"amount\":2}]}",
+           OW_DECISION_CONFLICT);
+    ow_admin_record_init(&rec);
+    assert_int_equal(ow_admin_lookup(s, 7, "clash", 5, &rec, &err), OW_OK);
+    assert_string_equal(rec.status, "FAILED");
+    assert_int_equal(rec.response_status, 409);
+    assert_int_equal(rec.n_orders, 0);
+    assert_non_null(strstr(rec.response.data, "ORDER_ALREADY_EXISTS"));
+    ow_admin_record_cleanup(&rec);
+    ow_store_free(&s);
+}
+
+static void test_lookup_cli(void **state)
+{
+    static const char *const found[] = {"lookup", "--user", "42", "--key", "look-cli", NULL};
+    static const char *const missing[] = {"lookup", "--user", "42", "--key", "no-such-key", NULL};
+    ow_store *s = new_store(&db);
+    testcli_result r;
+    json_error_t jerr;
+    json_t *j, *orders, *resp;
+    msg m;
+
+    (void)state;
+    msg_make(&m, "look-cli", lookup_value);
+    assert_int_equal(decide(s, &m), OW_DECISION_CREATED);
+    r = cli(&db, found);
+    if (r.status != 0)
+        fail_msg("lookup: status %d: %s", r.status, r.err);
+    j = json_loads(r.out, 0, &jerr);
+    if (j == NULL)
+        fail_msg("lookup printed no JSON: %s", r.out);
+    assert_non_null(strstr(r.out, "\n  \"id\": ")); /* pretty-printed */
+    assert_int_equal(json_integer_value(json_object_get(j, "user_id")), 42);
+    assert_string_equal(json_string_value(json_object_get(j, "idempotency_key")), "look-cli");
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
+    assert_string_equal(json_string_value(json_object_get(j, "request_digest")), m.item.digest_hex);
+    assert_int_equal(json_integer_value(json_object_get(j, "response_status")), 201);
+    assert_int_equal(strlen(json_string_value(json_object_get(j, "created_at"))), 26);
+    orders = json_object_get(j, "orders");
+    assert_int_equal(json_array_size(orders), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(orders, 0), "amount")),
+                        "19.90");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(orders, 0), "product_id")),
+                     101);
+    assert_true(json_is_null(json_object_get(json_array_get(orders, 1), "product_id")));
+    /* The stored response, embedded as JSON, equals the body the worker built. */
+    resp = json_loadb(m.item.body.data, m.item.body.len, 0, &jerr);
+    assert_true(json_equal(json_object_get(j, "response"), resp));
+    json_decref(resp);
+    json_decref(j);
+    testcli_result_free(&r);
+
+    r = cli(&db, missing);
+    assert_int_equal(r.status, 3);
+    assert_string_equal(r.out, "");
+    assert_non_null(
+        strstr(r.err, "order-worker lookup: no request for user 42 with key no-such-key"));
+    testcli_result_free(&r);
+    msg_free(&m);
+    ow_store_free(&s);
+}
+
+/* --- purge ------------------------------------------------------------------- */
+
+/* 7 requests 40 days old (9 orders), 2 of 29 days and 4 new (one of which
+ * reuses an order of an old request), all for user 5: 13 requests, 14 orders. */
+static void purge_fixture(ow_store *s)
+{
+    char key[32], value[256];
+
+    for (int i = 0; i < 12; i++) {
+        const char *second = i == 0   ? ",{\"external_order_no\":\"P-extra\",\"amount\":2}"
+                             : i == 1 ? ",{\"external_order_no\":\"P-1b\",\"amount\":2}"
+                                      : "";
+
+        snprintf(key, sizeof(key), "%s-%d", i < 7 ? "old" : i < 9 ? "month" : "new", i);
+        snprintf(value, sizeof(value),
+                 "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"P-%d\",\"amount\":1}%s]}", i,
+                 second);
+        record(s, key, value, OW_DECISION_CREATED);
+    }
+    /* A new request that reuses an order an old request created. */
+    record(s, "new-reuse",
+           "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"P-0\",\"amount\":1}]}",
+           OW_DECISION_CREATED);
+    testdb_exec(&db, "UPDATE idempotency_requests SET created_at = NOW(6) - INTERVAL 40 DAY "
+                     "WHERE idempotency_key LIKE 'old-%'");
+    testdb_exec(&db, "UPDATE idempotency_requests SET created_at = NOW(6) - INTERVAL 29 DAY "
+                     "WHERE idempotency_key LIKE 'month-%'");
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 13);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders"), 14);
+}
+
+/* What a 30-day purge must leave: the 6 recent requests, every order, and
+ * request_id NULL exactly on the 9 orders of the purged requests. */
+static void assert_purged(void)
+{
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 6);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests "
+                                "WHERE idempotency_key LIKE 'old-%'"),
+                     0);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders"), 14);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), 9);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders o JOIN idempotency_requests r "
+                                "ON r.id = o.request_id"),
+                     5);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL AND "
+                                "external_order_no IN ('P-0','P-1','P-1b','P-2','P-3','P-4',"
+                                "'P-5','P-6','P-extra')"),
+                     9);
+}
+
+static void test_purge_batches(void **state)
+{
+    ow_store *s = new_store(&db);
+    ow_timestamp cutoff;
+    ow_purge_batch b;
+    ow_error err;
+    int64_t n = 0, deleted = 0, detached = 0;
+    int batches = 0;
+
+    (void)state;
+    purge_fixture(s);
+    assert_int_equal(ow_admin_purge_cutoff(s, 30 * 86400, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_admin_purge_count(s, &cutoff, &n, &err), OW_OK);
+    assert_int_equal(n, 7);
+    do {
+        assert_int_equal(ow_admin_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
+        assert_true(b.requests_selected <= 3);
+        assert_int_equal(b.requests_deleted, b.requests_selected);
+        deleted += b.requests_deleted;
+        detached += b.orders_detached;
+        batches++;
+    } while (b.requests_selected == 3);
+    assert_int_equal(batches, 3); /* 3 + 3 + 1 */
+    assert_int_equal(deleted, 7);
+    assert_int_equal(detached, 9);
+    assert_purged();
+    /* Nothing is left to purge; a bad batch size is refused. */
+    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
+    assert_int_equal(b.requests_selected, 0);
+    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 0, &b, &err), OW_EINVAL);
+    assert_int_equal(ow_admin_purge_batch(s, &cutoff, OW_PURGE_BATCH_MAX + 1, &b, &err),
+                     OW_EINVAL);
+    ow_store_free(&s);
+}
+
+/* A batch larger than one IN list (ID_CHUNK = 256 ids) of the store. */
+static void test_purge_large_batch(void **state)
+{
+    ow_store *s = new_store(&db);
+    ow_timestamp cutoff;
+    ow_purge_batch b;
+    ow_error err;
+
+    (void)state;
+    testdb_exec(&db, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                     "request_digest, status, response_status, response_body, created_at) "
+                     "SELECT seq, 9, CONCAT('bulk-', seq), UNHEX(SHA2(seq, 256)), 'SUCCEEDED', "
+                     "201, '{}', NOW(6) - INTERVAL 2 HOUR FROM seq_1_to_700");
+    testdb_exec(&db, "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, "
+                     "quantity, request_id) SELECT seq, CONCAT('OW-T', seq), 9, CONCAT('B-', seq), "
+                     "1, 1, seq FROM seq_1_to_700");
+    assert_int_equal(ow_admin_purge_cutoff(s, 3600, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 600, &b, &err), OW_OK);
+    assert_int_equal(b.requests_selected, 600);
+    assert_int_equal(b.requests_deleted, 600);
+    assert_int_equal(b.orders_detached, 600);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 100);
+    assert_int_equal(count(&db, "SELECT MIN(id) FROM idempotency_requests"), 601);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), 600);
+    assert_int_equal(
+        count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL AND id > 600"), 0);
+    ow_store_free(&s);
+}
+
+static void test_purge_cli(void **state)
+{
+    static const char *const dry[] = {"purge", "--older-than", "30d", "--dry-run", NULL};
+    static const char *const real[] = {"purge", "--older-than", "720h", "--batch", "2", NULL};
+    ow_store *s = new_store(&db);
+    testcli_result r;
+
+    (void)state;
+    purge_fixture(s);
+    r = cli(&db, dry);
+    if (r.status != 0)
+        fail_msg("purge --dry-run: status %d: %s", r.status, r.err);
+    assert_non_null(strstr(r.out, "purge: dry run: 7 request records created before "));
+    testcli_result_free(&r);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 13);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), 0);
+
+    r = cli(&db, real);
+    if (r.status != 0)
+        fail_msg("purge: status %d: %s", r.status, r.err);
+    /* Progress per batch on stderr (not a TTY: one line each), summary on stdout. */
+    assert_non_null(strstr(r.err, "purge: deleted 2 of ~7 records...\n"));
+    assert_non_null(strstr(r.err, "purge: deleted 6 of ~7 records...\n"));
+    assert_non_null(strstr(r.err, "purge: deleted 7 of ~7 records...\n"));
+    assert_non_null(strstr(r.out, "purge: deleted 7 request records created before "));
+    assert_non_null(strstr(r.out, "; 9 orders kept with request_id NULL\n"));
+    testcli_result_free(&r);
+    assert_purged();
+
+    r = cli(&db, real);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "purge: deleted 0 request records"));
+    testcli_result_free(&r);
+    ow_store_free(&s);
+}
+
+/* --- audit ------------------------------------------------------------------- */
+
+static void test_audit_clean(void **state)
+{
+    static const char *const audit[] = {"audit", NULL};
+    ow_store *s = new_store(&db);
+    ow_audit_report rep;
+    ow_error err;
+    testcli_result r;
+    int ok_lines = 0;
+
+    (void)state;
+    record(s, "a-1", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":1}]}",
+           OW_DECISION_CREATED);
+    record(s, "a-2", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":1},"
+                     "{\"external_order_no\":\"A-2\",\"amount\":2}]}",
+           OW_DECISION_CREATED);
+    record(s, "a-3", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":9}]}",
+           OW_DECISION_CONFLICT);
+    /* An order whose request was purged (request_id NULL) is not a finding. */
+    testdb_exec(&db, "UPDATE orders SET request_id = NULL WHERE external_order_no = 'A-2'");
+    assert_int_equal(ow_admin_audit(s, &rep, &err), OW_OK);
+    assert_int_equal(rep.requests, 3);
+    assert_int_equal(rep.orders, 2);
+    for (int i = 0; i < OW_AUDIT_CHECK_COUNT; i++) {
+        assert_non_null(rep.checks[i].name);
+        if (rep.checks[i].findings != 0)
+            fail_msg("%s: %lld findings", rep.checks[i].name, (long long)rep.checks[i].findings);
+        assert_int_equal(rep.checks[i].n_examples, 0);
+    }
+    r = cli(&db, audit);
+    if (r.status != 0)
+        fail_msg("audit: status %d\n%s%s", r.status, r.out, r.err);
+    assert_non_null(strstr(r.out, "audit: idempotency_requests 3 rows, orders 2 rows"));
+    assert_non_null(strstr(r.out, "duplicate request keys"));
+    assert_non_null(strstr(r.out, "requests not in a final state"));
+    assert_null(strstr(r.out, "  FAIL\n")); /* a check's result */
+    assert_null(strstr(r.out, "\nFAIL "));  /* a failing check's examples */
+    for (const char *p = strstr(r.out, "  OK\n"); p != NULL; p = strstr(p + 1, "  OK\n"))
+        ok_lines++;
+    assert_int_equal(ok_lines, OW_AUDIT_CHECK_COUNT);
+    testcli_result_free(&r);
+    ow_store_free(&s);
+}
+
+#define REQ(id, user, key, status, code, body)                                                 \
+    "INSERT INTO idempotency_requests (id, user_id, idempotency_key, request_digest, status, " \
+    "response_status, response_body) VALUES (" #id ", " #user ", '" key "', "                  \
+    "UNHEX(SHA2('" key "', 256)), '" status "', " #code ", '" body "')"
+#define ORDER(id, user, ext, request)                                                          \
+    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity, "         \
+    "request_id) VALUES (" #id ", 'OW-T" #id "', " #user ", '" ext "', 1.00, 1, " #request ")"
+
+/* Bad rows of every kind, in a database of their own (its unique keys are
+ * dropped to make the duplicates possible). */
+static void insert_bad_rows(testdb *t)
+{
+    testdb_exec(t, "ALTER TABLE idempotency_requests DROP INDEX uq_requests_user_key");
+    testdb_exec(t, "ALTER TABLE orders DROP INDEX uq_orders_user_ext");
+    /* Good rows around them. */
+    testdb_exec(t, REQ(1, 1, "good-1", "SUCCEEDED", 201, "{}"));
+    testdb_exec(t, ORDER(1, 1, "G-1", 1));
+    /* I1: one key recorded twice for user 2 (one finding). */
+    testdb_exec(t, REQ(2, 2, "twice-secret-key", "SUCCEEDED", 201, "{}"));
+    testdb_exec(t, REQ(3, 2, "twice-secret-key", "SUCCEEDED", 201, "{}"));
+    /* I2: one order number twice for user 3 (one finding). */
+    testdb_exec(t, ORDER(2, 3, "DUP-ORDER-NO", 1));
+    testdb_exec(t, ORDER(3, 3, "DUP-ORDER-NO", 1));
+    /* I3: 12 orders naming a missing request, 1 owned by a FAILED request. */
+    for (int i = 0; i < 12; i++) {
+        char sql[300];
+
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity, "
+                 "request_id) VALUES (%d, 'OW-M%d', 4, 'M-%d', 1, 1, 999)",
+                 100 + i, i, i);
+        testdb_exec(t, sql);
+    }
+    testdb_exec(t, REQ(4, 5, "failed-1", "FAILED", 409, "{}"));
+    testdb_exec(t, ORDER(4, 5, "F-1", 4));
+    /* Not final: a status a non-strict server stores as '', a mismatched
+     * response_status each way, an empty body. */
+    testdb_exec(t, "SET SESSION sql_mode = ''");
+    testdb_exec(t, REQ(5, 6, "bad-status", "PROCESSING", 201, "{}"));
+    testdb_exec(t, REQ(6, 6, "bad-code-1", "SUCCEEDED", 409, "{}"));
+    testdb_exec(t, REQ(7, 6, "bad-code-2", "FAILED", 201, "{}"));
+    testdb_exec(t, REQ(8, 6, "bad-body", "SUCCEEDED", 201, ""));
+}
+
+static const ow_audit_check *check_named(const ow_audit_report *rep, const char *name)
+{
+    for (int i = 0; i < OW_AUDIT_CHECK_COUNT; i++) {
+        if (strcmp(rep->checks[i].name, name) == 0)
+            return &rep->checks[i];
+    }
+    fail_msg("no audit check named %s", name);
+    return NULL;
+}
+
+static void assert_examples_have(const ow_audit_check *c, const char *text)
+{
+    for (size_t i = 0; i < c->n_examples; i++) {
+        if (strstr(c->examples[i], text) != NULL)
+            return;
+    }
+    fail_msg("%s: no example has \"%s\" (first: %s)", c->name, text,
+             c->n_examples > 0 ? c->examples[0] : "none");
+}
+
+static void test_audit_every_check_fires(void **state)
+{
+    static const char *const audit[] = {"audit", NULL};
+    testdb bad;
+    ow_store *s;
+    ow_audit_report rep;
+    ow_error err;
+    testcli_result r;
+    const ow_audit_check *c;
+
+    (void)state;
+    testdb_create(&bad, "ow_it_audit");
+    insert_bad_rows(&bad);
+    s = new_store(&bad);
+    assert_int_equal(ow_admin_audit(s, &rep, &err), OW_OK);
+    assert_int_equal(rep.requests, 8);
+    assert_int_equal(rep.orders, 16);
+    c = check_named(&rep, "duplicate request keys");
+    assert_int_equal(c->findings, 1);
+    assert_int_equal(c->n_examples, 1);
+    assert_examples_have(c, "user_id=2 key=");
+    assert_examples_have(c, "records=2");
+    assert_null(strstr(c->examples[0], "twice-secret-key")); /* masked */
+    c = check_named(&rep, "duplicate orders");
+    assert_int_equal(c->findings, 1);
+    assert_examples_have(c, "user_id=3 external_order_no=");
+    assert_null(strstr(c->examples[0], "DUP-ORDER-NO"));
+    c = check_named(&rep, "orders without a SUCCEEDED request");
+    assert_int_equal(c->findings, 13);
+    assert_int_equal(c->n_examples, OW_AUDIT_EXAMPLES);
+    assert_examples_have(c, "order_id=4 request_status=\"FAILED\" request_id=4");
+    assert_examples_have(c, "order_id=100 request_status=NULL request_id=999");
+    c = check_named(&rep, "FAILED requests owning orders");
+    assert_int_equal(c->findings, 1);
+    assert_examples_have(c, "request_id=4 orders=1");
+    c = check_named(&rep, "requests not in a final state");
+    assert_int_equal(c->findings, 4);
+    assert_examples_have(c, "request_id=5 status=\"\" response_status=201");
+    assert_examples_have(c, "request_id=6 status=\"SUCCEEDED\" response_status=409");
+    assert_examples_have(c, "request_id=7 status=\"FAILED\" response_status=201");
+    assert_examples_have(c, "request_id=8 status=\"SUCCEEDED\" response_status=201");
+
+    r = cli(&bad, audit);
+    assert_int_equal(r.status, 4);
+    assert_non_null(strstr(r.out, "FAIL duplicate request keys: 1 finding(s), all of them"));
+    assert_non_null(strstr(
+        r.out, "FAIL orders without a SUCCEEDED request: 13 finding(s), first examples"));
+    assert_null(strstr(r.out, "twice-secret-key"));
+    assert_null(strstr(r.out, "DUP-ORDER-NO"));
+    testcli_result_free(&r);
+    ow_store_free(&s);
+    testdb_drop(&bad);
+}
+
+static void test_audit_database_error(void **state)
+{
+    static const char *const audit[] = {"audit", NULL};
+    testdb none = db;
+    testcli_result r;
+
+    (void)state;
+    snprintf(none.database, sizeof(none.database), "ow_it_no_such_database");
+    r = cli(&none, audit);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "order-worker audit: cannot connect"));
+    testcli_result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_lookup_record, setup),
+        cmocka_unit_test_setup(test_lookup_failed_record, setup),
+        cmocka_unit_test_setup(test_lookup_cli, setup),
+        cmocka_unit_test_setup(test_purge_batches, setup),
+        cmocka_unit_test_setup(test_purge_large_batch, setup),
+        cmocka_unit_test_setup(test_purge_cli, setup),
+        cmocka_unit_test_setup(test_audit_clean, setup),
+        cmocka_unit_test(test_audit_every_check_fires),
+        cmocka_unit_test(test_audit_database_error),
+    };
+    int rc;
+
+    mysql_library_init(0, NULL, NULL);
+    ow_idgen_init(&ids, 2, ow_clock_wall_ms);
+    testdb_create(&db, "ow_it_admin");
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    testdb_drop(&db);
+    mysql_library_end();
+    return rc;
+}

@@ -1,0 +1,234 @@
+/*
+ * The subcommands' argument handling, through the built binary: every bad
+ * argument is refused with exit status 2 and a message that names it,
+ * before any database or broker is contacted (none is running here).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testcli.h"
+
+#define MAX_ARGS 12
+
+typedef struct {
+    const char *args[MAX_ARGS]; /* after the binary, NULL-terminated */
+    const char *in;             /* stdin, or NULL */
+    const char *env;            /* one extra "NAME=value", or NULL */
+    int status;
+    const char *err; /* must appear on stderr */
+} cli_case;
+
+static testcli_result run(const cli_case *c)
+{
+    char *argv[MAX_ARGS + 2];
+    char *env[2] = {(char *)c->env, NULL};
+    testcli_result r;
+    size_t n = 0;
+    const char *bin = testcli_bin();
+
+    if (bin == NULL)
+        fail_msg("OW_TEST_WORKER_BIN is not set: run the tests through ctest");
+    argv[n++] = (char *)bin;
+    for (size_t i = 0; c->args[i] != NULL; i++)
+        argv[n++] = (char *)c->args[i];
+    argv[n] = NULL;
+    if (testcli_run(argv, c->env != NULL ? env : NULL, c->in, c->in ? strlen(c->in) : 0, 20000,
+                    &r) != 0)
+        fail_msg("cannot run %s", bin);
+    return r;
+}
+
+static void check(const cli_case *c)
+{
+    testcli_result r = run(c);
+    char line[512] = "";
+    size_t len = 0;
+
+    for (size_t i = 0; c->args[i] != NULL && len < sizeof(line); i++)
+        len += (size_t)snprintf(line + len, sizeof(line) - len, " %s", c->args[i]);
+    if (r.status != c->status || strstr(r.err, c->err) == NULL)
+        fail_msg("order-worker%s: status %d (want %d), stderr:\n%s\n(want \"%s\")", line,
+                 r.status, c->status, r.err, c->err);
+    testcli_result_free(&r);
+}
+
+static void test_lookup_args(void **state)
+{
+    static const cli_case cases[] = {
+        {{"lookup", NULL}, NULL, NULL, 2, "--user is required"},
+        {{"lookup", "--user", "0", "--key", "k", NULL}, NULL, NULL, 2,
+         "--user: must be a positive"},
+        {{"lookup", "--user", "-5", "--key", "k", NULL}, NULL, NULL, 2,
+         "--user: must be a positive"},
+        {{"lookup", "--user", "9223372036854775808", "--key", "k", NULL}, NULL, NULL, 2,
+         "--user: must be a positive"},
+        {{"lookup", "--user", "12abc", "--key", "k", NULL}, NULL, NULL, 2, "--user: must be"},
+        {{"lookup", "--user", "1", NULL}, NULL, NULL, 2, "--key is required"},
+        {{"lookup", "--user", "1", "--key", "", NULL}, NULL, NULL, 2, "--key is required"},
+        {{"lookup", "--user", "1", "--key", "bad key", NULL}, NULL, NULL, 2, "--key: "},
+        {{"lookup", "--user", "1", "--key", /* 81 bytes */
+          "k1234567890123456789012345678901234567890"
+          "1234567890123456789012345678901234567890",
+          NULL},
+         NULL, NULL, 2, "--key: "},
+        {{"lookup", "--user", "1", "--key", "k", "extra", NULL}, NULL, NULL, 2,
+         "unexpected argument \"extra\""},
+        {{"lookup", "--bogus", NULL}, NULL, NULL, 2, "unknown option --bogus"},
+        {{"lookup", "--key", "k", "--user", NULL}, NULL, NULL, 2, "--user needs a value"},
+        {{"lookup", "--config", "/nonexistent/ow.conf", "--user", "1", "--key", "k", NULL}, NULL,
+         NULL, 2, "configuration error"},
+        {{"lookup", "--user", "1", "--key", "k", NULL}, NULL, "ORDER_WORKER_MYSQL_PORT=abc", 2,
+         "mysql.port"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
+static void test_purge_args(void **state)
+{
+    static const cli_case cases[] = {
+        {{"purge", NULL}, NULL, NULL, 2, "--older-than is required"},
+        {{"purge", "--older-than", "0d", NULL}, NULL, NULL, 2,
+         "--older-than: \"0d\" must be greater"},
+        {{"purge", "--older-than", "30", NULL}, NULL, NULL, 2, "--older-than: \"30\" needs a unit"},
+        {{"purge", "--older-than", "-1d", NULL}, NULL, NULL, 2, "--older-than"},
+        {{"purge", "--older-than", "30y", NULL}, NULL, NULL, 2, "unknown unit"},
+        {{"purge", "--older-than", "99999999999d", NULL}, NULL, NULL, 2, "too long"},
+        {{"purge", "--older-than", "30d", "--batch", "0", NULL}, NULL, NULL, 2,
+         "--batch: must be an integer from 1 to 100000"},
+        {{"purge", "--older-than", "30d", "--batch", "100001", NULL}, NULL, NULL, 2, "--batch"},
+        {{"purge", "--older-than", "30d", "--batch", "ten", NULL}, NULL, NULL, 2, "--batch"},
+        {{"purge", "--older-than", "30d", "--dry-run=yes", NULL}, NULL, NULL, 2,
+         "unknown option --dry-run=yes"},
+        {{"purge", "--older-than", "30d", "now", NULL}, NULL, NULL, 2, "unexpected argument"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
+static void test_audit_config_args(void **state)
+{
+    static const cli_case cases[] = {
+        {{"audit", "everything", NULL}, NULL, NULL, 2, "unexpected argument"},
+        {{"audit", "--user", "1", NULL}, NULL, NULL, 2, "unknown option --user"},
+        {{"audit", "--config", NULL}, NULL, NULL, 2, "--config needs a value"},
+        {{"config", NULL}, NULL, NULL, 2, "exactly one of --print and --markdown"},
+        {{"config", "--print", "--markdown", NULL}, NULL, NULL, 2, "exactly one"},
+        {{"config", "--dump", NULL}, NULL, NULL, 2, "unknown option --dump"},
+        {{"config", "--print", "--config", "/nonexistent/ow.conf", NULL}, NULL, NULL, 2,
+         "/nonexistent/ow.conf"},
+        {{"nonsense", NULL}, NULL, NULL, 2, "unknown command \"nonsense\""},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
+static void test_send_args(void **state)
+{
+    static const cli_case cases[] = {
+        {{"send", NULL}, NULL, NULL, 2, "--user is required"},
+        {{"send", "--user", "x", "--key", "k", NULL}, NULL, NULL, 2, "--user: must be"},
+        {{"send", "--user", "1", NULL}, NULL, NULL, 2, "--key is required"},
+        {{"send", "--user", "1", "--key", "k", "--timeout-ms", "0", NULL}, NULL, NULL, 2,
+         "--timeout-ms: must be an integer"},
+        {{"send", "--user", "1", "--key", "k", "--timeout-ms", "3600001", NULL}, NULL, NULL, 2,
+         "--timeout-ms"},
+        {{"send", "--user", "1", "--key", "k", "a.json", "b.json", NULL}, NULL, NULL, 2,
+         "unexpected argument \"b.json\""},
+        {{"send", "--user", "1", "--key", "k", "--wait=1", NULL}, NULL, NULL, 2,
+         "unknown option --wait=1"},
+        {{"send", "--user", "1", "--key", "k", "/nonexistent/doc.json", NULL}, NULL, NULL, 2,
+         "/nonexistent/doc.json: cannot open"},
+        {{"send", "--user", "1", "--key", "k", NULL}, "{\"user_id\":2,\"orders\":[]}", NULL, 2,
+         "the document's user_id is 2 but --user is 1"},
+        {{"send", "--user", "1", "--key", "k", "-", NULL}, "{\"user_id\":\"1\"}", NULL, 2,
+         "user_id is not an integer"},
+        {{"send", "--user", "1", "--key", "k", NULL}, "{\"user_id\":1.0}", NULL, 2,
+         "user_id is not an integer"},
+        {{"send", "--user", "1", "--key", "k", NULL},
+         "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":\"1.00\"}]}",
+         "ORDER_WORKER_REQUEST_MAX_BYTES=64", 2, "stdin: larger than request.max_bytes (64 bytes)"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
+static void test_help_of_every_command(void **state)
+{
+    static const char *const cmds[] = {"run", "migrate", "lookup", "purge", "audit", "send",
+                                       "config"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        cli_case c = {{cmds[i], "--help", NULL}, NULL, NULL, 0, ""};
+        testcli_result r = run(&c);
+        char want[64];
+
+        snprintf(want, sizeof(want), "usage: order-worker %s", cmds[i]);
+        if (r.status != 0 || strstr(r.out, want) == NULL)
+            fail_msg("%s --help: status %d, stdout:\n%s", cmds[i], r.status, r.out);
+        testcli_result_free(&r);
+    }
+}
+
+static void test_config_reference_and_print(void **state)
+{
+    cli_case help = {{"--help", NULL}, NULL, NULL, 0, ""};
+    cli_case config_help = {{"config", "--help", NULL}, NULL, NULL, 0, ""};
+    cli_case md = {{"config", "--markdown", NULL}, NULL, NULL, 0, ""};
+    cli_case print = {{"config", "--print", NULL}, NULL, "ORDER_WORKER_MYSQL_PASSWORD=secret-value",
+                      0, ""};
+    testcli_result r;
+
+    (void)state;
+    r = run(&help);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "  mysql.password_file "));
+    testcli_result_free(&r);
+    r = run(&config_help);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "--markdown"));
+    assert_non_null(strstr(r.out, "  kafka.bootstrap.servers "));
+    testcli_result_free(&r);
+    r = run(&md);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(strncmp(r.out, "| key | type | default |", 24), 0);
+    assert_non_null(strstr(r.out, "| `mysql.password` | string |"));
+    testcli_result_free(&r);
+    r = run(&print);
+    assert_int_equal(r.status, 0);
+    assert_null(strstr(r.out, "secret-value"));
+    assert_null(strstr(r.err, "secret-value"));
+    assert_non_null(strstr(r.out, "mysql.password = (redacted)"));
+    assert_non_null(strstr(r.out, "ORDER_WORKER_MYSQL_PASSWORD"));
+    testcli_result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lookup_args),
+        cmocka_unit_test(test_purge_args),
+        cmocka_unit_test(test_audit_config_args),
+        cmocka_unit_test(test_send_args),
+        cmocka_unit_test(test_help_of_every_command),
+        cmocka_unit_test(test_config_reference_and_print),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
