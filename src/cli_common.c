@@ -93,7 +93,7 @@ static int walk_args(int argc, char **argv, const char *const *known, const char
             return -1;
         }
         if (takes_value) {
-            if (i + 1 >= argc) {
+            if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-')) {
                 fprintf(stderr, "order-worker %s: %s needs a value\n", cmd, argv[i]);
                 return -1;
             }
@@ -105,7 +105,7 @@ static int walk_args(int argc, char **argv, const char *const *known, const char
 
 int ow_cli_check_args(int argc, char **argv, const char *const *known, const char *cmd)
 {
-    return walk_args(argc, argv, known, cmd, 1, NULL, 0) < 0 ? -1 : 0;
+    return walk_args(argc, argv, known, cmd, 0, NULL, 0) < 0 ? -1 : 0;
 }
 
 int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd,

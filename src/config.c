@@ -545,8 +545,10 @@ void ow_config_print(const ow_config *cfg, FILE *out)
         fprintf(out, "%s = ", config_table[i].name);
         print_value(cfg, &config_table[i], out);
         fprintf(out, "    # %s", ow_config_source_name(cfg->sources[i]));
-        if (cfg->source_where[i] != NULL && cfg->sources[i] != OW_SRC_DEFAULT)
+        if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_FILE)
             fprintf(out, " (%s)", cfg->source_where[i]);
+        else if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_ENV)
+            fprintf(out, " (%s)", cfg->source_where[i] + strlen("environment "));
         fputc('\n', out);
     }
     for (size_t i = 0; i < cfg->n_passthrough; i++) {

@@ -162,8 +162,12 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
     ow_result_int(&res[6], &row.quantity, &nul[6]);
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
         return ow_store_fail(bt->s, mysql_stmt_errno(st), "lock orders", err);
-    while ((frc = mysql_stmt_fetch(st)) == 0 || frc == MYSQL_DATA_TRUNCATED) {
+    for (;;) {
         const char *why = NULL;
+
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
 
         row.order_no[order_no_len < sizeof(row.order_no) ? order_no_len : 0] = '\0';
         row.ext_len = ext_len < sizeof(row.ext) ? ext_len : sizeof(row.ext) - 1;
@@ -436,8 +440,12 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
     ow_result_bytes(&res[5], NULL, 0, &body_len, &nul[5]);
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
         return ow_store_fail(bt->s, mysql_stmt_errno(st), "read requests", err);
-    while (rc == OW_OK && ((frc = mysql_stmt_fetch(st)) == 0 || frc == MYSQL_DATA_TRUNCATED)) {
+    while (rc == OW_OK) {
         int have_body = 0;
+
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
 
         if (key_len > OW_KEY_MAX || digest_len != OW_DIGEST_LEN)
             continue;

@@ -9,24 +9,57 @@
 
 #include "kit.h"
 
+extern char **environ;
+
+/* Builds the child's environment before fork: after fork, a child of a
+ * multi-threaded parent (librdkafka threads) may only call async-signal-safe
+ * functions, so it must not allocate. Entries of env replace same-named
+ * variables of the parent. */
+static char **merged_env(char *const env[])
+{
+    size_t n = 0, m = 0, k = 0;
+    char **out;
+
+    while (environ[n] != NULL)
+        n++;
+    while (env != NULL && env[m] != NULL)
+        m++;
+    out = calloc(n + m + 1, sizeof(*out));
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strcspn(environ[i], "=");
+        int replaced = 0;
+
+        for (size_t j = 0; j < m && !replaced; j++)
+            replaced = strncmp(env[j], environ[i], len) == 0 && env[j][len] == '=';
+        if (!replaced)
+            out[k++] = environ[i];
+    }
+    for (size_t j = 0; j < m; j++)
+        out[k++] = env[j];
+    return out;
+}
+
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path)
 {
-    pid_t pid = fork();
+    char **envp = merged_env(env);
+    int fd = log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    pid_t pid;
 
-    if (pid != 0)
-        return pid;
-    if (log_path != NULL) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-        if (fd >= 0) {
+    if (envp == NULL)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        if (fd >= 0)
             dup2(fd, 2);
-            close(fd);
-        }
+        execve(argv[0], argv, envp);
+        _exit(127);
     }
-    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
-        putenv(env[i]);
-    execv(argv[0], argv);
-    _exit(127);
+    if (fd >= 0)
+        close(fd);
+    free(envp);
+    return pid;
 }
 
 int kit_wait(pid_t pid, int timeout_ms)
