@@ -164,6 +164,19 @@ while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
 done
 say "caught up: $(tail -n1 "$RUN/lag.log")"
 for i in 1 2 3; do stop_replica "$i"; done
+# Every replica must stop within 30 s of SIGTERM; one that hangs is killed
+# and fails the run.
+for _ in $(seq 60); do
+  ls "$RUN"/replica-*.pid >/dev/null 2>&1 || break
+  sleep 0.5
+done
+hung=0
+for pidf in "$RUN"/replica-*.pid; do
+  [[ -f $pidf ]] || continue
+  hung=$((hung + 1))
+  say "replica ${pidf##*/} did not stop within 30 s of SIGTERM"
+  kill -9 "$(cat "$pidf")" 2>/dev/null || true
+done
 wait
 kills=$(grep -c '^kill ' "$FAULTS" || true)
 unexpected=$(grep -vE 'exit (0|137)$' "$RUN/exits.log" || true)
@@ -200,5 +213,6 @@ else
 fi
 if ((kills < 10)); then say "only $kills kills happened (need at least 10)"; status=1; fi
 if [[ -n $unexpected ]]; then say "a replica exited unexpectedly"; status=1; fi
+if ((hung > 0)); then say "$hung replica(s) hung on shutdown"; status=1; fi
 say "took $((SECONDS - T_START)) s; $( ((status == 0)) && echo PASSED || echo FAILED)"
 exit "$status"

@@ -23,7 +23,7 @@ PACKAGES=(
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client
   clang libclang-rt-14-dev valgrind
-  gnuplot-nox curl kcat
+  gnuplot-nox curl kcat jq
   openjdk-17-jre-headless maven
   systemd
 )

@@ -4,40 +4,58 @@
 # an Apache Kafka broker, runs every test tier, and stops what it started.
 # Exits non-zero on any failure.
 #
-#   scripts/test.sh            all tiers
-#   OW_TEST_TIERS="unit" scripts/test.sh   only some tiers (unit integration e2e)
+# Tiers, in order (OW_TEST_TIERS selects some, e.g. OW_TEST_TIERS="unit e2e"):
+#   unit         cmocka tests of the pure modules and the CLI (no services)
+#   integration  cmocka tests against MariaDB (and librdkafka's mock cluster)
+#   e2e          the built binary against Apache Kafka and MariaDB
+#   sanitize     unit + integration again under ASan + UBSan
+#   valgrind     a short end-to-end run with the workers under memcheck
+#   fuzz         libFuzzer over parsing, validation and the digest (60 s)
+#   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit integration e2e}"
+TIERS="${OW_TEST_TIERS:-unit integration e2e sanitize valgrind fuzz chaos}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
+failed=0
+services_up=0
 
 say() { printf 'test: %s\n' "$*"; }
+has_tier() { [[ " $TIERS " == *" $1 "* ]]; }
+record() { SUMMARY+=("$(printf '%-12s %-7s %s' "$1" "$2" "$3")"); [[ $2 == passed ]] || failed=1; }
+
+stop_services() {
+  if ((services_up)); then
+    "$ROOT/scripts/services.sh" stop all || true
+    services_up=0
+  fi
+}
+trap stop_services EXIT
 
 cd "$ROOT"
 t_start=$SECONDS
-
 "$ROOT/scripts/deps.sh"
 
 say "static checks"
 "$ROOT/scripts/check-sql.sh"
 "$ROOT/scripts/check-sql.sh" --self-test
 if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*.c; then
-  say "unchecked or unbounded calls in src/ (use the checked helpers)"; exit 1
+  say "unchecked or unbounded calls in src/ (use the checked helpers)"
+  exit 1
 fi
 
 say "building in $BUILD (warnings are errors)"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD"
+mkdir -p "$LOGS"
+export OW_TEST_LOG_DIR="$LOGS"
 
-needs_services=0
-for t in $TIERS; do [[ $t != unit ]] && needs_services=1; done
-if ((needs_services)); then
-  trap '"$ROOT/scripts/services.sh" stop all || true' EXIT
+start_services() {
   OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all
+  services_up=1
   # shellcheck disable=SC1091
   source "$OW_RUN_DIR/services.env"
   export OW_TEST_MYSQL_HOST=127.0.0.1 OW_TEST_MYSQL_PORT="$OW_MYSQL_PORT" \
@@ -50,30 +68,53 @@ if ((needs_services)); then
   export OW_TEST_WORKER_MYSQL_PASSWORD
   say "database: MariaDB $OW_MARIADB_VERSION on 127.0.0.1:$OW_MYSQL_PORT"
   say "broker:   $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP"
-fi
-mkdir -p "$LOGS"
-export OW_TEST_LOG_DIR="$LOGS"
+}
 
-failed=0
-for tier in $TIERS; do
-  log="$LOGS/ctest-$tier.log"
+ctest_tier() {  # LABEL
+  local tier=$1 log="$LOGS/ctest-$1.log" status programs cases passed
   say "tier $tier"
   if ctest --test-dir "$BUILD" -L "^$tier\$" --output-on-failure -V >"$log" 2>&1; then
     status=passed
   else
     status=FAILED
-    failed=1
     grep -E 'FAILED|ERROR|LINE|fail' "$log" | head -40 || true
   fi
   programs=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$log" || true)
   cases=$(grep -oE '\[==========\] [0-9]+ test\(s\) run' "$log" | awk '{s += $2} END {print s + 0}')
   passed=$(grep -oE '\[  PASSED  \] [0-9]+ test' "$log" | awk '{s += $4} END {print s + 0}')
-  SUMMARY+=("$(printf '%-12s %-7s %3s programs, %4s cases, %4s passed' "$tier" "$status" "$programs" "$cases" "$passed")")
-done
+  record "$tier" "$status" "$(printf '%3s programs, %4s cases, %4s passed' "$programs" "$cases" "$passed")"
+}
+
+script_tier() {  # NAME COMMAND... : runs a script, keeps its last line as the summary
+  local name=$1 log="$LOGS/$1.log"
+  shift
+  say "tier $name"
+  if "$@" >"$log" 2>&1; then
+    record "$name" passed "$(grep -vE '^\s*$' "$log" | tail -n 1)"
+  else
+    tail -n 40 "$log"
+    record "$name" FAILED "see $log"
+  fi
+}
+
+has_tier unit && ctest_tier unit
+if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind; then
+  start_services
+  has_tier integration && ctest_tier integration
+  has_tier e2e && ctest_tier e2e
+  has_tier sanitize && script_tier sanitize "$ROOT/scripts/sanitize.sh"
+  has_tier valgrind && script_tier valgrind "$ROOT/scripts/valgrind.sh"
+  stop_services
+fi
+has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
+if has_tier chaos; then
+  script_tier chaos "$ROOT/scripts/chaos.sh"
+  grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
+fi
 
 say "summary (logs in $LOGS)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done
-if ((needs_services)); then
+if [[ -n ${OW_KAFKA_VERSION:-} ]]; then
   say "  end-to-end tests ran against: $OW_KAFKA_VERSION ($OW_BROKER_KIND), MariaDB $OW_MARIADB_VERSION"
 fi
 say "took $((SECONDS - t_start)) s"

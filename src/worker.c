@@ -468,6 +468,39 @@ static int start(ow_worker *w, ow_error *err)
     return rc;
 }
 
+static int assignment_empty(rd_kafka_t *rk)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    int empty = 1;
+
+    if (rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        empty = parts->cnt == 0;
+        rd_kafka_topic_partition_list_destroy(parts);
+    }
+    return empty;
+}
+
+/* Leaves the group. librdkafka 2.0's consumer_close can hang when a
+ * cooperative assignment arrives while it closes (librdkafka issue #4527),
+ * so unsubscribe first and serve the rebalance callbacks (which commit and
+ * unassign) until the assignment is empty; messages still fetched are
+ * dropped unprocessed, their offsets never stored. */
+static void leave_group(ow_worker *w)
+{
+    int64_t deadline = ow_clock_mono_ms() + 10000;
+    int idle = 0;
+
+    rd_kafka_unsubscribe(w->consumer);
+    while (ow_clock_mono_ms() < deadline && idle < 3) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
+
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
+        idle = assignment_empty(w->consumer) ? idle + 1 : 0;
+    }
+    rd_kafka_consumer_close(w->consumer);
+}
+
 /* Stops taking messages, lets lanes finish what they started, flushes
  * results, commits what is acknowledged and leaves the group. */
 static void shut_down(ow_worker *w)
@@ -491,7 +524,7 @@ static void shut_down(ow_worker *w)
                OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
     if (w->consumer != NULL) {
         commit_stored(w, "shutdown");
-        rd_kafka_consumer_close(w->consumer);
+        leave_group(w);
     }
 }
 

@@ -435,6 +435,38 @@ static void test_offsets_committed_to_the_end(void **state)
                      (long long)ends[p]);
 }
 
+/* SIGTERM while replicas are still joining the group (a cooperative
+ * rebalance in progress) must stop them cleanly too. The chaos run once saw
+ * librdkafka 2.0's close hang when an assignment arrived during it
+ * (librdkafka issue #4527); this sweeps the join window with two joiners at
+ * a time, as the chaos run's scale-up did. */
+static void test_sigterm_during_join(void **state)
+{
+    static const int delays_ms[] = {50, 100, 200, 400, 700, 1200, 2000, 3500};
+    char log[300];
+    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+
+    (void)state;
+    snprintf(log, sizeof(log), "%s/worker-join.log", logdir);
+    for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
+        pid_t pids[2] = {kit_spawn(argv, worker_env, log), kit_spawn(argv, worker_env, log)};
+
+        assert_true(pids[0] > 0 && pids[1] > 0);
+        usleep((useconds_t)delays_ms[i] * 1000);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(kill(pids[k], SIGTERM), 0);
+        for (int k = 0; k < 2; k++) {
+            int status = kit_wait(pids[k], 30000);
+
+            if (status < 0)
+                kill(pids[k], SIGKILL);
+            if (status != 0)
+                fail_msg("a replica stopped %d ms after start exited with %d (-1: hung)",
+                         delays_ms[i], status);
+        }
+    }
+}
+
 static void test_sigterm_exits_zero(void **state)
 {
     (void)state;
@@ -455,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_first_requests_and_invalid),
         cmocka_unit_test(test_retries_reuse_clash),
         cmocka_unit_test(test_offsets_committed_to_the_end),
+        cmocka_unit_test(test_sigterm_during_join),
         cmocka_unit_test(test_sigterm_exits_zero),
     };
 
