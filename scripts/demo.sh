@@ -91,7 +91,7 @@ send() {  # N SCENARIO USER KEY EXPECT DOC
       elif .code == "INVALID_REQUEST" then "errors " + ([.errors[] | .field] | join(", "))
       else (.message // "") end' <<<"$out" 2>/dev/null || true)"
   [[ $code == "$expect" ]] || { fails=$((fails + 1)); detail="EXPECTED $expect; $detail"; }
-  ROWS+=("$(printf '%-2s|%-34s|%-5s|%-10s|%-30s|%-8s|%s' "$n" "$what" "$user" "$key" "$code" "${replayed:--}" "$detail")")
+  ROWS+=("$(printf '%-2s|%-34s|%-5s|%-11s|%-30s|%-8s|%s' "$n" "$what" "$user" "$key" "$code" "${replayed:--}" "$detail")")
 }
 
 say "sending sample batches (each waits for its result)"
@@ -130,8 +130,8 @@ rows=$(mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -N $DB -e \
 echo "  request records for demo-race: $rows (the unique key decided)"
 
 say "outcomes"
-printf '%-2s|%-34s|%-5s|%-10s|%-30s|%-8s|%s\n' "#" "scenario" "user" "key" "result" "replayed" "detail"
-printf '%s\n' "--+----------------------------------+-----+----------+------------------------------+--------+------"
+printf '%-2s|%-34s|%-5s|%-11s|%-30s|%-8s|%s\n' "#" "scenario" "user" "key" "result" "replayed" "detail"
+printf '%s\n' "--+----------------------------------+-----+-----------+------------------------------+--------+------"
 printf '%s\n' "${ROWS[@]}"
 if cmp -s "$RUN/result-1.json" "$RUN/result-2.json" && cmp -s "$RUN/result-1.json" "$RUN/result-3.json"; then
   echo "results 1, 2 and 3 are byte-identical"

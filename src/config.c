@@ -452,9 +452,10 @@ static int load_password_file(ow_config *cfg, ow_error *err)
     size_t index = 0;
     int rc;
 
-    if (find_row("mysql.password", &index) != NULL && cfg->sources[index] != OW_SRC_DEFAULT)
+    if (find_row("mysql.password", &index) != NULL && cfg->sources[index] != OW_SRC_DEFAULT &&
+        *cfg->mysql_password != '\0')
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.password_file: cannot be combined with mysql.password");
+                            "mysql.password_file: cannot be combined with a mysql.password");
     ow_buf_init(&text);
     rc = read_file(cfg->mysql_password_file, 4096, &text, err);
     if (rc == OW_OK) {

@@ -213,6 +213,14 @@ static void test_password_file(void **state)
     assert_string_equal(cfg.mysql_password, "s3cret");
     ow_config_cleanup(&cfg);
 
+    /* An empty password line (as in the example file) does not conflict. */
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "mysql.password =\n", "f", &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    assert_string_equal(cfg.mysql_password, "s3cret");
+    ow_config_cleanup(&cfg);
+
     /* Both a password and a password file: refuse rather than guess. */
     assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
     assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
