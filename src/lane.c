@@ -319,6 +319,8 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
         ow_error err;
         int rc = ow_store_decide(l->store, b->items, *nv, one_at_a_time, &err);
 
+        l->last_db_ms = ow_clock_mono_ms();
+        ow_worker_db_seen(w, rc == OW_OK || ow_store_connected(l->store));
         if (rc == OW_OK) {
             ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0);
             OW_COUNT(transactions, 1);
@@ -458,6 +460,25 @@ static int wait_for_work(ow_lane *l, int64_t wake_ms)
     return !l->stop;
 }
 
+/* An idle lane checks its connection every few seconds: it keeps the
+ * connection from timing out and keeps /readyz truthful without traffic.
+ * Called with mu held. */
+static void idle_ping(ow_lane *l)
+{
+    ow_error err;
+    int ok;
+
+    if (l->queued > 0 || ow_clock_mono_ms() - l->last_db_ms < 5000)
+        return;
+    pthread_mutex_unlock(&l->mu);
+    ok = ow_store_ping(l->store, &err) == OW_OK;
+    ow_worker_db_seen(l->w, ok);
+    if (!ok)
+        OW_LOG(OW_LOG_DEBUG, "db_ping_failed", OW_F_INT("lane", l->index), OW_F_STR("error", err.msg));
+    l->last_db_ms = ow_clock_mono_ms();
+    pthread_mutex_lock(&l->mu);
+}
+
 /* When a batch could grow, give producers batch.max_wait_ms to add to it. */
 static void linger(ow_lane *l)
 {
@@ -487,6 +508,7 @@ static void *lane_main(void *arg)
 
         if (l->queued == 0) {
             wake = 0;
+            idle_ping(l);
             continue;
         }
         linger(l);
@@ -529,6 +551,7 @@ int ow_lane_start(ow_lane *l, ow_worker *w, unsigned index, ow_error *err)
     l->w = w;
     l->index = index;
     l->rng = (uint64_t)ow_clock_mono_us() * 2654435761u + index + 1;
+    l->last_db_ms = ow_clock_mono_ms();
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, &w->ids);

@@ -227,6 +227,11 @@ int ow_store_ping(ow_store *s, ow_error *err)
     return rc;
 }
 
+int ow_store_connected(const ow_store *s)
+{
+    return s->db != NULL;
+}
+
 int ow_store_commit(ow_store *s, ow_error *err)
 {
     if (mysql_commit(s->db) != 0)

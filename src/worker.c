@@ -52,6 +52,11 @@ void ow_worker_set_fatal(ow_worker *w, const char *why)
     w->stop_sleep = 1;
 }
 
+void ow_worker_db_seen(ow_worker *w, int ok)
+{
+    atomic_store(&w->db_ok, ok);
+}
+
 static void store_offset(ow_worker *w, int32_t partition, int64_t offset)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
@@ -181,10 +186,12 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         p->assigned = 1;
         p->revoking = 0;
         p->active = 0;
+        p->first_offset = -1;
         if (p->track == NULL)
             ow_worker_set_fatal(w, "out of memory");
     }
     pthread_mutex_unlock(&w->parts_mu);
+    atomic_fetch_add(&w->assigned, parts->cnt);
     e = rd_kafka_incremental_assign(w->consumer, parts);
     if (e != NULL) {
         OW_LOG(OW_LOG_ERROR, "assign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
@@ -278,6 +285,7 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         ow_offset_track_free(&p->track);
     }
     pthread_mutex_unlock(&w->parts_mu);
+    atomic_fetch_sub(&w->assigned, parts->cnt);
     e = rd_kafka_incremental_unassign(w->consumer, parts);
     if (e != NULL) {
         OW_LOG(OW_LOG_WARN, "unassign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
@@ -316,6 +324,8 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
     p = part_get(w, m->partition);
     if (p != NULL && p->assigned && !p->revoking && p->track != NULL &&
         ow_offset_track_add(p->track, m->offset) == OW_OK) {
+        if (p->first_offset < 0)
+            p->first_offset = m->offset;
         p->active++;
         epoch = p->epoch;
         ok = 1;
@@ -381,6 +391,87 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
     rd_kafka_message_destroy(m);
 }
 
+/* --- Operations endpoint ------------------------------------------------ */
+
+/* Consumer lag per assigned partition: the partition's end offset (as last
+ * seen by the fetcher) minus the offset this replica has stored. */
+static void metrics_extra(ow_buf *out, void *opaque)
+{
+    ow_worker *w = opaque;
+
+    ow_buf_appendf(out, "# HELP order_worker_consumer_lag Messages between the stored offset and "
+                        "the end of each assigned partition.\n"
+                        "# TYPE order_worker_consumer_lag gauge\n");
+    pthread_mutex_lock(&w->parts_mu);
+    for (size_t i = 0; i < w->n_parts; i++) {
+        int64_t lo = -1, hi = -1, at;
+
+        if (!w->parts[i].assigned || w->parts[i].track == NULL)
+            continue;
+        rd_kafka_get_watermark_offsets(w->consumer, w->cfg->topic_input, (int32_t)i, &lo, &hi);
+        at = ow_offset_track_committed(w->parts[i].track);
+        if (at < 0)
+            at = w->parts[i].first_offset >= 0 ? w->parts[i].first_offset : hi;
+        ow_buf_appendf(out, "order_worker_consumer_lag{topic=\"%s\",partition=\"%zu\"} %lld\n",
+                       w->cfg->topic_input, i, (long long)(hi >= at && at >= 0 ? hi - at : 0));
+    }
+    pthread_mutex_unlock(&w->parts_mu);
+    ow_buf_appendf(out,
+                   "# HELP order_worker_assigned_partitions Input partitions assigned to this "
+                   "replica.\n# TYPE order_worker_assigned_partitions gauge\n"
+                   "order_worker_assigned_partitions %d\n"
+                   "# HELP order_worker_database_up 1 when the last database round trip worked.\n"
+                   "# TYPE order_worker_database_up gauge\norder_worker_database_up %d\n"
+                   "# HELP order_worker_input_paused 1 while backpressure pauses the input.\n"
+                   "# TYPE order_worker_input_paused gauge\norder_worker_input_paused %d\n",
+                   atomic_load(&w->assigned), atomic_load(&w->db_ok), w->paused);
+}
+
+static int broker_reachable(ow_worker *w)
+{
+    const rd_kafka_metadata_t *md = NULL;
+    int ok = rd_kafka_metadata(w->producer, 0, NULL, &md, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+             md->broker_cnt > 0;
+
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    return ok;
+}
+
+static int ready(ow_buf *why, void *opaque)
+{
+    ow_worker *w = opaque;
+    int ok = 1;
+
+    if (!atomic_load(&w->db_ok)) {
+        ow_buf_appends(why, "database unreachable\n");
+        ok = 0;
+    }
+    if (!broker_reachable(w)) {
+        ow_buf_appends(why, "broker unreachable\n");
+        ok = 0;
+    }
+    if (atomic_load(&w->assigned) == 0) {
+        ow_buf_appends(why, "no partitions assigned\n");
+        ok = 0;
+    }
+    if (atomic_load(&w->stopping) || atomic_load(&w->fatal)) {
+        ow_buf_appends(why, "stopping\n");
+        ok = 0;
+    }
+    return ok;
+}
+
+static int start_http(ow_worker *w, ow_error *err)
+{
+    ow_http_hooks hooks = {metrics_extra, ready, w};
+
+    if (w->cfg->metrics_port == 0)
+        return OW_OK;
+    return ow_http_start(w->cfg->metrics_address, (unsigned)w->cfg->metrics_port, &hooks, &w->http,
+                         err);
+}
+
 /* --- Lifecycle ----------------------------------------------------------- */
 
 static int create_clients(ow_worker *w, ow_error *err)
@@ -436,6 +527,7 @@ static int check_database(ow_worker *w, ow_error *err)
 {
     int rc = ow_store_ping(w->lanes[0].store, err);
 
+    ow_worker_db_seen(w, rc == OW_OK);
     if (rc != OW_OK && err->cls == OW_ERRCLASS_RETRIABLE) {
         OW_LOG(OW_LOG_WARN, "database_unreachable", OW_F_STR("error", err->msg));
         ow_error_clear(err);
@@ -463,6 +555,8 @@ static int start(ow_worker *w, ow_error *err)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start the delivery poller");
     w->poller_started = 1;
     rc = check_database(w, err);
+    if (rc == OW_OK)
+        rc = start_http(w, err);
     if (rc == OW_OK)
         rc = subscribe(w, err);
     return rc;
@@ -530,6 +624,7 @@ static void shut_down(ow_worker *w)
 
 static void destroy(ow_worker *w)
 {
+    ow_http_stop(&w->http);
     if (w->consumer != NULL)
         rd_kafka_destroy(w->consumer);
     if (w->producer != NULL)

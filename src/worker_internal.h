@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "ow/config.h"
+#include "ow/http.h"
 #include "ow/idgen.h"
 #include "ow/offsets.h"
 #include "ow/request.h"
@@ -63,6 +64,7 @@ typedef struct {
     ow_worker *w;
     ow_store *store;
     uint64_t rng;
+    int64_t last_db_ms; /* last time the lane talked to the database */
 } ow_lane;
 
 typedef struct {
@@ -70,6 +72,7 @@ typedef struct {
     int revoking;
     uint32_t epoch;
     size_t active; /* dispatched jobs of this epoch not yet finished */
+    int64_t first_offset; /* first offset dispatched in this epoch, -1 if none */
     ow_offset_track *track;
 } ow_part;
 
@@ -96,6 +99,11 @@ struct ow_worker {
     volatile int stop_sleep; /* wakes backoff sleeps at shutdown */
     int paused;
     int64_t deadline_ms;   /* shutdown deadline (monotonic) */
+
+    /* Readiness, for /readyz. */
+    _Atomic int db_ok;        /* the last database round trip of any lane worked */
+    _Atomic int assigned;     /* partitions currently assigned */
+    ow_http *http;
 };
 
 /* job.c */
@@ -113,6 +121,8 @@ extern void *const ow_in_progress_token;
 /* 1 when the job's partition was revoked (or re-assigned) since dispatch. */
 int ow_worker_job_stale(ow_worker *w, const ow_job *job);
 void ow_worker_set_fatal(ow_worker *w, const char *why);
+/* Records whether the database answered the last round trip. */
+void ow_worker_db_seen(ow_worker *w, int ok);
 
 /* lane.c */
 int ow_lane_start(ow_lane *lane, ow_worker *w, unsigned index, ow_error *err);

@@ -80,6 +80,8 @@ void ow_store_free(ow_store **store);
 int ow_store_connect(ow_store *s, ow_error *err);
 /* Checks the connection with a round trip; reconnects if it was lost. */
 int ow_store_ping(ow_store *s, ow_error *err);
+/* 1 while a connection is open (it may still turn out to be dead). */
+int ow_store_connected(const ow_store *s);
 
 void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key,
                         size_t key_len);

@@ -1,0 +1,124 @@
+#include "ow/http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/metrics.h"
+
+struct ow_http {
+    struct MHD_Daemon *daemon;
+    ow_http_hooks hooks;
+};
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             const char *body, size_t len)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result rc;
+
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result serve_metrics(ow_http *h, struct MHD_Connection *c)
+{
+    ow_buf out;
+    enum MHD_Result rc;
+
+    ow_buf_init(&out);
+    if (ow_metrics_render(&out, h->hooks.metrics_extra, h->hooks.opaque) != OW_OK) {
+        ow_buf_cleanup(&out);
+        return reply(c, 500, "text/plain", "out of memory\n", 14);
+    }
+    rc = reply(c, 200, "text/plain; version=0.0.4", out.data, out.len);
+    ow_buf_cleanup(&out);
+    return rc;
+}
+
+static enum MHD_Result serve_ready(ow_http *h, struct MHD_Connection *c)
+{
+    ow_buf why;
+    enum MHD_Result rc;
+    int ready;
+
+    ow_buf_init(&why);
+    ready = h->hooks.ready != NULL ? h->hooks.ready(&why, h->hooks.opaque) : 1;
+    if (ready)
+        rc = reply(c, 200, "text/plain", "ready\n", 6);
+    else
+        rc = reply(c, 503, "text/plain", why.data != NULL ? why.data : "not ready\n",
+                   why.data != NULL ? why.len : 10);
+    ow_buf_cleanup(&why);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **ptr)
+{
+    ow_http *h = cls;
+
+    (void)version;
+    (void)upload_data;
+    (void)ptr;
+    if (*upload_size != 0)
+        return MHD_NO;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply(c, 405, "text/plain", "method not allowed\n", 19);
+    if (strcmp(url, "/metrics") == 0)
+        return serve_metrics(h, c);
+    if (strcmp(url, "/healthz") == 0)
+        return reply(c, 200, "text/plain", "ok\n", 3);
+    if (strcmp(url, "/readyz") == 0)
+        return serve_ready(h, c);
+    return reply(c, 404, "text/plain", "not found\n", 10);
+}
+
+int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks,
+                  ow_http **out, ow_error *err)
+{
+    struct sockaddr_in sa;
+    ow_http *h;
+
+    *out = NULL;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (port == 0 || port > 65535 || inet_pton(AF_INET, address, &sa.sin_addr) != 1)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "metrics.address: \"%s\" is not an IPv4 address, or the port is 0",
+                            address);
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    h->hooks = *hooks;
+    h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port,
+                                 NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+                                 (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned int)10, MHD_OPTION_END);
+    if (h->daemon == NULL) {
+        free(h);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0,
+                            "metrics: cannot listen on %s:%u (in use, or not a local address)",
+                            address, port);
+    }
+    *out = h;
+    return OW_OK;
+}
+
+void ow_http_stop(ow_http **http)
+{
+    if (http == NULL || *http == NULL)
+        return;
+    MHD_stop_daemon((*http)->daemon);
+    free(*http);
+    *http = NULL;
+}
