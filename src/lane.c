@@ -395,6 +395,12 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             rq_n++;
             continue;
         }
+        OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
+               OW_F_INT("partition", job->partition), OW_F_INT("offset", job->offset),
+               OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)
+                                           : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
+               OW_F_INT("replayed", job->valid && job->item.replayed),
+               OW_F_STR("error", job->valid ? NULL : job->first_error));
         publish(l, job);
     }
     requeue_front(l, rq_first, rq_last, rq_n);

@@ -108,9 +108,19 @@ static void start_worker(int idx)
 {
     char log[300];
     char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+    char *debug_env[26];
+    size_t n = 0;
 
+    /* Replica 1 logs at debug level (every decision, with its masked key). */
+    while (worker_env[n] != NULL) {
+        debug_env[n] = worker_env[n];
+        n++;
+    }
+    debug_env[n++] = "ORDER_WORKER_LOG_LEVEL=debug";
+    debug_env[n] = NULL;
     snprintf(log, sizeof(log), "%s/worker-%d.log", logdir, idx);
-    workers[idx] = kit_spawn(argv, worker_env, log);
+    unlink(log);
+    workers[idx] = kit_spawn(argv, idx == 1 ? debug_env : worker_env, log);
     assert_true(workers[idx] > 0);
 }
 
@@ -481,6 +491,63 @@ static void test_sigterm_exits_zero(void **state)
     }
 }
 
+static int contains(const char *hay, size_t n, const char *needle, size_t m)
+{
+    for (size_t i = 0; m > 0 && i + m <= n; i++) {
+        if (memcmp(hay + i, needle, m) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    *len = fread(buf, 1, (size_t)n, f);
+    buf[*len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Replica 1 ran at debug level, which logs every decision with its key.
+ * No log line may hold a whole idempotency key (of 6 bytes or more; a
+ * shorter one could match by chance) or any part of a payload. */
+static void test_logs_hold_no_key_or_payload(void **state)
+{
+    size_t decided = 0;
+
+    (void)state;
+    for (int r = 0; r < 2; r++) {
+        char path[300];
+        size_t len;
+        char *log;
+
+        snprintf(path, sizeof(path), "%s/worker-%d.log", logdir, r);
+        log = read_file(path, &len);
+        for (const char *p = log; (p = strstr(p, "\"event\":\"decided\"")) != NULL; p++)
+            decided++;
+        for (int i = 0; i < n_sent; i++) {
+            if (sent[i].has_key && sent[i].key_len >= 6 &&
+                contains(log, len, sent[i].key, sent[i].key_len))
+                fail_msg("%s holds the whole key %s", path, sent[i].key);
+            if (sent[i].len >= 12 && contains(log, len, sent[i].value, 12))
+                fail_msg("%s holds a payload (message %d)", path, i);
+        }
+        assert_null(strstr(log, "external_order_no"));
+        free(log);
+    }
+    /* The check is only worth something if keys were logged (masked). */
+    assert_true(decided > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -489,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_offsets_committed_to_the_end),
         cmocka_unit_test(test_sigterm_during_join),
         cmocka_unit_test(test_sigterm_exits_zero),
+        cmocka_unit_test(test_logs_hold_no_key_or_payload),
     };
 
     mysql_library_init(0, NULL, NULL);
