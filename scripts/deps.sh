@@ -22,7 +22,7 @@ PACKAGES=(
   librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client
-  clang libclang-rt-14-dev valgrind
+  clang clang-format libclang-rt-14-dev valgrind
   gnuplot-nox curl kcat jq
   openjdk-17-jre-headless maven
   systemd

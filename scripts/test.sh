@@ -42,6 +42,10 @@ t_start=$SECONDS
 say "static checks"
 "$ROOT/scripts/check-sql.sh"
 "$ROOT/scripts/check-sql.sh" --self-test
+if ! clang-format --dry-run --Werror "$ROOT"/src/*.[ch] "$ROOT"/include/ow/*.h; then
+  say "src/ or include/ is not formatted: run clang-format -i on the files above"
+  exit 1
+fi
 if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*.c; then
   say "unchecked or unbounded calls in src/ (use the checked helpers)"
   exit 1

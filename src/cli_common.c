@@ -79,8 +79,9 @@ static int walk_args(int argc, char **argv, const char *const *known, const char
             if (ignore_pos)
                 continue;
             if (n >= max) {
-                fprintf(stderr, "order-worker %s: unexpected argument \"%s\" "
-                                "(see order-worker %s --help)\n",
+                fprintf(stderr,
+                        "order-worker %s: unexpected argument \"%s\" "
+                        "(see order-worker %s --help)\n",
                         cmd, argv[i], cmd);
                 return -1;
             }
@@ -108,8 +109,8 @@ int ow_cli_check_args(int argc, char **argv, const char *const *known, const cha
     return walk_args(argc, argv, known, cmd, 0, NULL, 0) < 0 ? -1 : 0;
 }
 
-int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd,
-                const char **pos, int max)
+int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd, const char **pos,
+                int max)
 {
     return walk_args(argc, argv, known, cmd, 0, pos, max);
 }
@@ -119,8 +120,8 @@ const char *ow_cli_required(int argc, char **argv, const char *name, const char 
     const char *v = ow_cli_opt(argc, argv, name);
 
     if (v == NULL || *v == '\0') {
-        fprintf(stderr, "order-worker %s: %s is required (see order-worker %s --help)\n", cmd,
-                name, cmd);
+        fprintf(stderr, "order-worker %s: %s is required (see order-worker %s --help)\n", cmd, name,
+                cmd);
         return NULL;
     }
     return v;

@@ -49,8 +49,7 @@ typedef struct {
 
 static int purge_args(int argc, char **argv, int64_t *older_than, size_t *batch)
 {
-    static const char *const known[] = {"--config", "--older-than", "--batch", "--dry-run!",
-                                        NULL};
+    static const char *const known[] = {"--config", "--older-than", "--batch", "--dry-run!", NULL};
     const char *v;
     const char *why = NULL;
     int64_t n = OW_PURGE_BATCH_DEFAULT;

@@ -90,15 +90,16 @@ static void warn_bad_key(const char *key)
 
     ow_field_errors_init(&errs);
     if (ow_request_check_key(key, strlen(key), &errs) != OW_OK)
-        fprintf(stderr, "order-worker send: warning: --key: %s; the worker will answer 400 "
-                        "INVALID_REQUEST\n",
+        fprintf(stderr,
+                "order-worker send: warning: --key: %s; the worker will answer 400 "
+                "INVALID_REQUEST\n",
                 errs.count > 0 ? errs.items[0].message : "is not a valid idempotency key");
 }
 
 static int parse_send_args(int argc, char **argv, send_args *a)
 {
-    static const char *const known[] = {"--config", "--user", "--key", "--wait!", "--timeout-ms",
-                                        NULL};
+    static const char *const known[] = {"--config", "--user",       "--key",
+                                        "--wait!",  "--timeout-ms", NULL};
     const char *pos[1] = {NULL};
     const char *t;
 
@@ -116,8 +117,10 @@ static int parse_send_args(int argc, char **argv, send_args *a)
     a->timeout_ms = SEND_TIMEOUT_DEFAULT_MS;
     if (t != NULL && (ow_parse_int64(t, &a->timeout_ms) != OW_OK || a->timeout_ms < 1 ||
                       a->timeout_ms > SEND_TIMEOUT_MAX_MS)) {
-        fprintf(stderr, "order-worker send: --timeout-ms: must be an integer from 1 to %d, got "
-                        "\"%s\"\n", SEND_TIMEOUT_MAX_MS, t);
+        fprintf(stderr,
+                "order-worker send: --timeout-ms: must be an integer from 1 to %d, got "
+                "\"%s\"\n",
+                SEND_TIMEOUT_MAX_MS, t);
         return OW_EXIT_USAGE;
     }
     a->path = pos[0];
@@ -176,8 +179,10 @@ static int check_user(const ow_buf *doc, int64_t user)
         uid = ow_json_member(ow_json_root(d), "user_id");
     if (uid != NULL && (uid->type != OW_JSON_NUMBER || !ow_json_number_is_integer(uid) ||
                         ow_parse_int64(uid->str, &v) != OW_OK)) {
-        fprintf(stderr, "order-worker send: the document's user_id is not an integer; --user is "
-                        "%lld\n", (long long)user);
+        fprintf(stderr,
+                "order-worker send: the document's user_id is not an integer; --user is "
+                "%lld\n",
+                (long long)user);
         code = OW_EXIT_USAGE;
     } else if (uid != NULL && v != user) {
         fprintf(stderr, "order-worker send: the document's user_id is %lld but --user is %lld\n",
@@ -324,8 +329,8 @@ static void print_result(const rd_kafka_message_t *m)
     fflush(stdout);
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return;
-    for (size_t i = 0;
-         rd_kafka_header_get_all(h, i, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
+    for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++)
         fprintf(stderr, "%s: %.*s\n", name, (int)len, v != NULL ? (const char *)v : "");
 }
 
@@ -391,9 +396,9 @@ static int new_producer(send_ctx *c, ow_error *err)
 static int produce_and_confirm(send_ctx *c, ow_error *err)
 {
     rd_kafka_resp_err_t e = rd_kafka_producev(
-        c->producer, RD_KAFKA_V_TOPIC(c->cfg->topic_input),
-        RD_KAFKA_V_KEY(c->key, c->key_len), RD_KAFKA_V_VALUE(c->doc.data, c->doc.len),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(c), RD_KAFKA_V_END);
+        c->producer, RD_KAFKA_V_TOPIC(c->cfg->topic_input), RD_KAFKA_V_KEY(c->key, c->key_len),
+        RD_KAFKA_V_VALUE(c->doc.data, c->doc.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_OPAQUE(c), RD_KAFKA_V_END);
 
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "produce to %s: %s",

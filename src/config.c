@@ -52,8 +52,7 @@ static const config_row config_table[] = {
      "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
     {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
      "Largest accepted number of orders in one batch."},
-    {"request.in_progress_wait_s", CT_INT, 1, 3600, "5", 0,
-     ROW_OFF(request_in_progress_wait_s),
+    {"request.in_progress_wait_s", CT_INT, 1, 3600, "5", 0, ROW_OFF(request_in_progress_wait_s),
      "Seconds to wait for a concurrent request with the same key before publishing "
      "REQUEST_IN_PROGRESS (the database lock wait timeout)."},
     {"worker.lanes", CT_INT, 1, 64, "4", 0, ROW_OFF(worker_lanes),
@@ -64,8 +63,7 @@ static const config_row config_table[] = {
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
     {"inflight.max_messages", CT_INT, 1, 1000000, "8192", 0, ROW_OFF(inflight_max_messages),
      "Messages consumed but not yet acknowledged before partitions are paused."},
-    {"inflight.max_bytes", CT_INT, 65536, 1073741824, "16777216", 0,
-     ROW_OFF(inflight_max_bytes),
+    {"inflight.max_bytes", CT_INT, 65536, 1073741824, "16777216", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
     {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
      "First delay after a transient failure; doubles per attempt, with jitter."},
@@ -191,8 +189,7 @@ static int set_passthrough(ow_config *cfg, const char *name, const char *value,
 
     if (*name == '\0')
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "%s: kafka.: a librdkafka property name must follow \"kafka.\"",
-                            where);
+                            "%s: kafka.: a librdkafka property name must follow \"kafka.\"", where);
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
         if (strcmp(cfg->passthrough[i].name, name) == 0)
             kv = &cfg->passthrough[i];
@@ -288,8 +285,7 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno,
-                     ow_error *err)
+static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno, ow_error *err)
 {
     char where[300];
     char *eq;
@@ -308,8 +304,7 @@ static int load_line(ow_config *cfg, char *line, const char *origin, unsigned li
     key = trim(line);
     value = trim(eq + 1);
     if (*key == '\0')
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: empty key before '='",
-                            where);
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: empty key before '='", where);
     return ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
 }
 
@@ -353,8 +348,8 @@ static int read_file(const char *path, size_t max, ow_buf *out, ow_error *err)
                             strerror(errno));
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
         if (out->len + n > max) {
-            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: larger than %zu bytes",
-                              path, max);
+            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: larger than %zu bytes", path,
+                              max);
             break;
         }
         if (ow_buf_append(out, chunk, n) != OW_OK) {
@@ -478,9 +473,14 @@ static int load_password_file(ow_config *cfg, ow_error *err)
 
 int ow_config_finish(ow_config *cfg, ow_error *err)
 {
-    static const char *const required[] = {"kafka.bootstrap.servers", "kafka.group.id",
-                                           "topic.input", "topic.results", "topic.dlq",
-                                           "mysql.host", "mysql.user", "mysql.database"};
+    static const char *const required[] = {"kafka.bootstrap.servers",
+                                           "kafka.group.id",
+                                           "topic.input",
+                                           "topic.results",
+                                           "topic.dlq",
+                                           "mysql.host",
+                                           "mysql.user",
+                                           "mysql.database"};
 
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
         size_t index = 0;
@@ -588,8 +588,7 @@ void ow_config_print_reference(FILE *out, int markdown)
 
         env_name(row->name, env, sizeof(env));
         if (row->type == CT_INT)
-            snprintf(range, sizeof(range), "%lld..%lld", (long long)row->min,
-                     (long long)row->max);
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)row->min, (long long)row->max);
         if (markdown)
             fprintf(out, "| `%s` | %s | %s%s%s | %s | `%s` | %s%s |\n", row->name, type_name(row),
                     row->def[0] ? "`" : "", row->def[0] ? row->def : "(empty)",

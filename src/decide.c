@@ -27,8 +27,8 @@
 #include "ow/log.h"
 #include "store_internal.h"
 
-#define FALLBACK 1       /* positive: a race; redo one item at a time */
-#define ITEM_ATTEMPTS 5  /* tries of one item before giving up the batch */
+#define FALLBACK 1      /* positive: a race; redo one item at a time */
+#define ITEM_ATTEMPTS 5 /* tries of one item before giving up the batch */
 
 static int oom(ow_error *err)
 {
@@ -274,8 +274,8 @@ static int plan_item(batch *bt, size_t i, ow_error *err)
     ow_response_ctx ctx;
     int rc;
 
-    if (grow((void **)&sc->conflicts, &sc->conflicts_cap, req->n_orders,
-             sizeof(*sc->conflicts)) != OW_OK)
+    if (grow((void **)&sc->conflicts, &sc->conflicts_cap, req->n_orders, sizeof(*sc->conflicts)) !=
+        OW_OK)
         return oom(err);
     for (size_t j = 0; j < req->n_orders; j++) {
         const ow_order_item *o = &req->orders[j];
@@ -526,8 +526,7 @@ typedef struct {
     size_t order;
 } order_slot;
 
-static int insert_orders_chunk(batch *bt, const order_slot *slots, unsigned bucket,
-                               ow_error *err)
+static int insert_orders_chunk(batch *bt, const order_slot *slots, unsigned bucket, ow_error *err)
 {
     size_t rows = (size_t)1 << bucket;
     ow_scratch *sc = &bt->s->scratch;
@@ -717,8 +716,7 @@ static void clear_decisions(ow_store_item *items, size_t n)
     }
 }
 
-int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time,
-                    ow_error *err)
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
 {
     int rc;
 
@@ -755,8 +753,7 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     return rc;
 }
 
-void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key,
-                        size_t key_len)
+void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
 {
     memset(it, 0, sizeof(*it));
     it->req = req;

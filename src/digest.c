@@ -53,8 +53,7 @@ int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
 
     ow_buf_init(&canon);
     rc = ow_digest_canonical(req, &canon);
-    if (rc == OW_OK &&
-        EVP_Digest(canon.data, canon.len, raw, &n, EVP_sha256(), NULL) != 1)
+    if (rc == OW_OK && EVP_Digest(canon.data, canon.len, raw, &n, EVP_sha256(), NULL) != 1)
         rc = OW_EFATAL;
     if (rc == OW_OK)
         ow_hex(raw, OW_DIGEST_LEN, hex);

@@ -61,8 +61,8 @@ static enum MHD_Result serve_ready(ow_http *h, struct MHD_Connection *c)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **ptr)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **ptr)
 {
     ow_http *h = cls;
 
@@ -82,8 +82,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return reply(c, 404, "text/plain", "not found\n", 10);
 }
 
-int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks,
-                  ow_http **out, ow_error *err)
+int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks, ow_http **out,
+                  ow_error *err)
 {
     struct sockaddr_in sa;
     ow_http *h;
@@ -100,10 +100,10 @@ int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks
     if (h == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     h->hooks = *hooks;
-    h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port,
-                                 NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned int)10, MHD_OPTION_END);
+    h->daemon =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port, NULL, NULL,
+                         on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
     if (h->daemon == NULL) {
         free(h);
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0,

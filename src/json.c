@@ -36,19 +36,19 @@ typedef struct {
 typedef struct ow_json_block ow_json_block;
 struct ow_json_block {
     ow_json_block *next;
-    size_t cap;   /* payload bytes */
-    size_t used;  /* payload bytes handed out */
+    size_t cap;  /* payload bytes */
+    size_t used; /* payload bytes handed out */
 };
 
 struct ow_json_doc {
     ow_json_node *root;
-    ow_json_block *blocks;  /* the block serving small allocations is first */
-    size_t next_block;      /* payload size of the next ordinary block */
+    ow_json_block *blocks; /* the block serving small allocations is first */
+    size_t next_block;     /* payload size of the next ordinary block */
 };
 
 typedef struct {
-    ow_json_node *node;  /* the open array or object */
-    ow_json_node *last;  /* its last child so far, or NULL */
+    ow_json_node *node; /* the open array or object */
+    ow_json_node *last; /* its last child so far, or NULL */
 } ow_json_frame;
 
 typedef struct {
@@ -62,9 +62,9 @@ typedef struct {
     ow_json_frame *stack;
     size_t depth;
     size_t stack_cap;
-    const ow_json_inode **scratch;  /* children of an object being checked */
+    const ow_json_inode **scratch; /* children of an object being checked */
     size_t scratch_cap;
-    const char *key;                /* member name waiting for its value */
+    const char *key; /* member name waiting for its value */
     size_t key_len;
     size_t key_off;
     ow_json_error *err;
@@ -379,8 +379,8 @@ static int decode_u(ow_json_parser *p, size_t *i, size_t end, char *out, size_t 
         *i = at + 6;
         return 0;
     }
-    if (end - at >= 8 && p->buf[at + 6] == '\\' && p->buf[at + 7] == 'u'
-        && read_u_escape(p, at + 6, end, &lo) != 0)
+    if (end - at >= 8 && p->buf[at + 6] == '\\' && p->buf[at + 7] == 'u' &&
+        read_u_escape(p, at + 6, end, &lo) != 0)
         return fail_syntax(p, at + 6, "invalid \\u escape (expected 4 hex digits)");
     if (read_u_escape(p, at + 6, end, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
         return fail_syntax(p, at, "unpaired UTF-16 high surrogate in \\u escape");
@@ -755,8 +755,7 @@ static int close_container(ow_json_parser *p)
 
 static bool is_ident_start(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$'
-           || is_digit(c);
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || is_digit(c);
 }
 
 /* Parses `"name" :` at p->pos (whitespace already skipped) and keeps the
@@ -912,8 +911,9 @@ static int after_value(ow_json_parser *p, bool *want_value)
 
     skip_ws(p);
     if (at_end(p))
-        return fail_syntax(p, p->pos, is_array ? "unexpected end of input (unclosed array)"
-                                               : "unexpected end of input (unclosed object)");
+        return fail_syntax(p, p->pos,
+                           is_array ? "unexpected end of input (unclosed array)"
+                                    : "unexpected end of input (unclosed object)");
     if (is_array)
         return after_array_value(p, want_value);
     return after_object_value(p, want_value);
@@ -959,8 +959,8 @@ static void parser_init(ow_json_parser *p, const void *buf, size_t len,
     p->err = err;
 }
 
-int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits,
-                  ow_json_doc **out, ow_json_error *err)
+int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **out,
+                  ow_json_error *err)
 {
     ow_json_error scratch_err;
     ow_json_parser p;
@@ -1032,6 +1032,6 @@ int ow_json_number_is_integer(const ow_json_node *n)
 {
     if (n == NULL || n->type != OW_JSON_NUMBER || n->str == NULL)
         return 0;
-    return memchr(n->str, '.', n->len) == NULL && memchr(n->str, 'e', n->len) == NULL
-           && memchr(n->str, 'E', n->len) == NULL;
+    return memchr(n->str, '.', n->len) == NULL && memchr(n->str, 'e', n->len) == NULL &&
+           memchr(n->str, 'E', n->len) == NULL;
 }

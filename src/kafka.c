@@ -84,10 +84,9 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
     int rc = ow_kafka_conf_set(conf, "bootstrap.servers", cfg->kafka_bootstrap_servers, err);
 
     if (rc == OW_OK)
-        rc = ow_kafka_conf_set(conf, "client.id",
-                               role == OW_KAFKA_CONSUMER ? "order-worker-consumer"
-                                                         : "order-worker-producer",
-                               err);
+        rc = ow_kafka_conf_set(
+            conf, "client.id",
+            role == OW_KAFKA_CONSUMER ? "order-worker-consumer" : "order-worker-producer", err);
     for (size_t i = 0; rc == OW_OK && i < cfg->n_passthrough; i++)
         rc = ow_kafka_conf_set(conf, cfg->passthrough[i].name, cfg->passthrough[i].value, err);
     if (rc == OW_OK)

@@ -16,8 +16,8 @@
 #include "ow/metrics.h"
 #include "worker_internal.h"
 
-#define SCAN_FACTOR 4           /* jobs looked at per batch, times batch.max_messages */
-#define BATCH_MAX_ORDERS 4096   /* orders per transaction */
+#define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
+#define BATCH_MAX_ORDERS 4096 /* orders per transaction */
 
 /* A set of 64-bit hashes, cleared per batch. 0 marks an empty slot. */
 typedef struct {
@@ -74,7 +74,8 @@ static int hset_add(hset *s, uint64_t h)
 
 static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
 {
-    return ow_hash64(o->external_order_no, o->ext_len) ^ ((uint64_t)user_id * 0x9e3779b97f4a7c15ULL);
+    return ow_hash64(o->external_order_no, o->ext_len) ^
+           ((uint64_t)user_id * 0x9e3779b97f4a7c15ULL);
 }
 
 typedef struct {
@@ -84,7 +85,7 @@ typedef struct {
     size_t orders;
     ow_store_item *items;
     ow_job **valid;
-    hset keys;   /* keys in the batch or blocked this round */
+    hset keys; /* keys in the batch or blocked this round */
     hset orders_set;
 } batch;
 
@@ -213,10 +214,11 @@ static int produce(ow_lane *l, const char *topic, const void *key, size_t key_le
     ow_worker *w = l->w;
 
     for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(
-            w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
-            RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+        rd_kafka_resp_err_t e =
+            rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                              RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+                              RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             return OW_OK; /* h is owned by the message now */
@@ -256,8 +258,7 @@ static int publish_dead_letter(ow_lane *l, ow_job *job)
     ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
     if (job->raw_len < job->raw_original_len)
         ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
-    return produce(l, l->w->cfg->topic_dlq, job->key, job->key_len, job->raw, job->raw_len, h,
-                   job);
+    return produce(l, l->w->cfg->topic_dlq, job->key, job->key_len, job->raw, job->raw_len, h, job);
 }
 
 /* Produces a finished job's outputs; the last delivery report finishes it. */
@@ -338,9 +339,9 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
         OW_LOG(attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", OW_F_INT("lane", l->index),
                OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err.code),
                OW_F_STR("error", err.msg));
-        ow_sleep_ms(ow_backoff_ms(w->cfg->retry_backoff_ms, w->cfg->retry_backoff_max_ms, attempt,
-                                  &l->rng),
-                    &w->stop_sleep);
+        ow_sleep_ms(
+            ow_backoff_ms(w->cfg->retry_backoff_ms, w->cfg->retry_backoff_max_ms, attempt, &l->rng),
+            &w->stop_sleep);
         if (atomic_load(&w->fatal) ||
             (atomic_load(&w->stopping) && ow_clock_mono_ms() > w->deadline_ms))
             return OW_EFATAL;
@@ -372,8 +373,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
     for (size_t i = 0; i < b->n; i++) {
         ow_job *job = b->jobs[i];
 
-        if (!decided || job->dropped ||
-            (job->valid && job->item.decision == OW_DECISION_NONE)) {
+        if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
             ow_worker_finish_job(l->w, job, 0);
             continue;
         }
@@ -480,7 +480,8 @@ static void idle_ping(ow_lane *l)
     ok = ow_store_ping(l->store, &err) == OW_OK;
     ow_worker_db_seen(l->w, ok);
     if (!ok)
-        OW_LOG(OW_LOG_DEBUG, "db_ping_failed", OW_F_INT("lane", l->index), OW_F_STR("error", err.msg));
+        OW_LOG(OW_LOG_DEBUG, "db_ping_failed", OW_F_INT("lane", l->index),
+               OW_F_STR("error", err.msg));
     l->last_db_ms = ow_clock_mono_ms();
     pthread_mutex_lock(&l->mu);
 }

@@ -115,9 +115,10 @@ void ow_log_write(int level, const char *event, const ow_log_field *fields, size
 
 void ow_log_rdkafka(const struct rd_kafka_s *rk, int level, const char *fac, const char *buf)
 {
-    int ours = level <= 3 ? OW_LOG_ERROR : level <= 4 ? OW_LOG_WARN
-                                     : level <= 6 ? OW_LOG_INFO
-                                                  : OW_LOG_DEBUG;
+    int ours = level <= 3   ? OW_LOG_ERROR
+               : level <= 4 ? OW_LOG_WARN
+               : level <= 6 ? OW_LOG_INFO
+                            : OW_LOG_DEBUG;
 
     (void)rk;
     OW_LOG(ours, "rdkafka", OW_F_STR("facility", fac), OW_F_STR("message", buf));

@@ -33,8 +33,7 @@ static void install_signals(void)
 const ow_command ow_commands[] = {
     {"run", "consume, decide and publish until stopped", ow_cmd_run, ow_help_run},
     {"migrate", "apply the schema migrations of sql/", ow_cmd_migrate, ow_help_migrate},
-    {"lookup", "print one request record and its orders as JSON", ow_cmd_lookup,
-     ow_help_lookup},
+    {"lookup", "print one request record and its orders as JSON", ow_cmd_lookup, ow_help_lookup},
     {"purge", "delete request records older than a duration", ow_cmd_purge, ow_help_purge},
     {"audit", "check the stored data against the invariants", ow_cmd_audit, ow_help_audit},
     {"send", "produce one order batch (and optionally wait for its result)", ow_cmd_send,

@@ -3,9 +3,9 @@
 ow_metrics ow_stats;
 
 /* 1 ms .. ~8 s, doubling. */
-static const int64_t bounds_us[OW_HIST_BUCKETS] = {
-    1000,   2000,   4000,    8000,    16000,   32000,   64000,
-    128000, 256000, 512000, 1024000, 2048000, 4096000, 8192000};
+static const int64_t bounds_us[OW_HIST_BUCKETS] = {1000,    2000,    4000,    8000,   16000,
+                                                   32000,   64000,   128000,  256000, 512000,
+                                                   1024000, 2048000, 4096000, 8192000};
 
 double ow_histogram_bound(size_t i)
 {

@@ -13,8 +13,8 @@ typedef struct {
 /* A ring of entries in increasing offset order. */
 struct ow_offset_track {
     entry *ring;
-    size_t cap;   /* power of two */
-    size_t head;  /* index of the oldest entry */
+    size_t cap;  /* power of two */
+    size_t head; /* index of the oldest entry */
     size_t count;
     int64_t last_added;
     int64_t committed; /* last value reported by advance, -1 if none */

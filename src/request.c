@@ -36,8 +36,8 @@ void ow_field_errors_add(ow_field_errors *errs, const char *field, const char *f
 
 static int key_byte_ok(unsigned char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.' || c == ':';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.' || c == ':';
 }
 
 int ow_request_check_key(const void *key, size_t len, ow_field_errors *errs)
@@ -58,8 +58,7 @@ int ow_request_check_key(const void *key, size_t len, ow_field_errors *errs)
     }
     for (size_t i = 0; i < len; i++) {
         if (!key_byte_ok(k[i])) {
-            ow_field_errors_add(errs, "key",
-                                "byte %zu is not one of A-Z a-z 0-9 - _ . :", i + 1);
+            ow_field_errors_add(errs, "key", "byte %zu is not one of A-Z a-z 0-9 - _ . :", i + 1);
             return OW_EINVAL;
         }
     }
@@ -148,7 +147,7 @@ int ow_amount_parse(const char *s, size_t len, int64_t *cents, const char **why)
     }
     if (i != len) {
         *why = (s[i] == 'e' || s[i] == 'E') ? "must not use an exponent"
-                                           : "must be a decimal like 19.90";
+                                            : "must be a decimal like 19.90";
         return OW_EINVAL;
     }
     if (frac_digits == 1)
@@ -261,8 +260,7 @@ static void parse_optional_int(const ow_json_node *v, size_t i, const char *name
     }
 }
 
-static int parse_item(const ow_json_node *obj, size_t i, ow_order_item *item,
-                      ow_field_errors *errs)
+static int parse_item(const ow_json_node *obj, size_t i, ow_order_item *item, ow_field_errors *errs)
 {
     char path[64];
     int ok = 1;

@@ -54,8 +54,8 @@ int ow_json_write_string(ow_buf *out, const char *s, size_t len)
 static int write_head(ow_buf *out, ow_result_code code, const char *message,
                       const ow_response_ctx *ctx)
 {
-    int rc = ow_buf_appendf(out, "{\"status\":%d,\"code\":\"%s\"", codes[code].status,
-                            codes[code].name);
+    int rc =
+        ow_buf_appendf(out, "{\"status\":%d,\"code\":\"%s\"", codes[code].status, codes[code].name);
 
     if (rc == OW_OK && message != NULL) {
         rc = ow_buf_appends(out, ",\"message\":");
@@ -71,8 +71,7 @@ static int write_head(ow_buf *out, ow_result_code code, const char *message,
     return rc;
 }
 
-static int write_order(ow_buf *out, size_t index, const ow_order_item *it,
-                       const ow_order_ref *ref)
+static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const ow_order_ref *ref)
 {
     char amount[OW_AMOUNT_TEXT_MAX];
     int rc = ow_buf_appendf(out, "{\"index\":%zu,\"external_order_no\":", index);
@@ -90,8 +89,8 @@ static int write_order(ow_buf *out, size_t index, const ow_order_item *it,
     return rc;
 }
 
-int ow_response_created(const ow_response_ctx *ctx, const ow_request *req,
-                        const ow_order_ref *refs, ow_buf *out)
+int ow_response_created(const ow_response_ctx *ctx, const ow_request *req, const ow_order_ref *refs,
+                        ow_buf *out)
 {
     int rc = write_head(out, OW_CODE_CREATED, NULL, ctx);
 

@@ -83,9 +83,12 @@ static int is_connection_error(unsigned e)
     case 2055:                    /* lost connection, extended (MySQL) */
     case 1053:                    /* server shutdown in progress */
     case 1152:                    /* aborted connection */
-    case 1158: case 1159: case 1160: case 1161: /* network read/write errors */
-    case 1927:                    /* connection was killed */
-    case 4031:                    /* disconnected by the server for inactivity */
+    case 1158:
+    case 1159:
+    case 1160:
+    case 1161: /* network read/write errors */
+    case 1927: /* connection was killed */
+    case 4031: /* disconnected by the server for inactivity */
         return 1;
     default:
         return e >= 2000 && e < 3000; /* any other client-side error */
@@ -99,13 +102,14 @@ static int is_transient_server_error(unsigned e)
     case OW_ER_LOCK_WAIT_TIMEOUT: /* 1205 */
     case 1020:                    /* record changed since last read */
     case 1040:                    /* too many connections */
-    case 1180: case 1181:         /* error during COMMIT / ROLLBACK */
-    case 1290:                    /* --read-only, e.g. during a failover */
-    case 1317:                    /* query interrupted */
-    case 1412:                    /* table definition changed */
-    case 1637:                    /* too many active concurrent transactions */
-    case 1836:                    /* running in read-only mode */
-    case 3572:                    /* NOWAIT lock (MySQL) */
+    case 1180:
+    case 1181: /* error during COMMIT / ROLLBACK */
+    case 1290: /* --read-only, e.g. during a failover */
+    case 1317: /* query interrupted */
+    case 1412: /* table definition changed */
+    case 1637: /* too many active concurrent transactions */
+    case 1836: /* running in read-only mode */
+    case 3572: /* NOWAIT lock (MySQL) */
         return 1;
     default:
         return 0;
@@ -116,8 +120,8 @@ static int is_transient_server_error(unsigned e)
  * so only their numbers are reported. */
 static const char *safe_message(ow_store *s, unsigned e)
 {
-    if (s->db != NULL && (is_connection_error(e) || is_transient_server_error(e) ||
-                          e == 1045 || e == 1049 || e == 1044 || e == 1142 || e == 1146))
+    if (s->db != NULL && (is_connection_error(e) || is_transient_server_error(e) || e == 1045 ||
+                          e == 1049 || e == 1044 || e == 1142 || e == 1146))
         return mysql_error(s->db);
     return "(message withheld: it may quote row data)";
 }
@@ -135,8 +139,8 @@ int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
                           what, e, msg);
     } else {
-        rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e,
-                          msg);
+        rc =
+            ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e, msg);
     }
     return rc;
 }
@@ -318,8 +322,7 @@ static int build_sql(ow_sql_kind kind, size_t rows, ow_buf *b)
     return rc;
 }
 
-int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out,
-                  ow_error *err)
+int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err)
 {
     ow_buf sql;
     int rc;
@@ -385,8 +388,7 @@ int ow_params_reserve(ow_params *p, size_t extra)
     p->len = calloc(cap, sizeof(*p->len));
     p->text = calloc(cap, sizeof(*p->text));
     p->isnull = calloc(cap, sizeof(*p->isnull));
-    if (p->b == NULL || p->ival == NULL || p->len == NULL || p->text == NULL ||
-        p->isnull == NULL) {
+    if (p->b == NULL || p->ival == NULL || p->len == NULL || p->text == NULL || p->isnull == NULL) {
         ow_params_free(p);
         return OW_ENOMEM;
     }
@@ -456,8 +458,7 @@ void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull)
     b->is_null = isnull;
 }
 
-void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len,
-                     ow_mybool *isnull)
+void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len, ow_mybool *isnull)
 {
     memset(b, 0, sizeof(*b));
     b->buffer_type = MYSQL_TYPE_BLOB;

@@ -65,8 +65,8 @@ static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
     MYSQL_BIND res;
     long long count = 0;
     ow_mybool nul = 0;
-    int rc = ow_store_prepare(s, "SELECT COUNT(*) FROM ow_schema_migrations WHERE version = ?",
-                              &st, err);
+    int rc = ow_store_prepare(s, "SELECT COUNT(*) FROM ow_schema_migrations WHERE version = ?", &st,
+                              err);
 
     if (rc != OW_OK)
         return rc;

@@ -43,7 +43,7 @@ typedef struct {
     long long user_id;
     char ext[OW_EXT_NO_MAX + 1];
     size_t ext_len;
-    int64_t cents; /* -1 when the stored amount could not be read back */
+    int64_t cents;        /* -1 when the stored amount could not be read back */
     long long product_id; /* 0 when NULL */
     long long quantity;
 } ow_existing;
@@ -57,7 +57,7 @@ typedef struct {
     size_t slots_cap;
     ow_order_ref *refs; /* per order of every item */
     size_t refs_cap;
-    size_t *ref_start;  /* per item: its first entry in refs */
+    size_t *ref_start; /* per item: its first entry in refs */
     size_t ref_start_cap;
     ow_conflict *conflicts;
     size_t conflicts_cap;
@@ -87,8 +87,7 @@ int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err)
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
 /* A prepared statement from the cache: kind for 2^bucket rows. */
-int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out,
-                  ow_error *err);
+int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err);
 /* Prepares arbitrary static SQL (not cached); caller closes it. */
 int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err);
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err);
@@ -106,8 +105,7 @@ void ow_param_amount(ow_params *p, int64_t cents);
 
 /* Binds a result column. */
 void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull);
-void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len,
-                     ow_mybool *isnull);
+void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len, ow_mybool *isnull);
 
 #define OW_ER_DUP_ENTRY 1062
 #define OW_ER_LOCK_WAIT_TIMEOUT 1205

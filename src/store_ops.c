@@ -102,8 +102,8 @@ static int fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char
 }
 
 /* Runs sql (parameters in params, may be NULL) and reads one integer. */
-static int query_int(ow_store *s, const char *sql, MYSQL_BIND *params, int64_t *v,
-                     const char *what, ow_error *err)
+static int query_int(ow_store *s, const char *sql, MYSQL_BIND *params, int64_t *v, const char *what,
+                     ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     MYSQL_BIND res;
@@ -285,8 +285,7 @@ static void bind_order_cols(order_cols *c)
                     &c->nul[1]);
     ow_result_bytes(&c->res[2], c->o.external_order_no, sizeof(c->o.external_order_no) - 1,
                     &c->ext_len, &c->nul[2]);
-    ow_result_bytes(&c->res[3], c->o.amount, sizeof(c->o.amount) - 1, &c->amount_len,
-                    &c->nul[3]);
+    ow_result_bytes(&c->res[3], c->o.amount, sizeof(c->o.amount) - 1, &c->amount_len, &c->nul[3]);
     bind_int(&c->res[4], &c->product_id, &c->nul[4]);
     bind_int(&c->res[5], &c->quantity, &c->nul[5]);
 }
@@ -383,8 +382,7 @@ static const char *const sql_detach_head =
     "UPDATE orders SET request_id = NULL WHERE request_id IN (";
 static const char *const sql_delete_head = "DELETE FROM idempotency_requests WHERE id IN (";
 
-int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff,
-                          ow_error *err)
+int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     MYSQL_BIND param, res;
@@ -414,8 +412,7 @@ int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutof
     return rc;
 }
 
-int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count,
-                         ow_error *err)
+int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count, ow_error *err)
 {
     MYSQL_BIND param;
     MYSQL_TIME t;
@@ -430,8 +427,8 @@ int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count
     return rc;
 }
 
-static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit,
-                          long long *ids, size_t *n, ow_error *err)
+static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit, long long *ids,
+                          size_t *n, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     MYSQL_BIND params[2], res;
@@ -510,8 +507,8 @@ static int run_in_chunks(ow_store *s, const char *head, const long long *ids, si
     return rc;
 }
 
-int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit,
-                         ow_purge_batch *out, ow_error *err)
+int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
+                         ow_error *err)
 {
     long long *ids = NULL;
     size_t n = 0;
@@ -528,11 +525,10 @@ int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit,
     if (rc == OW_OK)
         rc = select_old_ids(s, cutoff, limit, ids, &n, err);
     if (rc == OW_OK && n > 0)
-        rc = run_in_chunks(s, sql_detach_head, ids, n, &out->orders_detached, "detach orders",
-                           err);
+        rc = run_in_chunks(s, sql_detach_head, ids, n, &out->orders_detached, "detach orders", err);
     if (rc == OW_OK && n > 0)
-        rc = run_in_chunks(s, sql_delete_head, ids, n, &out->requests_deleted,
-                           "delete requests", err);
+        rc = run_in_chunks(s, sql_delete_head, ids, n, &out->requests_deleted, "delete requests",
+                           err);
     if (rc == OW_OK)
         rc = ow_store_commit(s, err);
     if (rc != OW_OK) {
@@ -617,8 +613,8 @@ static void show_b(const audit_def *d, const char *b, size_t len, int isnull, ch
     out[k] = '\0';
 }
 
-static void format_example(const audit_def *d, long long a, const char *b, size_t blen,
-                           int bnull, long long c, char out[OW_AUDIT_EXAMPLE_MAX])
+static void format_example(const audit_def *d, long long a, const char *b, size_t blen, int bnull,
+                           long long c, char out[OW_AUDIT_EXAMPLE_MAX])
 {
     char shown[OW_LOG_MASK_MAX + 64];
 
@@ -627,8 +623,8 @@ static void format_example(const audit_def *d, long long a, const char *b, size_
         return;
     }
     show_b(d, b, blen, bnull, shown, sizeof(shown));
-    snprintf(out, OW_AUDIT_EXAMPLE_MAX, "%s=%lld %s=%s %s=%lld", d->label[0], a, d->label[1],
-             shown, d->label[2], c);
+    snprintf(out, OW_AUDIT_EXAMPLE_MAX, "%s=%lld %s=%s %s=%lld", d->label[0], a, d->label[1], shown,
+             d->label[2], c);
 }
 
 static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_audit_check *chk,
@@ -717,8 +713,7 @@ int ow_admin_audit(ow_store *s, ow_audit_report *out, ow_error *err)
         rc = query_int(s, "SELECT COUNT(*) FROM idempotency_requests", NULL, &out->requests,
                        "count requests", err);
     if (rc == OW_OK)
-        rc = query_int(s, "SELECT COUNT(*) FROM orders", NULL, &out->orders, "count orders",
-                       err);
+        rc = query_int(s, "SELECT COUNT(*) FROM orders", NULL, &out->orders, "count orders", err);
     for (size_t i = 0; rc == OW_OK && i < OW_AUDIT_CHECK_COUNT; i++)
         rc = audit_check(s, &audit_defs[i], &out->checks[i], err);
     ow_store_rollback(s);

@@ -374,7 +374,8 @@ static void backpressure(ow_worker *w)
 
     if (!w->paused && (msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes))
         set_paused(w, 1);
-    else if (w->paused && msgs <= c->inflight_max_messages / 2 && bytes <= c->inflight_max_bytes / 2)
+    else if (w->paused && msgs <= c->inflight_max_messages / 2 &&
+             bytes <= c->inflight_max_bytes / 2)
         set_paused(w, 0);
 }
 

@@ -71,7 +71,7 @@ typedef struct {
     int assigned;
     int revoking;
     uint32_t epoch;
-    size_t active; /* dispatched jobs of this epoch not yet finished */
+    size_t active;        /* dispatched jobs of this epoch not yet finished */
     int64_t first_offset; /* first offset dispatched in this epoch, -1 if none */
     ow_offset_track *track;
 } ow_part;
@@ -95,14 +95,14 @@ struct ow_worker {
     int poller_started;
     _Atomic int poller_stop;
     _Atomic int fatal;
-    _Atomic int stopping;  /* shutdown: lanes abandon what is queued */
+    _Atomic int stopping;    /* shutdown: lanes abandon what is queued */
     volatile int stop_sleep; /* wakes backoff sleeps at shutdown */
     int paused;
-    int64_t deadline_ms;   /* shutdown deadline (monotonic) */
+    int64_t deadline_ms; /* shutdown deadline (monotonic) */
 
     /* Readiness, for /readyz. */
-    _Atomic int db_ok;        /* the last database round trip of any lane worked */
-    _Atomic int assigned;     /* partitions currently assigned */
+    _Atomic int db_ok;    /* the last database round trip of any lane worked */
+    _Atomic int assigned; /* partitions currently assigned */
     ow_http *http;
 };
 

@@ -57,8 +57,8 @@ typedef struct {
     int64_t response_status;
     ow_timestamp created_at;
     ow_timestamp updated_at;
-    ow_buf response;         /* the stored response body, byte for byte */
-    ow_admin_order *orders;  /* orders whose request_id is this record's id, by id */
+    ow_buf response;        /* the stored response body, byte for byte */
+    ow_admin_order *orders; /* orders whose request_id is this record's id, by id */
     size_t n_orders;
 } ow_admin_record;
 
@@ -79,11 +79,9 @@ int ow_admin_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_le
 
 /* The database's NOW(6) minus older_than_s seconds: computed once, so that
  * every batch of one purge uses the same cutoff. */
-int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff,
-                          ow_error *err);
+int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff, ow_error *err);
 /* Number of request records created before cutoff. */
-int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count,
-                         ow_error *err);
+int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count, ow_error *err);
 
 typedef struct {
     int64_t requests_selected; /* old records found; fewer than limit: none are left */
@@ -95,8 +93,8 @@ typedef struct {
  * created before cutoff, oldest first, sets request_id = NULL on their
  * orders (orders are kept), deletes the requests and commits. On error
  * nothing was committed and out is zeroed. */
-int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit,
-                         ow_purge_batch *out, ow_error *err);
+int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
+                         ow_error *err);
 
 /* --- audit --------------------------------------------------------------- */
 

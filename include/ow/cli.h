@@ -40,8 +40,8 @@ int ow_cli_check_args(int argc, char **argv, const char *const *known, const cha
  * is 0; "-" counts as one).
  * Prints the error and returns -1 for an unknown option or too many
  * arguments; otherwise returns how many were found. */
-int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd,
-                const char **pos, int max);
+int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd, const char **pos,
+                int max);
 /* The value of a required option; prints "--name is required" and returns
  * NULL when it is absent or empty. */
 const char *ow_cli_required(int argc, char **argv, const char *name, const char *cmd);

@@ -25,7 +25,7 @@ typedef enum { OW_LOG_ERROR = 0, OW_LOG_WARN, OW_LOG_INFO, OW_LOG_DEBUG } ow_log
 typedef enum { OW_SRC_DEFAULT = 0, OW_SRC_FILE, OW_SRC_ENV } ow_config_source;
 
 typedef struct {
-    char *name;  /* librdkafka property name, without the "kafka." prefix */
+    char *name; /* librdkafka property name, without the "kafka." prefix */
     char *value;
     ow_config_source source;
 } ow_config_kv;

@@ -29,8 +29,8 @@ typedef enum {
 
 typedef struct ow_error {
     ow_errclass cls;
-    int code;          /* the library's own number (MySQL errno, rd_kafka_resp_err_t) or 0 */
-    char msg[256];     /* one sentence without secrets, keys or payloads */
+    int code;      /* the library's own number (MySQL errno, rd_kafka_resp_err_t) or 0 */
+    char msg[256]; /* one sentence without secrets, keys or payloads */
 } ow_error;
 
 void ow_error_clear(ow_error *err);

@@ -20,8 +20,8 @@ typedef struct {
 } ow_http_hooks;
 
 /* Binds address:port (loopback by default). port 0 is refused. */
-int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks,
-                  ow_http **out, ow_error *err);
+int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks, ow_http **out,
+                  ow_error *err);
 void ow_http_stop(ow_http **http);
 
 #endif

@@ -13,31 +13,39 @@
 #include <stdint.h>
 
 typedef enum {
-    OW_JSON_NULL = 0, OW_JSON_FALSE, OW_JSON_TRUE,
-    OW_JSON_NUMBER, OW_JSON_STRING, OW_JSON_ARRAY, OW_JSON_OBJECT
+    OW_JSON_NULL = 0,
+    OW_JSON_FALSE,
+    OW_JSON_TRUE,
+    OW_JSON_NUMBER,
+    OW_JSON_STRING,
+    OW_JSON_ARRAY,
+    OW_JSON_OBJECT
 } ow_json_type;
 
 typedef struct ow_json_node ow_json_node;
 struct ow_json_node {
     ow_json_type type;
-    const char *str;      /* STRING: unescaped UTF-8 bytes, NUL-terminated, may contain NUL (\u0000) so use len;
+    const char
+        *str; /* STRING: unescaped UTF-8 bytes, NUL-terminated, may contain NUL (\u0000) so use len;
                              NUMBER: the raw lexeme exactly as in the input, NUL-terminated */
     size_t len;
-    const char *key;      /* member name (unescaped, NUL-terminated) when the parent is an object, else NULL */
+    const char
+        *key; /* member name (unescaped, NUL-terminated) when the parent is an object, else NULL */
     size_t key_len;
-    size_t count;         /* ARRAY/OBJECT: number of children */
-    ow_json_node *first;  /* first child, or NULL */
-    ow_json_node *next;   /* next sibling, or NULL */
+    size_t count;        /* ARRAY/OBJECT: number of children */
+    ow_json_node *first; /* first child, or NULL */
+    ow_json_node *next;  /* next sibling, or NULL */
 };
 
 typedef struct {
-    size_t max_depth;  /* nesting of arrays/objects; the root array/object is depth 1; 0 means 64 */
-    size_t max_nodes;  /* total values; 0 means no limit besides memory */
+    size_t max_depth; /* nesting of arrays/objects; the root array/object is depth 1; 0 means 64 */
+    size_t max_nodes; /* total values; 0 means no limit besides memory */
 } ow_json_limits;
 
 typedef struct {
-    size_t offset;        /* byte offset in the input where the error was detected */
-    char message[128];    /* short English reason, e.g. "invalid UTF-8 sequence", "duplicate object key", "nesting deeper than 64" */
+    size_t offset; /* byte offset in the input where the error was detected */
+    char message
+        [128]; /* short English reason, e.g. "invalid UTF-8 sequence", "duplicate object key", "nesting deeper than 64" */
 } ow_json_error;
 
 /* Return values of ow_json_parse.  Every failure is negative, so callers that
@@ -45,22 +53,22 @@ typedef struct {
  * bad message (SYNTAX, LIMIT) from a transient failure (NOMEM). */
 enum {
     OW_JSON_OK = 0,
-    OW_JSON_ERR_SYNTAX = -1,  /* not valid JSON, not valid UTF-8, or a duplicate member name */
-    OW_JSON_ERR_LIMIT = -2,   /* max_depth or max_nodes exceeded */
-    OW_JSON_ERR_NOMEM = -3,   /* memory allocation failed */
-    OW_JSON_ERR_ARG = -4      /* out is NULL, or buf is NULL with len > 0 */
+    OW_JSON_ERR_SYNTAX = -1, /* not valid JSON, not valid UTF-8, or a duplicate member name */
+    OW_JSON_ERR_LIMIT = -2,  /* max_depth or max_nodes exceeded */
+    OW_JSON_ERR_NOMEM = -3,  /* memory allocation failed */
+    OW_JSON_ERR_ARG = -4     /* out is NULL, or buf is NULL with len > 0 */
 };
 
-typedef struct ow_json_doc ow_json_doc;  /* opaque; owns every node and string (one arena) */
+typedef struct ow_json_doc ow_json_doc; /* opaque; owns every node and string (one arena) */
 
 /* Parses exactly one JSON value (surrounded by optional whitespace) from buf[0..len).
  * Returns 0 and sets *out (a new doc, free with ow_json_free) or a negative value and fills err
  * (*out stays NULL). Never reads past len; buf need not be NUL-terminated.
  * limits and err may be NULL (default limits; no error details). */
-int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits,
-                  ow_json_doc **out, ow_json_error *err);
-const ow_json_node *ow_json_root(const ow_json_doc *doc);   /* borrowed */
-void ow_json_free(ow_json_doc **doc);                       /* NULL-safe; sets *doc = NULL */
+int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **out,
+                  ow_json_error *err);
+const ow_json_node *ow_json_root(const ow_json_doc *doc); /* borrowed */
+void ow_json_free(ow_json_doc **doc);                     /* NULL-safe; sets *doc = NULL */
 /* Borrowed pointer to the member named name (NUL-terminated) of an object, or NULL.
  * This is a linear scan of the object's members. */
 const ow_json_node *ow_json_member(const ow_json_node *obj, const char *name);

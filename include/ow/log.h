@@ -30,7 +30,8 @@ extern _Atomic int ow_log_threshold;
 #define OW_F_DBL(k, v) ((ow_log_field){(k), 'f', NULL, 0, 0, (double)(v)})
 #define OW_F_KEY(k, p, n) ((ow_log_field){(k), 'k', (const char *)(p), (n), 0, 0.0})
 
-#define OW_LOG_ENABLED(level) ((int)(level) <= atomic_load_explicit(&ow_log_threshold, memory_order_relaxed))
+#define OW_LOG_ENABLED(level) \
+    ((int)(level) <= atomic_load_explicit(&ow_log_threshold, memory_order_relaxed))
 
 /* OW_LOG(OW_LOG_INFO, "event_name", OW_F_INT("lane", 2), ...) — at least one field. */
 #define OW_LOG(level, event, ...)                                                                \

@@ -16,22 +16,22 @@
 #include "ow/util.h"
 
 /* X(field, name, help) */
-#define OW_COUNTERS(X)                                                                            \
+#define OW_COUNTERS(X)                                                                             \
     X(consumed, "order_worker_messages_consumed_total", "Messages consumed from the input topic.") \
-    X(replays, "order_worker_replays_total",                                                     \
-      "Results that published a stored response again (replayed: true).")                        \
-    X(dead_lettered, "order_worker_dead_lettered_total",                                         \
-      "Invalid messages copied to the dead-letter topic.")                                       \
-    X(transactions, "order_worker_db_transactions_total", "Database transactions run.")          \
-    X(batch_fallbacks, "order_worker_batch_fallbacks_total",                                     \
-      "Micro-batches redone one message at a time after a race.")                                \
-    X(offsets_stored, "order_worker_offsets_stored_total",                                       \
-      "Offset advances stored after every result below them was acknowledged.")                  \
-    X(commits, "order_worker_offset_commits_total", "Offset commits to the group.")              \
-    X(rebalances, "order_worker_rebalances_total", "Partition assignments and revocations.")     \
-    X(paused, "order_worker_backpressure_pauses_total",                                          \
-      "Times the input partitions were paused because too much was in flight.")                  \
-    X(dropped, "order_worker_jobs_abandoned_total",                                              \
+    X(replays, "order_worker_replays_total",                                                       \
+      "Results that published a stored response again (replayed: true).")                          \
+    X(dead_lettered, "order_worker_dead_lettered_total",                                           \
+      "Invalid messages copied to the dead-letter topic.")                                         \
+    X(transactions, "order_worker_db_transactions_total", "Database transactions run.")            \
+    X(batch_fallbacks, "order_worker_batch_fallbacks_total",                                       \
+      "Micro-batches redone one message at a time after a race.")                                  \
+    X(offsets_stored, "order_worker_offsets_stored_total",                                         \
+      "Offset advances stored after every result below them was acknowledged.")                    \
+    X(commits, "order_worker_offset_commits_total", "Offset commits to the group.")                \
+    X(rebalances, "order_worker_rebalances_total", "Partition assignments and revocations.")       \
+    X(paused, "order_worker_backpressure_pauses_total",                                            \
+      "Times the input partitions were paused because too much was in flight.")                    \
+    X(dropped, "order_worker_jobs_abandoned_total",                                                \
       "Messages abandoned unacknowledged (revoked partition or shutdown); redelivered later.")
 
 #define OW_HIST_BUCKETS 14
@@ -46,8 +46,8 @@ typedef struct {
 #define OW_COUNTER_FIELD(field, name, help) _Atomic uint64_t field;
     OW_COUNTERS(OW_COUNTER_FIELD)
 #undef OW_COUNTER_FIELD
-    _Atomic uint64_t results[OW_CODE_COUNT];  /* by result code */
-    _Atomic uint64_t retries[4];              /* by ow_errclass */
+    _Atomic uint64_t results[OW_CODE_COUNT]; /* by result code */
+    _Atomic uint64_t retries[4];             /* by ow_errclass */
     _Atomic int64_t inflight_messages;
     _Atomic int64_t inflight_bytes;
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
@@ -56,7 +56,8 @@ typedef struct {
 
 extern ow_metrics ow_stats;
 
-#define OW_COUNT(field, n) atomic_fetch_add_explicit(&ow_stats.field, (uint64_t)(n), memory_order_relaxed)
+#define OW_COUNT(field, n) \
+    atomic_fetch_add_explicit(&ow_stats.field, (uint64_t)(n), memory_order_relaxed)
 
 void ow_histogram_observe(ow_histogram *h, int64_t us);
 /* Upper bound of bucket i in seconds (i < OW_HIST_BUCKETS). */

@@ -50,8 +50,8 @@ const char *ow_result_code_name(ow_result_code code);
 int ow_result_code_status(ow_result_code code);
 
 /* Each function appends one body to out and returns 0 or OW_ENOMEM. */
-int ow_response_created(const ow_response_ctx *ctx, const ow_request *req,
-                        const ow_order_ref *refs, ow_buf *out);
+int ow_response_created(const ow_response_ctx *ctx, const ow_request *req, const ow_order_ref *refs,
+                        ow_buf *out);
 int ow_response_order_conflict(const ow_response_ctx *ctx, const ow_request *req,
                                const ow_conflict *conflicts, size_t n, ow_buf *out);
 int ow_response_key_reused(const ow_response_ctx *ctx, ow_buf *out);

@@ -41,11 +41,11 @@ typedef struct {
 
 typedef enum {
     OW_DECISION_NONE = 0,
-    OW_DECISION_CREATED,     /* new request, orders written (201) */
-    OW_DECISION_CONFLICT,    /* new request recorded as FAILED (409 ORDER_ALREADY_EXISTS) */
-    OW_DECISION_REPLAY,      /* same key and digest already recorded: stored body */
-    OW_DECISION_KEY_REUSED,  /* same key, other digest: nothing written (409) */
-    OW_DECISION_IN_PROGRESS  /* another transaction holds the key or its orders (409) */
+    OW_DECISION_CREATED,    /* new request, orders written (201) */
+    OW_DECISION_CONFLICT,   /* new request recorded as FAILED (409 ORDER_ALREADY_EXISTS) */
+    OW_DECISION_REPLAY,     /* same key and digest already recorded: stored body */
+    OW_DECISION_KEY_REUSED, /* same key, other digest: nothing written (409) */
+    OW_DECISION_IN_PROGRESS /* another transaction holds the key or its orders (409) */
 } ow_decision;
 
 typedef struct {
@@ -83,8 +83,7 @@ int ow_store_ping(ow_store *s, ow_error *err);
 /* 1 while a connection is open (it may still turn out to be dead). */
 int ow_store_connected(const ow_store *s);
 
-void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key,
-                        size_t key_len);
+void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len);
 void ow_store_item_cleanup(ow_store_item *it);
 
 /* Decides items[0..n) in one transaction. On success every item has a
@@ -93,8 +92,7 @@ void ow_store_item_cleanup(ow_store_item *it);
  * single-row statements (used after a deadlock); otherwise set-based
  * statements run first and fall back to that mode by themselves when the
  * database reports a race. */
-int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time,
-                    ow_error *err);
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);
 
