@@ -381,6 +381,11 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             /* Tell the sender, then retry; the offset stays uncommitted. */
             publish_result(l, job, job->item.body.data, job->item.body.len, 0,
                            ow_in_progress_token);
+            /* A revoked partition's next owner retries it instead. */
+            if (ow_worker_job_stale(l->w, job)) {
+                ow_worker_finish_job(l->w, job, 0);
+                continue;
+            }
             job->in_progress_rounds++;
             job->not_before_ms = ow_clock_mono_ms() + l->w->cfg->retry_backoff_ms;
             OW_LOG(OW_LOG_INFO, "request_in_progress", OW_F_KEY("key", job->key, job->key_len),
