@@ -212,8 +212,14 @@ static int all_drained(ow_worker *w, const rd_kafka_topic_partition_list_t *part
  * than redone by the next owner. */
 static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
-    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+    int64_t start = ow_clock_mono_ms();
+    int64_t deadline = start + w->cfg->rebalance_drain_timeout_ms;
 
+    /* The revoke that closing the consumer triggers at shutdown comes after
+     * the flush, when the delivery poller has stopped: nothing in flight can
+     * be acknowledged any more, so the stop's deadline bounds the wait. */
+    if (atomic_load(&w->stopping) && w->deadline_ms < deadline)
+        deadline = w->deadline_ms;
     pthread_mutex_lock(&w->parts_mu);
     while (!all_drained(w, parts) && ow_clock_mono_ms() < deadline && !atomic_load(&w->fatal)) {
         struct timespec ts;
@@ -228,7 +234,7 @@ static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
     }
     if (!all_drained(w, parts))
         OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
-               OW_F_INT("timeout_ms", w->cfg->rebalance_drain_timeout_ms));
+               OW_F_INT("timeout_ms", deadline > start ? deadline - start : 0));
     pthread_mutex_unlock(&w->parts_mu);
 }
 
