@@ -114,7 +114,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     int is_dlq = strcmp(rd_kafka_topic_name(m->rkt), w->cfg->topic_dlq) == 0;
 
     (void)rk;
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+        /* Purged at shutdown (abandon_outputs): the job ends not done. */
+        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)));
+    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         /* message.timeout.ms is infinite, so only permanent errors get here. */
         OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
                OW_F_STR("error", rd_kafka_err2str(m->err)));
@@ -474,6 +477,18 @@ static int start(ow_worker *w, ow_error *err)
     return rc;
 }
 
+/* Gives up the outputs that the shutdown flush could not deliver (their
+ * broker is unreachable). Their delivery reports, purged rather than
+ * acknowledged, finish their jobs as not done: no offset moves past them,
+ * the next owner redelivers them, and no job outlives the worker. */
+static void abandon_outputs(ow_worker *w)
+{
+    OW_LOG(OW_LOG_WARN, "flush_incomplete",
+           OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
+    rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(w->producer, 1000); /* serves the purged reports */
+}
+
 /* Stops taking messages, lets lanes finish what they started, flushes
  * results, commits what is acknowledged and leaves the group. */
 static void shut_down(ow_worker *w)
@@ -493,8 +508,7 @@ static void shut_down(ow_worker *w)
     left = w->deadline_ms - ow_clock_mono_ms();
     if (w->producer != NULL &&
         rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        OW_LOG(OW_LOG_WARN, "flush_incomplete",
-               OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
+        abandon_outputs(w);
     if (w->consumer != NULL) {
         commit_stored(w, "shutdown");
         rd_kafka_consumer_close(w->consumer);
