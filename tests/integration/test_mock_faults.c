@@ -10,7 +10,8 @@
  *   1. retriable errors answering the worker's Produce requests;
  *   2. the group coordinator moving between brokers while the worker
  *      commits every 200 ms, with OffsetCommit errors;
- *   3. broker 3 down while results are in flight.
+ *   3. broker 3 down while results are in flight;
+ *   4. SIGTERM while broker 3 is down.
  *
  * Safety, checked over and over while the fault is active and afterwards:
  * no committed offset ever passes a message whose outputs (its result when
@@ -106,6 +107,7 @@ typedef struct {
     int in_fault;      /* 1 while the fault is being injected or served */
     int max_covered;   /* most inputs below the committed offsets in one check */
     int fault_covered; /* the same, during the fault */
+    int shutdown_timeout_ms; /* the worker's shutdown.timeout_ms, 0 for the default */
     int64_t t0_ms;
 } scenario;
 
@@ -474,6 +476,8 @@ static void start_worker(scenario *s)
      * backs off reconnecting up to reconnect.backoff.max.ms (10 s by
      * default): a shorter maximum only makes the test quicker. */
     ENV("ORDER_WORKER_KAFKA_RECONNECT_BACKOFF_MAX_MS=1000");
+    if (s->shutdown_timeout_ms > 0)
+        ENV("ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=%d", s->shutdown_timeout_ms);
     ENV("ORDER_WORKER_LOG_LEVEL=%s", env_or("OW_MOCK_WORKER_LOG_LEVEL", "info"));
     if (getenv("OW_MOCK_WORKER_DEBUG") != NULL)
         ENV("ORDER_WORKER_KAFKA_DEBUG=%s", getenv("OW_MOCK_WORKER_DEBUG"));
@@ -696,6 +700,11 @@ static int setup_down(void **state)
     return scenario_setup(state, "down");
 }
 
+static int setup_stop(void **state)
+{
+    return scenario_setup(state, "stop");
+}
+
 /* --- Scenarios ----------------------------------------------------------- */
 
 /*
@@ -862,6 +871,56 @@ static void test_broker_down(void **state)
     finish(s);
 }
 
+/*
+ * 4. SIGTERM while broker 3 is down and results wait for it. The worker
+ * must stop with status 0 within shutdown.timeout_ms (2 s here) and a
+ * little more, committing nothing past an unacknowledged output. Once it is
+ * gone nothing produces to broker 3, so after the broker is back its log
+ * holds every output that was ever acknowledged. A new worker then finishes
+ * the work (the database turns the redelivered inputs into replays).
+ */
+#define STOP_TIMEOUT_MS 2000
+#define STOP_SLACK_MS 2500
+
+static void test_stop_during_outage(void **state)
+{
+    scenario *s = *state;
+    int64_t committed[IN_PARTS];
+    snapshot snap;
+    int64_t took;
+    int status;
+
+    s->shutdown_timeout_ms = STOP_TIMEOUT_MS;
+    produce_inputs(s, 30);
+    start_worker(s);
+    await_first_output(s);
+    s->in_fault = 1;
+    assert_int_equal(rd_kafka_mock_broker_set_down(s->mc, 3), 0);
+    produce_inputs(s, 30);
+    sleep_ms(1000); /* consumed and decided; their results wait for broker 3 */
+    took = now_ms();
+    assert_int_equal(kill(s->worker, SIGTERM), 0);
+    status = kit_wait(s->worker, 60000);
+    took = now_ms() - took;
+    s->worker = 0;
+    if (status != 0)
+        fail_msg("stop: the worker exited with %d after SIGTERM (see %s)", status, s->log);
+    if (took > STOP_TIMEOUT_MS + STOP_SLACK_MS)
+        fail_msg("stop: SIGTERM took %lld ms with shutdown.timeout_ms = %d (see %s)",
+                 (long long)took, STOP_TIMEOUT_MS, s->log);
+    read_committed(s, committed);
+    assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, 3), 0);
+    memset(&snap, 0, sizeof(snap));
+    snapshot_outputs(s, &snap, NULL, NULL);
+    verify_covered(s, committed, &snap, "stopped during the outage");
+    snapshot_free(&snap);
+    print_message("stop: SIGTERM during the outage took %.1f s; committed %lld/%lld/%lld\n",
+                  (double)took / 1000.0, (long long)committed[0], (long long)committed[1],
+                  (long long)committed[2]);
+    start_worker(s);
+    finish(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -869,6 +928,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_coordinator_moves, setup_coordinator,
                                         scenario_teardown),
         cmocka_unit_test_setup_teardown(test_broker_down, setup_down, scenario_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_during_outage, setup_stop, scenario_teardown),
     };
 
     if (getenv("OW_MOCK_FILTER") != NULL)
