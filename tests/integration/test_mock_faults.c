@@ -30,7 +30,8 @@
  * stops the worker with status 0 and leaves the offsets at the end.
  *
  * What librdkafka 2.0.2's mock does and does not do, and how the test
- * copes (seen here, in its sources and in runs of this test):
+ * copes (seen in runs of this test and of small probes against 2.0.2, and
+ * read in the mock's sources, rdkafka_mock*.c):
  *   - CreateTopics does not answer: topics come from
  *     rd_kafka_mock_topic_create. A group's first assignment takes ~3 s.
  *   - Heartbeat, JoinGroup and SyncGroup answer NOT_COORDINATOR on a
@@ -60,7 +61,8 @@
  *     APPEND), KAFKA_STORAGE_ERROR and disconnects.
  *
  * OW_MOCK_FILTER=test_broker_down (a cmocka pattern) runs one scenario;
- * OW_MOCK_WORKER_DEBUG=eos,msg,cgrp sets the worker's kafka.debug.
+ * OW_MOCK_WORKER_DEBUG=eos,msg,cgrp sets the worker's kafka.debug (with
+ * OW_MOCK_WORKER_LOG_LEVEL=debug to see it in the worker's log).
  */
 #include <setjmp.h>
 #include <signal.h>
