@@ -501,12 +501,17 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "inflight.max_bytes: must be at least request.max_bytes");
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
-        const char *n = cfg->passthrough[i].name;
+        const char *full = cfg->passthrough[i].name;
+        const char *n = full;
 
+        if (strncmp(n, "consumer.", 9) == 0)
+            n += 9;
+        else if (strncmp(n, "producer.", 9) == 0)
+            n += 9;
         if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
             strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                                "kafka.%s: is fixed by order-worker's delivery guarantees", n);
+                                "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }
     if (*cfg->mysql_password_file != '\0')
         return load_password_file(cfg, err);
@@ -600,7 +605,8 @@ void ow_config_print_reference(FILE *out, int markdown)
     }
     if (markdown)
         fputs("| `kafka.<property>` | string | | | `ORDER_WORKER_KAFKA_<PROPERTY>` | Passed to "
-              "librdkafka as `<property>`. |\n",
+              "librdkafka as `<property>`, for the consumer and the producer; "
+              "`kafka.consumer.<property>` and `kafka.producer.<property>` reach only one. |\n",
               out);
     else
         fputs("  kafka.<property>             passed to librdkafka unchanged\n", out);

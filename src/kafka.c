@@ -14,20 +14,27 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
     return OW_OK;
 }
 
-static int has_passthrough(const ow_config *cfg, const char *name)
+/* Whether the configuration sets name for this role (plainly or with the
+ * role's prefix). */
+static int has_passthrough(const ow_config *cfg, ow_kafka_role role, const char *name)
 {
+    const char *prefix = role == OW_KAFKA_CONSUMER ? "consumer." : "producer.";
+    size_t plen = strlen(prefix);
+
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
-        if (strcmp(cfg->passthrough[i].name, name) == 0)
+        const char *n = cfg->passthrough[i].name;
+
+        if (strcmp(n, name) == 0 || (strncmp(n, prefix, plen) == 0 && strcmp(n + plen, name) == 0))
             return 1;
     }
     return 0;
 }
 
 /* Defaults that the configuration may override. */
-static int set_default(rd_kafka_conf_t *conf, const ow_config *cfg, const char *name,
-                       const char *value, ow_error *err)
+static int set_default(rd_kafka_conf_t *conf, const ow_config *cfg, ow_kafka_role role,
+                       const char *name, const char *value, ow_error *err)
 {
-    if (has_passthrough(cfg, name))
+    if (has_passthrough(cfg, role, name))
         return OW_OK;
     return ow_kafka_conf_set(conf, name, value, err);
 }
@@ -44,13 +51,15 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 4096));
     rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "partition.assignment.strategy", "cooperative-sticky", err);
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "partition.assignment.strategy",
+                         "cooperative-sticky", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "auto.offset.reset", "earliest", err);
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "auto.offset.reset", "earliest", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "enable.partition.eof", "false", err);
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "enable.partition.eof", "false", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "queued.max.messages.kbytes", queued_kb, err);
+        rc =
+            set_default(conf, cfg, OW_KAFKA_CONSUMER, "queued.max.messages.kbytes", queued_kb, err);
     if (rc == OW_OK)
         rc = ow_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (rc == OW_OK)
@@ -70,11 +79,11 @@ static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
      * blocks its offset, so the producer keeps retrying while the broker is
      * away (0 = no local timeout), and memory is bounded by backpressure. */
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "message.timeout.ms", "0", err);
+        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "message.timeout.ms", "0", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "linger.ms", "2", err);
+        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "linger.ms", "2", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, "queue.buffering.max.kbytes", "65536", err);
+        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "65536", err);
     return rc;
 }
 
@@ -87,8 +96,18 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
         rc = ow_kafka_conf_set(
             conf, "client.id",
             role == OW_KAFKA_CONSUMER ? "order-worker-consumer" : "order-worker-producer", err);
-    for (size_t i = 0; rc == OW_OK && i < cfg->n_passthrough; i++)
-        rc = ow_kafka_conf_set(conf, cfg->passthrough[i].name, cfg->passthrough[i].value, err);
+    for (size_t i = 0; rc == OW_OK && i < cfg->n_passthrough; i++) {
+        const char *name = cfg->passthrough[i].name;
+        const char *mine = role == OW_KAFKA_CONSUMER ? "consumer." : "producer.";
+        const char *other = role == OW_KAFKA_CONSUMER ? "producer." : "consumer.";
+
+        /* kafka.consumer.<p> and kafka.producer.<p> reach one client only. */
+        if (strncmp(name, other, strlen(other)) == 0)
+            continue;
+        if (strncmp(name, mine, strlen(mine)) == 0)
+            name += strlen(mine);
+        rc = ow_kafka_conf_set(conf, name, cfg->passthrough[i].value, err);
+    }
     if (rc == OW_OK)
         rc = role == OW_KAFKA_CONSUMER ? consumer_settings(conf, cfg, err)
                                        : producer_settings(conf, cfg, err);

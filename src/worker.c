@@ -119,7 +119,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     int is_dlq = strcmp(rd_kafka_topic_name(m->rkt), w->cfg->topic_dlq) == 0;
 
     (void)rk;
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+        /* Purged at shutdown (abandon_outputs): the job ends not done. */
+        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)));
+    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         /* message.timeout.ms is infinite, so only permanent errors get here. */
         OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
                OW_F_STR("error", rd_kafka_err2str(m->err)));
@@ -219,8 +222,14 @@ static int all_drained(ow_worker *w, const rd_kafka_topic_partition_list_t *part
  * than redone by the next owner. */
 static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
-    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+    int64_t start = ow_clock_mono_ms();
+    int64_t deadline = start + w->cfg->rebalance_drain_timeout_ms;
 
+    /* The revoke that closing the consumer triggers at shutdown comes after
+     * the flush, when the delivery poller has stopped: nothing in flight can
+     * be acknowledged any more, so the stop's deadline bounds the wait. */
+    if (atomic_load(&w->stopping) && w->deadline_ms < deadline)
+        deadline = w->deadline_ms;
     pthread_mutex_lock(&w->parts_mu);
     while (!all_drained(w, parts) && ow_clock_mono_ms() < deadline && !atomic_load(&w->fatal)) {
         struct timespec ts;
@@ -235,7 +244,7 @@ static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
     }
     if (!all_drained(w, parts))
         OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
-               OW_F_INT("timeout_ms", w->cfg->rebalance_drain_timeout_ms));
+               OW_F_INT("timeout_ms", deadline > start ? deadline - start : 0));
     pthread_mutex_unlock(&w->parts_mu);
 }
 
@@ -582,7 +591,10 @@ static int assignment_empty(rd_kafka_t *rk)
  * dropped unprocessed, their offsets never stored. */
 static void leave_group(ow_worker *w)
 {
-    int64_t deadline = ow_clock_mono_ms() + 10000;
+    /* Within the stop's deadline, but give the revoke a moment even when
+     * the deadline already passed. */
+    int64_t floor = ow_clock_mono_ms() + 2000;
+    int64_t deadline = w->deadline_ms > floor ? w->deadline_ms : floor;
     int idle = 0;
 
     rd_kafka_unsubscribe(w->consumer);
@@ -594,6 +606,18 @@ static void leave_group(ow_worker *w)
         idle = assignment_empty(w->consumer) ? idle + 1 : 0;
     }
     rd_kafka_consumer_close(w->consumer);
+}
+
+/* Gives up the outputs that the shutdown flush could not deliver (their
+ * broker is unreachable). Their delivery reports, purged rather than
+ * acknowledged, finish their jobs as not done: no offset moves past them,
+ * the next owner redelivers them, and no job outlives the worker. */
+static void abandon_outputs(ow_worker *w)
+{
+    OW_LOG(OW_LOG_WARN, "flush_incomplete",
+           OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
+    rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(w->producer, 1000); /* serves the purged reports */
 }
 
 /* Stops taking messages, lets lanes finish what they started, flushes
@@ -615,8 +639,7 @@ static void shut_down(ow_worker *w)
     left = w->deadline_ms - ow_clock_mono_ms();
     if (w->producer != NULL &&
         rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        OW_LOG(OW_LOG_WARN, "flush_incomplete",
-               OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
+        abandon_outputs(w);
     if (w->consumer != NULL) {
         commit_stored(w, "shutdown");
         leave_group(w);

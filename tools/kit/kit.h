@@ -49,7 +49,7 @@ int kit_flush(rd_kafka_t *p, int timeout_ms);
 int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out);
 /* End offsets (high watermarks) of every partition; returns the count. */
 int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max);
-/* Committed offsets of a group; -1 where nothing is committed. */
+/* Committed offsets of a group; RD_KAFKA_OFFSET_INVALID (-1001) where nothing is committed. */
 int kit_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
                   int64_t *out);
 

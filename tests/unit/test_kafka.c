@@ -1,0 +1,87 @@
+/* Client configuration: fixed guarantees, passthrough, role prefixes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ow/kafka.h"
+
+static const char *get(rd_kafka_conf_t *c, const char *name, char *buf, size_t sz)
+{
+    size_t len = sz;
+
+    if (rd_kafka_conf_get(c, name, buf, &len) != RD_KAFKA_CONF_OK)
+        return NULL;
+    return buf;
+}
+
+static void test_roles_and_guarantees(void **state)
+{
+    ow_config cfg;
+    ow_error err;
+    rd_kafka_conf_t *c, *p;
+    char buf[256];
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg,
+                                           "kafka.socket.timeout.ms = 12345\n"
+                                           "kafka.consumer.session.timeout.ms = 7000\n"
+                                           "kafka.producer.linger.ms = 9\n",
+                                           "t", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    c = ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err);
+    p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
+    assert_non_null(c);
+    assert_non_null(p);
+    /* Both clients get plain kafka.* properties. */
+    assert_string_equal(get(c, "socket.timeout.ms", buf, sizeof(buf)), "12345");
+    assert_string_equal(get(p, "socket.timeout.ms", buf, sizeof(buf)), "12345");
+    /* Role-prefixed ones reach one client only. */
+    assert_string_equal(get(c, "session.timeout.ms", buf, sizeof(buf)), "7000");
+    assert_string_equal(get(p, "session.timeout.ms", buf, sizeof(buf)), "45000");
+    assert_string_equal(get(p, "linger.ms", buf, sizeof(buf)), "9");
+    /* What the guarantees rest on. */
+    assert_string_equal(get(c, "enable.auto.offset.store", buf, sizeof(buf)), "false");
+    assert_string_equal(get(c, "partition.assignment.strategy", buf, sizeof(buf)),
+                        "cooperative-sticky");
+    assert_string_equal(get(p, "enable.idempotence", buf, sizeof(buf)), "true");
+    assert_string_equal(get(p, "acks", buf, sizeof(buf)), "-1");
+    rd_kafka_conf_destroy(c);
+    rd_kafka_conf_destroy(p);
+    ow_config_cleanup(&cfg);
+}
+
+static void test_refused_and_bad_properties(void **state)
+{
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "kafka.producer.acks = 1\n", "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+    assert_string_equal(err.msg, "kafka.producer.acks: is fixed by order-worker's delivery guarantees");
+    ow_config_cleanup(&cfg);
+
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "kafka.no.such.property = 1\n", "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    assert_null(ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err));
+    assert_non_null(strstr(err.msg, "kafka.no.such.property"));
+    ow_config_cleanup(&cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roles_and_guarantees),
+        cmocka_unit_test(test_refused_and_bad_properties),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
