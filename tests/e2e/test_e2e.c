@@ -445,23 +445,50 @@ static void test_offsets_committed_to_the_end(void **state)
                      (long long)ends[p]);
 }
 
+/* Waits until a worker's log says it started (its signal handlers are in
+ * place and it is joining the group). */
+static void await_started(const char *log)
+{
+    for (int waited = 0; waited < 600; waited++) {
+        FILE *f = fopen(log, "r");
+        char line[1024];
+        int started = 0;
+
+        while (f != NULL && !started && fgets(line, sizeof(line), f) != NULL)
+            started = strstr(line, "\"event\":\"worker_started\"") != NULL;
+        if (f != NULL)
+            fclose(f);
+        if (started)
+            return;
+        usleep(50000);
+    }
+    fail_msg("%s: the worker did not start within 30 s", log);
+}
+
 /* SIGTERM while replicas are still joining the group (a cooperative
  * rebalance in progress) must stop them cleanly too. The chaos run once saw
  * librdkafka 2.0's close hang when an assignment arrived during it
  * (librdkafka issue #4527); this sweeps the join window with two joiners at
- * a time, as the chaos run's scale-up did. */
+ * a time, as the chaos run's scale-up did, starting the clock once each has
+ * started (installed its signal handlers). */
 static void test_sigterm_during_join(void **state)
 {
-    static const int delays_ms[] = {50, 100, 200, 400, 700, 1200, 2000, 3500};
-    char log[300];
+    static const int delays_ms[] = {0, 50, 100, 200, 400, 700, 1200, 2000, 3500};
     char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
 
     (void)state;
-    snprintf(log, sizeof(log), "%s/worker-join.log", logdir);
     for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
-        pid_t pids[2] = {kit_spawn(argv, worker_env, log), kit_spawn(argv, worker_env, log)};
+        char logs[2][300];
+        pid_t pids[2];
 
-        assert_true(pids[0] > 0 && pids[1] > 0);
+        for (int k = 0; k < 2; k++) {
+            snprintf(logs[k], sizeof(logs[k]), "%s/worker-join-%zu-%d.log", logdir, i, k);
+            unlink(logs[k]);
+            pids[k] = kit_spawn(argv, worker_env, logs[k]);
+            assert_true(pids[k] > 0);
+        }
+        for (int k = 0; k < 2; k++)
+            await_started(logs[k]);
         usleep((useconds_t)delays_ms[i] * 1000);
         for (int k = 0; k < 2; k++)
             assert_int_equal(kill(pids[k], SIGTERM), 0);
@@ -471,8 +498,8 @@ static void test_sigterm_during_join(void **state)
             if (status < 0)
                 kill(pids[k], SIGKILL);
             if (status != 0)
-                fail_msg("a replica stopped %d ms after start exited with %d (-1: hung)",
-                         delays_ms[i], status);
+                fail_msg("a replica stopped %d ms into its join exited with %d (-1: hung; see %s)",
+                         delays_ms[i], status, logs[k]);
         }
     }
 }

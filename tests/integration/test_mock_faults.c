@@ -923,6 +923,55 @@ static void test_stop_during_outage(void **state)
     finish(s);
 }
 
+/*
+ * 5. A permanent produce error (the broker refuses the results topic). The
+ * worker cannot deliver a result, so it must stop with status 1 after
+ * flushing what it can, without ever committing an offset past the
+ * undelivered result; a supervisor's restart then finishes the work once
+ * the broker accepts results again.
+ */
+static void test_fatal_produce_error(void **state)
+{
+    scenario *s = *state;
+    int64_t committed[IN_PARTS];
+    snapshot snap;
+    int status = -1;
+    int64_t deadline;
+
+    produce_inputs(s, 30);
+    start_worker(s);
+    await_first_output(s);
+    s->in_fault = 1;
+    assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
+                         s->mc, 3, API_PRODUCE, 1, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, 0),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    produce_inputs(s, 30);
+    deadline = now_ms() + 30000;
+    while (status < 0 && now_ms() < deadline) {
+        check_safety(s, "permanent produce error");
+        status = kit_wait(s->worker, 100);
+    }
+    if (status != 1)
+        fail_msg("fatal: the worker exited with %d, not 1, after a permanent produce error "
+                 "(-1: still running; see %s)",
+                 status, s->log);
+    s->worker = 0;
+    read_committed(s, committed);
+    memset(&snap, 0, sizeof(snap));
+    snapshot_outputs(s, &snap, NULL, NULL);
+    verify_covered(s, committed, &snap, "after the fatal exit");
+    snapshot_free(&snap);
+    print_message("fatal: exit status 1; committed %lld/%lld/%lld\n", (long long)committed[0],
+                  (long long)committed[1], (long long)committed[2]);
+    start_worker(s);
+    finish(s);
+}
+
+static int setup_fatal(void **state)
+{
+    return scenario_setup(state, "fatal");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -931,6 +980,7 @@ int main(void)
                                         scenario_teardown),
         cmocka_unit_test_setup_teardown(test_broker_down, setup_down, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_stop_during_outage, setup_stop, scenario_teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_produce_error, setup_fatal, scenario_teardown),
     };
 
     if (getenv("OW_MOCK_FILTER") != NULL)
