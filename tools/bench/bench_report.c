@@ -1,0 +1,183 @@
+/* The printed table, the per-run details, the CSV files and the sweep plot. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define MIB(kib) ((double)(kib) / 1024.0)
+
+static const char *knob(int v, char *buf, size_t size)
+{
+    if (v > 0)
+        snprintf(buf, size, "%d", v);
+    else
+        snprintf(buf, size, "dflt");
+    return buf;
+}
+
+static void table_rule(FILE *out)
+{
+    fputs("+----------------+-------+-------+--------+----------+------------+------------+"
+          "---------------------------+---------+----------+\n",
+          out);
+}
+
+void bm_report_table(FILE *out, const bm_result *r, size_t n, const bm_dblimit *dbl)
+{
+    char a[16], b[16], c[16];
+
+    table_rule(out);
+    fprintf(out, "| %-14s | %5s | %5s | %6s | %8s | %10s | %10s | %25s | %7s | %8s |\n", "config",
+            "lanes", "batch", "inflt", "batches", "batches/s", "orders/s", "latency p50/p95/p99 ms",
+            "CPU s", "RSS MiB");
+    table_rule(out);
+    for (size_t i = 0; i < n; i++) {
+        char lat[40];
+
+        snprintf(lat, sizeof(lat), "%.0f / %.0f / %.0f", r[i].p50_ms, r[i].p95_ms, r[i].p99_ms);
+        fprintf(out, "| %-14s | %5s | %5s | %6s | %8zu | %10.1f | %10.1f | %25s | %7.2f | %8.1f |\n",
+                r[i].name, knob(r[i].lanes, a, sizeof(a)), knob(r[i].batch, b, sizeof(b)),
+                knob(r[i].inflight, c, sizeof(c)), r[i].done, r[i].batches_per_s,
+                r[i].orders_per_s, lat, r[i].cpu_s, MIB(r[i].rss_peak_kib));
+    }
+    if (dbl != NULL && dbl->rows > 0)
+        fprintf(out, "| %-14s | %5s | %5s | %6s | %8s | %10s | %10.1f | %25s | %7s | %8s |\n",
+                "db-limit", "1", "-", "-", "-", "-", dbl->rows_per_s, "-", "-", "-");
+    table_rule(out);
+}
+
+static void codes_line(FILE *out, const bm_result *r)
+{
+    fprintf(out,
+            "    results: %ld messages: created %ld, replayed %ld, order conflict %ld, key reused "
+            "%ld, invalid %ld, in progress %ld, other %ld\n",
+            r->results_total, r->codes[BM_CODE_CREATED], r->codes[BM_CODE_REPLAYED],
+            r->codes[BM_CODE_CONFLICT], r->codes[BM_CODE_REUSED], r->codes[BM_CODE_INVALID],
+            r->codes[BM_CODE_IN_PROGRESS], r->codes[BM_CODE_OTHER]);
+}
+
+void bm_report_details(FILE *out, const bm_result *r)
+{
+    fprintf(out, "  %s: %zu of %zu inputs done%s; worker exit %d%s\n", r->name, r->done, r->inputs,
+            r->complete       ? ", all offsets committed"
+            : r->time_bounded ? " (stopped at its time limit: the rate is measured on what was done)"
+                              : " (INCOMPLETE)",
+            r->worker_status, r->stop_hung ? " (hung on SIGTERM, killed)" : "");
+    fprintf(out,
+            "    timing: startup %.2f s (spawn to first result), window %.2f s (first to last "
+            "result), tail %.2f s (last result to all committed), wall %.2f s\n",
+            r->startup_s, r->window_s, r->tail_s, r->wall_s);
+    fprintf(out,
+            "    latency max %.0f ms; longest pause between results %.0f ms at %.2f s into the "
+            "window; %ld pauses over 250 ms\n",
+            r->max_ms, r->gap_ms, r->gap_at_s, r->gaps_over_250ms);
+    fprintf(out,
+            "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB), RSS before "
+            "SIGTERM %.1f MiB; CPU %.2f s user+sys\n",
+            MIB(r->rss_peak_kib), MIB(r->hwm_kib), MIB(r->rss_end_kib), r->cpu_s);
+    fprintf(out, "    cpu during the run: %s\n", r->cpu_note);
+    fprintf(out, "    worker log: %s\n", r->log_note);
+    codes_line(out, r);
+    fprintf(out, "    names: database %s, group %s, results %s\n", r->database, r->group, r->results);
+}
+
+static void csv_row(FILE *f, const bm_result *r, int with_name)
+{
+    if (with_name)
+        fprintf(f, "%s,", r->name);
+    fprintf(f, "%d,%d,%zu,%.2f,%.2f,%.1f,%.1f,%.1f,%.2f,%.1f\n", r->lanes, r->batch, r->done,
+            r->batches_per_s, r->orders_per_s, r->p50_ms, r->p95_ms, r->p99_ms, r->cpu_s,
+            MIB(r->rss_peak_kib));
+}
+
+static const char csv_header[] =
+    "lanes,batch_max_messages,batches,batches_per_s,orders_per_s,p50_ms,p95_ms,p99_ms,cpu_s,rss_mib\n";
+
+int bm_report_csv(const char *path, const bm_result *r, size_t n)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL) {
+        bm_log("cannot write %s", path);
+        return -1;
+    }
+    fprintf(f, "config,%s", csv_header);
+    for (size_t i = 0; i < n; i++)
+        csv_row(f, &r[i], 1);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* gnuplot data: one block per batch size (lanes, batches/s), for `index`. */
+static int write_dat(const char *path, const bm_result *r, size_t n, const int *batches,
+                     size_t n_batches)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL)
+        return -1;
+    for (size_t b = 0; b < n_batches; b++) {
+        fprintf(f, "# batch.max_messages=%d\n# lanes batches_per_s orders_per_s p99_ms\n",
+                batches[b]);
+        for (size_t i = 0; i < n; i++) {
+            if (r[i].batch == batches[b])
+                fprintf(f, "%d %.2f %.2f %.1f\n", r[i].lanes, r[i].batches_per_s,
+                        r[i].orders_per_s, r[i].p99_ms);
+        }
+        fputs("\n\n", f);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int write_gp(const char *path, const char *dir, size_t inputs, const int *batches,
+                    size_t n_batches)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "# Written by ow-bench: gnuplot %s\n"
+            "set terminal pngcairo size 960,600 font 'sans,11'\n"
+            "set output '%s/sweep.png'\n"
+            "set title 'order-worker throughput by worker.lanes and batch.max_messages "
+            "(%zu batches, one run each)'\n"
+            "set xlabel 'worker.lanes (database connections)'\n"
+            "set ylabel 'order batches per second'\n"
+            "set logscale x 2\nset xtics (1,2,4,8,16,32,64)\n"
+            "set yrange [0:*]\nset grid\nset key outside right top title 'batch.max_messages'\n"
+            "plot for [i=0:%zu] '%s/sweep.dat' index i using 1:2 with linespoints lw 2 pt 7 "
+            "title word('",
+            path, dir, inputs, n_batches - 1, dir);
+    for (size_t b = 0; b < n_batches; b++)
+        fprintf(f, "%s%d", b ? " " : "", batches[b]);
+    fputs("', i+1)\n", f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+int bm_report_sweep(const char *dir, const bm_result *r, size_t n, const int *batches,
+                    size_t n_batches)
+{
+    char path[600];
+    FILE *f;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/sweep.csv", dir);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        bm_log("cannot write %s", path);
+        return -1;
+    }
+    fputs(csv_header, f);
+    for (size_t i = 0; i < n; i++)
+        csv_row(f, &r[i], 0);
+    rc = fclose(f) == 0 ? 0 : -1;
+    snprintf(path, sizeof(path), "%s/sweep.dat", dir);
+    if (rc == 0)
+        rc = write_dat(path, r, n, batches, n_batches);
+    snprintf(path, sizeof(path), "%s/sweep.gp", dir);
+    if (rc == 0 && n > 0)
+        rc = write_gp(path, dir, r[0].inputs, batches, n_batches);
+    if (rc != 0)
+        bm_log("cannot write the sweep files in %s", dir);
+    return rc;
+}
