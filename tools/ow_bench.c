@@ -405,9 +405,9 @@ static void run_db_limit(const options *o, const bm_data *d, bm_dblimit *dbl, in
 {
     if (bm_db_limit(&o->env, d, o->db_rows_per_stmt, o->db_rows_per_commit, dbl) != 0)
         *rc = 1;
-    printf("  db-limit: %zu order rows in %.2f s over one connection, %d rows per INSERT, "
-           "COMMIT every %d rows\n",
-           dbl->rows, dbl->seconds, dbl->rows_per_stmt, dbl->rows_per_commit);
+    printf("  db-limit: %zu order rows (those of the new batches) in %.2f s over one connection, "
+           "%d rows per INSERT, COMMIT every %d rows\n    cpu during the inserts: %s\n",
+           dbl->rows, dbl->seconds, dbl->rows_per_stmt, dbl->rows_per_commit, dbl->cpu_note);
 }
 
 static int mode_compare(const options *o, const bm_data *d)

@@ -122,6 +122,7 @@ typedef struct {
     char database[128], group[128], input[128], results[128], dlq[128];
     size_t inputs;        /* messages in its input topic */
     size_t done;          /* inputs with a definitive result */
+    size_t unkeyed;       /* inputs without a key: a dead letter, no result */
     long long items_done; /* their orders */
     size_t lost;          /* inputs below the committed offsets without a result */
     int complete;         /* every input done, every offset committed */
@@ -139,6 +140,8 @@ typedef struct {
     long rss_peak_kib;    /* ru_maxrss of the worker */
     long rss_end_kib;     /* VmRSS just before SIGTERM */
     long hwm_kib;         /* VmHWM (the worker's own peak) last seen before it exited */
+    long rss_at_kib[4];   /* VmRSS when 25, 50, 75 and 100 % of the inputs were committed */
+    double stop_s;        /* SIGTERM to exit */
     double gap_ms, gap_at_s; /* longest pause between consecutive results */
     long gaps_over_250ms;
     long codes[BM_CODE_COUNT];
@@ -185,6 +188,7 @@ typedef struct {
     double seconds;
     double rows_per_s;
     int rows_per_stmt, rows_per_commit;
+    char cpu_note[512];
 } bm_dblimit;
 
 /* Inserts the orders of the NEW messages into a fresh orders table. */

@@ -339,9 +339,14 @@ int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_p
         rc = db != NULL ? 0 : -1;
     }
     if (rc == 0 && n > 0) {
+        bm_cpu_sample c0, c1;
+
+        bm_cpu_sample_take(e, 0, &c0);
         t0 = bm_now();
         rc = insert_all(db, rows, n, rows_per_stmt, rows_per_commit);
         out->seconds = bm_now() - t0;
+        bm_cpu_sample_take(e, 0, &c1);
+        bm_cpu_describe(&c0, &c1, out->cpu_note, sizeof(out->cpu_note));
         out->rows = n;
         out->rows_per_s = out->seconds > 0 ? (double)n / out->seconds : 0.0;
     }

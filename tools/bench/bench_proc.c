@@ -202,7 +202,8 @@ void bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out, 
                      total > 0 ? 100.0 * (double)(b->iowait - a->iowait) / (double)total : 0.0);
     size_t n = w > 0 ? (size_t)w : 0;
 
-    n = add_share(out, outsz, n, "worker", a->worker, b->worker, dt);
+    if (a->worker >= 0)
+        n = add_share(out, outsz, n, "worker", a->worker, b->worker, dt);
     for (int i = 0; i < a->n_watched && i < b->n_watched; i++)
         n = add_share(out, outsz, n, a->names[i], a->watched[i], b->watched[i], dt);
     add_share(out, outsz, n, "ow-bench", a->self, b->self, dt);

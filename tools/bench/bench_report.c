@@ -58,7 +58,12 @@ static void codes_line(FILE *out, const bm_result *r)
 
 void bm_report_details(FILE *out, const bm_result *r)
 {
-    fprintf(out, "  %s: %zu of %zu inputs done%s; worker exit %d%s\n", r->name, r->done, r->inputs,
+    char unkeyed[64] = "";
+
+    if (r->unkeyed > 0)
+        snprintf(unkeyed, sizeof(unkeyed), " (%zu without a key: dead letter only)", r->unkeyed);
+    fprintf(out, "  %s: %zu of %zu inputs have a result%s%s; worker exit %d%s\n", r->name, r->done,
+            r->inputs, unkeyed,
             r->complete       ? ", all offsets committed"
             : r->time_bounded ? " (stopped at its time limit: the rate is measured on what was done)"
                               : " (INCOMPLETE)",
@@ -72,9 +77,12 @@ void bm_report_details(FILE *out, const bm_result *r)
             "window; %ld pauses over 250 ms\n",
             r->max_ms, r->gap_ms, r->gap_at_s, r->gaps_over_250ms);
     fprintf(out,
-            "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB), RSS before "
-            "SIGTERM %.1f MiB; CPU %.2f s user+sys\n",
-            MIB(r->rss_peak_kib), MIB(r->hwm_kib), MIB(r->rss_end_kib), r->cpu_s);
+            "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB); RSS at 25/50/75/100 "
+            "%% committed %.1f / %.1f / %.1f / %.1f MiB, before SIGTERM %.1f MiB\n",
+            MIB(r->rss_peak_kib), MIB(r->hwm_kib), MIB(r->rss_at_kib[0]), MIB(r->rss_at_kib[1]),
+            MIB(r->rss_at_kib[2]), MIB(r->rss_at_kib[3]), MIB(r->rss_end_kib));
+    fprintf(out, "    cpu: %.2f s user+sys (wait4), %.2f ms per batch; SIGTERM to exit %.2f s\n",
+            r->cpu_s, r->done > 0 ? 1000.0 * r->cpu_s / (double)r->done : 0.0, r->stop_s);
     fprintf(out, "    cpu during the run: %s\n", r->cpu_note);
     fprintf(out, "    worker log: %s\n", r->log_note);
     codes_line(out, r);
@@ -137,7 +145,7 @@ static int write_gp(const char *path, const char *dir, size_t inputs, const int 
         return -1;
     fprintf(f,
             "# Written by ow-bench: gnuplot %s\n"
-            "set terminal pngcairo size 960,600 font 'sans,11'\n"
+            "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\n"
             "set output '%s/sweep.png'\n"
             "set title 'order-worker throughput by worker.lanes and batch.max_messages "
             "(%zu batches, one run each)'\n"
@@ -145,6 +153,9 @@ static int write_gp(const char *path, const char *dir, size_t inputs, const int 
             "set ylabel 'order batches per second'\n"
             "set logscale x 2\nset xtics (1,2,4,8,16,32,64)\n"
             "set yrange [0:*]\nset grid\nset key outside right top title 'batch.max_messages'\n"
+            "set label 'one run per point on this machine: compare shapes and ratios, not "
+            "absolute values' at screen 0.5, screen 0.02 center font 'sans,9'\n"
+            "set bmargin 5\n"
             "plot for [i=0:%zu] '%s/sweep.dat' index i using 1:2 with linespoints lw 2 pt 7 "
             "title word('",
             path, dir, inputs, n_batches - 1, dir);

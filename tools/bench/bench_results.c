@@ -258,6 +258,7 @@ static size_t lost(const scan *sc, const int64_t *committed, int complete)
     for (size_t i = 0; i < sc->in->count; i++) {
         const bm_pos *p = &sc->in->pos[i];
 
+        sc->r->unkeyed += sc->in->data->v[i].key == NULL;
         if (sc->in->data->v[i].key != NULL && sc->first_ts[i] == 0 &&
             (complete || p->offset < committed[p->partition]))
             n++;

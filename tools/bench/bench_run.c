@@ -322,6 +322,16 @@ static int watch_step(const bm_env *e, const bm_spec *s, watcher *w, const bm_to
     return ws->done || ws->failed;
 }
 
+/* The worker's RSS as the run passes each quarter (memory growth shows
+ * as a rise from quarter to quarter, not just a high peak). */
+static void note_rss(const bm_topic *in, const child *ch, const watch_state *ws, bm_result *r)
+{
+    for (int q = 0; q < 4; q++) {
+        if (r->rss_at_kib[q] == 0 && ws->committed * 4 >= (long long)in->count * (q + 1))
+            r->rss_at_kib[q] = bm_proc_rss_kib(ch->pid);
+    }
+}
+
 static void watch(const bm_env *e, const bm_spec *s, watcher *w, const bm_topic *in, child *ch,
                   bm_result *r, watch_state *ws)
 {
@@ -341,7 +351,10 @@ static void watch(const bm_env *e, const bm_spec *s, watcher *w, const bm_topic 
         }
         if (bm_now() - t_check >= CHECK_EVERY_S) {
             t_check = bm_now();
-            if (watch_step(e, s, w, in, r, ws, t_spawn, &t_progress))
+            int end = watch_step(e, s, w, in, r, ws, t_spawn, &t_progress);
+
+            note_rss(in, ch, ws, r);
+            if (end)
                 break;
             bm_progress_update(&pr, (size_t)ws->committed, in->count, bm_proc_rss_kib(ch->pid), 0);
         }
@@ -440,7 +453,9 @@ static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_st
     bm_cpu_describe(c0, &c1, r->cpu_note, sizeof(r->cpu_note));
     r->rss_end_kib = bm_proc_rss_kib(ch->pid);
     r->hwm_kib = bm_proc_status_kib(ch->pid, "VmHWM:");
+    r->stop_s = bm_now();
     r->stop_hung = stop_child(ch, e->stop_timeout_s, &r->hwm_kib);
+    r->stop_s = bm_now() - r->stop_s;
     r->worker_status = ch->status;
     scan_log(e, r);
     r->cpu_s = (double)(ch->ru.ru_utime.tv_sec + ch->ru.ru_stime.tv_sec) +
