@@ -12,6 +12,8 @@
 #   scripts/bench.sh --sweep          lanes {1,2,4,8} x batch {1,8,32,64,128} on
 #                                     20,000 batches: sweep.csv and sweep.png
 #   scripts/bench.sh --sweep --small-grid     lanes {1,2,4} x batch {1,16,64}
+#   scripts/bench.sh --sweep --repeat 3       each point 3 times (in rounds): the median,
+#                                     with min-max bars in the plot
 #   scripts/bench.sh --items-1000 -n 2000     every batch 1,000 orders (peak RSS)
 #   scripts/bench.sh --verify ...     also run ow-verify on every completed run
 #   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
@@ -113,6 +115,6 @@ if ((VERIFY)) && ((status == 0)); then
   done < <(sed -n 's/^run-names: //p' "$OUT/bench.txt")
 fi
 
-say "results in $OUT (bench.txt, runs.csv$( ((SWEEP)) && echo ', sweep.csv, sweep.png'), worker-*.log)"
+say "results in $OUT: $(cd "$OUT" && ls -- bench.txt runs.csv sweep.csv sweep.png 2>/dev/null | tr '\n' ' ')and worker-*.log"
 say "took $((SECONDS - T_START)) s; $( ((status == 0)) && echo 'every run completed' || echo 'a run did NOT complete')"
 exit "$status"

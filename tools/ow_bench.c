@@ -17,8 +17,9 @@
  *
  * --rate R: the tuned worker only, with the batches produced at R per
  *           second while it runs (latency under a given load).
- * --sweep:  the worker over --lanes x --batches on --sweep-n batches;
- *           writes sweep.csv, sweep.dat and sweep.gp (gnuplot) in --out.
+ * --sweep:  the worker over --lanes x --batches on --sweep-n batches,
+ *           --repeat rounds (median per point); writes sweep.csv, sweep.dat
+ *           and sweep.gp (gnuplot) in --out.
  *
  * Exit status: 0 when every run completed without losing a message, 1 when
  * one did not, 2 for bad arguments or a setup failure. Timings are never
@@ -45,6 +46,7 @@ typedef struct {
     int tuned_lanes, tuned_batch, tuned_inflight;
     double rate;
     int sweep;
+    int repeat;
     long sweep_n;
     int lanes[MAX_GRID], batches[MAX_GRID];
     size_t n_lanes, n_batches;
@@ -73,7 +75,7 @@ static void usage(void)
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
           "  modes:   [--rate R] | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
-          "           [--batches 1,8,32,64,128]]\n"
+          "           [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--stall-timeout S (120)] [--stop-timeout S (30)] [--keep-databases]\n"
           "           [--watch NAME=PID,...] (processes whose CPU time is reported)\n",
           stderr);
@@ -153,6 +155,7 @@ static void defaults(options *o)
     o->db_rows_per_stmt = 1000;
     o->db_rows_per_commit = 10000;
     o->sweep_n = 20000;
+    o->repeat = 1;
     memcpy(o->lanes, lanes, sizeof(lanes));
     o->n_lanes = 4;
     memcpy(o->batches, batches, sizeof(batches));
@@ -232,6 +235,8 @@ static int parse_run_opt(options *o, const char *k, const char *v)
         return parse_double(k, v, 0.1, 1e7, &o->rate);
     if (strcmp(k, "--sweep-n") == 0)
         return parse_long(k, v, 1, 100000000, &o->sweep_n);
+    if (strcmp(k, "--repeat") == 0)
+        return parse_int(k, v, 1, 20, &o->repeat);
     if (strcmp(k, "--lanes") == 0)
         return parse_list(k, v, o->lanes, &o->n_lanes);
     if (strcmp(k, "--batches") == 0)
@@ -458,28 +463,66 @@ static int mode_rate(const options *o, const bm_data *d)
     return rc != 0 ? 1 : 0;
 }
 
+static int cmp_bps(const void *a, const void *b)
+{
+    double x = (*(const bm_result *const *)a)->batches_per_s;
+    double y = (*(const bm_result *const *)b)->batches_per_s;
+
+    return (x > y) - (x < y);
+}
+
+/* Per grid point, the run with the median batches/s, with the spread. */
+static void medians(const bm_result *all, size_t points, int repeats, bm_result *med)
+{
+    const bm_result **v = bm_xcalloc((size_t)repeats, sizeof(*v));
+
+    for (size_t p = 0; p < points; p++) {
+        for (int k = 0; k < repeats; k++)
+            v[k] = &all[(size_t)k * points + p];
+        qsort(v, (size_t)repeats, sizeof(*v), cmp_bps);
+        med[p] = *v[(repeats - 1) / 2];
+        med[p].bps_min = v[0]->batches_per_s;
+        med[p].bps_max = v[repeats - 1]->batches_per_s;
+        med[p].repeats = repeats;
+        snprintf(med[p].name, sizeof(med[p].name), "l%d-b%d", med[p].lanes, med[p].batch);
+    }
+    free(v);
+}
+
+/* The grid, --repeat times in rounds (so that a burst of load on a shared
+ * machine hits one run of many points rather than every run of one). */
 static int mode_sweep(const options *o, const bm_data *d)
 {
-    bm_result *runs = bm_xcalloc(o->n_lanes * o->n_batches, sizeof(*runs));
-    size_t n = 0;
+    size_t points = o->n_lanes * o->n_batches, n = 0;
+    bm_result *all = bm_xcalloc(points * (size_t)o->repeat, sizeof(*all));
+    bm_result *med = bm_xcalloc(points, sizeof(*med));
     int rc = 0;
 
-    for (size_t b = 0; b < o->n_batches && !interrupted; b++) {
-        for (size_t l = 0; l < o->n_lanes && !interrupted; l++) {
-            char name[BM_NAME_MAX];
-            bm_spec s;
+    for (int k = 0; k < o->repeat && !interrupted; k++) {
+        for (size_t b = 0; b < o->n_batches && !interrupted; b++) {
+            for (size_t l = 0; l < o->n_lanes && !interrupted; l++) {
+                char name[BM_NAME_MAX];
+                bm_spec s;
 
-            snprintf(name, sizeof(name), "l%d-b%d", o->lanes[l], o->batches[b]);
-            s = spec(name, o->lanes[l], o->batches[b], o->tuned_inflight, 0);
-            rc |= run_one(o, &s, d, d->n, &runs[n++]);
+                snprintf(name, sizeof(name), o->repeat > 1 ? "l%d-b%d-r%d" : "l%d-b%d",
+                         o->lanes[l], o->batches[b], k + 1);
+                s = spec(name, o->lanes[l], o->batches[b], o->tuned_inflight, 0);
+                rc |= run_one(o, &s, d, d->n, &all[n++]);
+            }
         }
     }
-    putchar('\n');
-    bm_report_table(stdout, runs, n, NULL);
-    rc |= bm_report_sweep(o->env.out_dir, runs, n, o->batches, o->n_batches);
-    printf("sweep: %s/sweep.csv, %s/sweep.dat, %s/sweep.gp\n", o->env.out_dir, o->env.out_dir,
-           o->env.out_dir);
-    free(runs);
+    if (n == points * (size_t)o->repeat) {
+        medians(all, points, o->repeat, med);
+        putchar('\n');
+        if (o->repeat > 1)
+            bm_report_spread(stdout, all, points, o->repeat);
+        bm_report_table(stdout, med, points, NULL);
+        rc |= bm_report_sweep(o->env.out_dir, med, points, o->batches, o->n_batches);
+        printf("sweep: %s/sweep.csv (%s), sweep.dat, sweep.gp\n", o->env.out_dir,
+               o->repeat > 1 ? "the median run of each point" : "one run per point");
+    }
+    free(all);
+    free(med);
     return rc != 0 ? 1 : 0;
 }
 

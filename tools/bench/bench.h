@@ -147,6 +147,9 @@ typedef struct {
     long codes[BM_CODE_COUNT];
     long results_total;   /* messages in the results topic */
     char cpu_note[512];   /* CPU of the machine and watched processes during the run */
+    double other_cores;   /* CPU used by processes outside the run (other tenants) */
+    double bps_min, bps_max; /* over repeated runs of this configuration (--repeat) */
+    int repeats;
     char log_note[256];   /* retries, warnings and errors in the worker's log */
 } bm_result;
 
@@ -228,7 +231,9 @@ typedef struct {
 } bm_cpu_sample;
 
 void bm_cpu_sample_take(const bm_env *e, pid_t worker, bm_cpu_sample *s);
-void bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out, size_t outsz);
+/* Describes the interval; returns the cores used by processes outside the
+ * run (the machine's busy time minus the run's own processes). */
+double bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out, size_t outsz);
 
 /* --- Progress ------------------------------------------------------------------------ */
 
@@ -249,8 +254,11 @@ void bm_progress_end(bm_progress *p);
 void bm_report_table(FILE *out, const bm_result *r, size_t n, const bm_dblimit *dbl);
 void bm_report_details(FILE *out, const bm_result *r);
 int bm_report_csv(const char *path, const bm_result *r, size_t n);
+/* r: one (median) result per grid point, with bps_min/bps_max/repeats. */
 int bm_report_sweep(const char *dir, const bm_result *r, size_t n, const int *batches,
                     size_t n_batches);
+/* "l4-b64: batches/s 4722 / 5100 / 8000 over 3 runs" lines. */
+void bm_report_spread(FILE *out, const bm_result *all, size_t points, int repeats);
 
 /* Logs to stderr with the tool's prefix. */
 void bm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -192,21 +192,43 @@ static size_t add_share(char *out, size_t outsz, size_t n, const char *name, dou
     return w > 0 ? n + (size_t)w : n;
 }
 
-void bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out, size_t outsz)
+/* CPU seconds used between two samples by everything this run accounts for. */
+static double ours(const bm_cpu_sample *a, const bm_cpu_sample *b)
+{
+    double sum = 0;
+
+    if (a->worker >= 0 && b->worker >= 0)
+        sum += b->worker - a->worker;
+    for (int i = 0; i < a->n_watched && i < b->n_watched; i++) {
+        if (a->watched[i] >= 0 && b->watched[i] >= 0)
+            sum += b->watched[i] - a->watched[i];
+    }
+    return sum + (b->self - a->self);
+}
+
+/* "machine 87% busy of 2 cores, iowait 0%, worker 4.15 s (34% of a core),
+ * ..., other processes ~0.9 cores": the last figure is the machine's busy
+ * time minus what the run's own processes used, i.e. other tenants. */
+double bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out, size_t outsz)
 {
     double dt = b->t - a->t;
     unsigned long long total = b->total - a->total;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int w = snprintf(out, outsz, "machine %.0f%% busy of %ld cores, iowait %.0f%%",
-                     total > 0 ? 100.0 * (double)(b->busy - a->busy) / (double)total : 0.0, ncpu,
-                     total > 0 ? 100.0 * (double)(b->iowait - a->iowait) / (double)total : 0.0);
+    double busy = total > 0 ? (double)(b->busy - a->busy) / (double)total : 0.0;
+    int w = snprintf(out, outsz, "machine %.0f%% busy of %ld cores, iowait %.0f%%", 100.0 * busy,
+                     ncpu, total > 0 ? 100.0 * (double)(b->iowait - a->iowait) / (double)total : 0.0);
     size_t n = w > 0 ? (size_t)w : 0;
+    double others = dt > 0 ? busy * (double)ncpu - ours(a, b) / dt : 0.0;
 
     if (a->worker >= 0)
         n = add_share(out, outsz, n, "worker", a->worker, b->worker, dt);
     for (int i = 0; i < a->n_watched && i < b->n_watched; i++)
         n = add_share(out, outsz, n, a->names[i], a->watched[i], b->watched[i], dt);
-    add_share(out, outsz, n, "ow-bench", a->self, b->self, dt);
+    n = add_share(out, outsz, n, "ow-bench", a->self, b->self, dt);
+    others = others > 0 ? others : 0.0;
+    if (n < outsz)
+        snprintf(out + n, outsz - n, ", other processes ~%.2f cores", others);
+    return others;
 }
 
 /* --- Progress ------------------------------------------------------------------ */

@@ -76,11 +76,18 @@ void bm_report_details(FILE *out, const bm_result *r)
             "    latency max %.0f ms; longest pause between results %.0f ms at %.2f s into the "
             "window; %ld pauses over 250 ms\n",
             r->max_ms, r->gap_ms, r->gap_at_s, r->gaps_over_250ms);
+    char q[4][16];
+
+    for (int i = 0; i < 4; i++) {
+        if (r->rss_at_kib[i] > 0)
+            snprintf(q[i], sizeof(q[i]), "%.1f", MIB(r->rss_at_kib[i]));
+        else
+            snprintf(q[i], sizeof(q[i]), "-");
+    }
     fprintf(out,
             "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB); RSS at 25/50/75/100 "
-            "%% committed %.1f / %.1f / %.1f / %.1f MiB, before SIGTERM %.1f MiB\n",
-            MIB(r->rss_peak_kib), MIB(r->hwm_kib), MIB(r->rss_at_kib[0]), MIB(r->rss_at_kib[1]),
-            MIB(r->rss_at_kib[2]), MIB(r->rss_at_kib[3]), MIB(r->rss_end_kib));
+            "%% committed %s / %s / %s / %s MiB, before SIGTERM %.1f MiB\n",
+            MIB(r->rss_peak_kib), MIB(r->hwm_kib), q[0], q[1], q[2], q[3], MIB(r->rss_end_kib));
     fprintf(out, "    cpu: %.2f s user+sys (wait4), %.2f ms per batch; SIGTERM to exit %.2f s\n",
             r->cpu_s, r->done > 0 ? 1000.0 * r->cpu_s / (double)r->done : 0.0, r->stop_s);
     fprintf(out, "    cpu during the run: %s\n", r->cpu_note);
@@ -124,41 +131,50 @@ static int write_dat(const char *path, const bm_result *r, size_t n, const int *
     if (f == NULL)
         return -1;
     for (size_t b = 0; b < n_batches; b++) {
-        fprintf(f, "# batch.max_messages=%d\n# lanes batches_per_s orders_per_s p99_ms\n",
+        fprintf(f,
+                "# batch.max_messages=%d\n"
+                "# lanes batches_per_s(median) min max orders_per_s p99_ms\n",
                 batches[b]);
         for (size_t i = 0; i < n; i++) {
             if (r[i].batch == batches[b])
-                fprintf(f, "%d %.2f %.2f %.1f\n", r[i].lanes, r[i].batches_per_s,
-                        r[i].orders_per_s, r[i].p99_ms);
+                fprintf(f, "%d %.2f %.2f %.2f %.2f %.1f\n", r[i].lanes, r[i].batches_per_s,
+                        r[i].bps_min, r[i].bps_max, r[i].orders_per_s, r[i].p99_ms);
         }
         fputs("\n\n", f);
     }
     return fclose(f) == 0 ? 0 : -1;
 }
 
-static int write_gp(const char *path, const char *dir, size_t inputs, const int *batches,
+static int write_gp(const char *path, const char *dir, const bm_result *r, const int *batches,
                     size_t n_batches)
 {
+    int reps = r->repeats > 1 ? r->repeats : 1;
+    char what[96];
     FILE *f = fopen(path, "w");
 
     if (f == NULL)
         return -1;
+    if (reps > 1)
+        snprintf(what, sizeof(what), "median of %d runs, bars min-max", reps);
+    else
+        snprintf(what, sizeof(what), "one run each");
     fprintf(f,
             "# Written by ow-bench: gnuplot %s\n"
             "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\n"
             "set output '%s/sweep.png'\n"
             "set title 'order-worker throughput by worker.lanes and batch.max_messages "
-            "(%zu batches, one run each)'\n"
+            "(%zu batches, %s)'\n"
             "set xlabel 'worker.lanes (database connections)'\n"
             "set ylabel 'order batches per second'\n"
             "set logscale x 2\nset xtics (1,2,4,8,16,32,64)\n"
             "set yrange [0:*]\nset grid\nset key outside right top title 'batch.max_messages'\n"
-            "set label 'one run per point on this machine: compare shapes and ratios, not "
-            "absolute values' at screen 0.5, screen 0.02 center font 'sans,9'\n"
-            "set bmargin 5\n"
-            "plot for [i=0:%zu] '%s/sweep.dat' index i using 1:2 with linespoints lw 2 pt 7 "
+            "set label 'a shared machine: compare shapes and ratios, not absolute values' "
+            "at screen 0.5, screen 0.02 center font 'sans,9'\n"
+            "set bmargin 5\nset offsets graph 0.05, graph 0.05, 0, 0\n"
+            "plot for [i=0:%zu] '%s/sweep.dat' index i using 1:2%s lw 2 pt 7 "
             "title word('",
-            path, dir, inputs, n_batches - 1, dir);
+            path, dir, r->inputs, what, n_batches - 1, dir,
+            reps > 1 ? ":3:4 with yerrorlines" : " with linespoints");
     for (size_t b = 0; b < n_batches; b++)
         fprintf(f, "%s%d", b ? " " : "", batches[b]);
     fputs("', i+1)\n", f);
@@ -187,8 +203,22 @@ int bm_report_sweep(const char *dir, const bm_result *r, size_t n, const int *ba
         rc = write_dat(path, r, n, batches, n_batches);
     snprintf(path, sizeof(path), "%s/sweep.gp", dir);
     if (rc == 0 && n > 0)
-        rc = write_gp(path, dir, r[0].inputs, batches, n_batches);
+        rc = write_gp(path, dir, &r[0], batches, n_batches);
     if (rc != 0)
         bm_log("cannot write the sweep files in %s", dir);
     return rc;
+}
+
+void bm_report_spread(FILE *out, const bm_result *all, size_t points, int repeats)
+{
+    for (size_t p = 0; p < points; p++) {
+        fprintf(out, "  l%d-b%-5d batches/s", all[p].lanes, all[p].batch);
+        for (int k = 0; k < repeats; k++) {
+            const bm_result *r = &all[(size_t)k * points + p];
+
+            fprintf(out, "%s %.0f (others ~%.1f cores)", k ? " /" : "", r->batches_per_s,
+                    r->other_cores);
+        }
+        fputc('\n', out);
+    }
 }

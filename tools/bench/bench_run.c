@@ -450,7 +450,7 @@ static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_st
     bm_cpu_sample c1;
 
     bm_cpu_sample_take(e, ch->pid, &c1);
-    bm_cpu_describe(c0, &c1, r->cpu_note, sizeof(r->cpu_note));
+    r->other_cores = bm_cpu_describe(c0, &c1, r->cpu_note, sizeof(r->cpu_note));
     r->rss_end_kib = bm_proc_rss_kib(ch->pid);
     r->hwm_kib = bm_proc_status_kib(ch->pid, "VmHWM:");
     r->stop_s = bm_now();
