@@ -72,8 +72,6 @@ typedef struct {
 
 int bm_data_generate(const bm_gen_opts *o, bm_data *d);
 void bm_data_free(bm_data *d);
-/* Items and kinds of the first n messages. */
-long long bm_data_items(const bm_data *d, size_t n);
 
 /* --- An input topic and where each message landed -------------------------- */
 

@@ -90,15 +90,6 @@ void bm_data_free(bm_data *d)
     memset(d, 0, sizeof(*d));
 }
 
-long long bm_data_items(const bm_data *d, size_t n)
-{
-    long long items = 0;
-
-    for (size_t i = 0; i < n && i < d->n; i++)
-        items += d->v[i].n_orders;
-    return items;
-}
-
 /* --- Topics ------------------------------------------------------------------ */
 
 int bm_topic_init(bm_topic *t, const bm_env *e, const char *suffix, const bm_data *d, size_t count)

@@ -171,6 +171,11 @@ static int write_gp(const char *path, const char *dir, const bm_result *r, const
             "set label 'a shared machine: compare shapes and ratios, not absolute values' "
             "at screen 0.5, screen 0.02 center font 'sans,9'\n"
             "set bmargin 5\nset offsets graph 0.05, graph 0.05, 0, 0\n"
+            "set linetype 1 lc rgb '#7b3294'\nset linetype 2 lc rgb '#008837'\n"
+            "set linetype 3 lc rgb '#0571b0'\nset linetype 4 lc rgb '#e66101'\n"
+            "set linetype 5 lc rgb '#404040'\nset linetype 6 lc rgb '#ca0020'\n"
+            "set linetype 7 lc rgb '#8c510a'\nset linetype 8 lc rgb '#01665e'\n"
+            "set linetype cycle 8\n"
             "plot for [i=0:%zu] '%s/sweep.dat' index i using 1:2%s lw 2 pt 7 "
             "title word('",
             path, dir, r->inputs, what, n_batches - 1, dir,
