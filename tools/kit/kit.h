@@ -80,7 +80,7 @@ typedef struct {
     char *value;
     size_t len;
     int64_t user_id;
-    int n_orders;
+    int n_orders; /* orders in the value (a retry: those of the message it repeats) */
 } kit_gen_msg;
 
 typedef struct kit_gen kit_gen;
@@ -89,6 +89,11 @@ typedef struct kit_gen kit_gen;
  * are new. items_max: orders per batch are 1..items_max (mean about half). */
 kit_gen *kit_gen_new(uint64_t seed, int pct_retry, int pct_reuse, int pct_clash, int pct_invalid,
                      int items_max, const char *key_prefix);
+/* Switches the orders per new batch to min..max with the given mean, drawn
+ * from a truncated geometric distribution (mean 0: uniform in min..max);
+ * for example 1..20 with mean 5. Without this call the default above holds.
+ * Returns 0, or -1 when the bounds are invalid or memory runs out. */
+int kit_gen_set_items(kit_gen *g, int min, int max, double mean);
 void kit_gen_free(kit_gen *g);
 /* The next message (owned by the generator until the next call). */
 const kit_gen_msg *kit_gen_next(kit_gen *g);

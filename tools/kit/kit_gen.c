@@ -1,5 +1,7 @@
 /* A deterministic mix of order-batch messages with known kinds. */
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +15,16 @@ typedef struct {
     int64_t user_id;
     char first_ext[48];
     int64_t first_cents;
+    int n_orders;
 } past;
 
 struct kit_gen {
     uint64_t rng;
     int pct[KIT_KIND_COUNT];
     int items_max;
+    int items_min;     /* with items_cdf: the skewed distribution */
+    double *items_cdf; /* P(n <= items_min + i), NULL: uniform 1..items_max */
+    size_t n_cdf;
     char prefix[48];
     uint64_t counter;
     past *hist;
@@ -71,6 +77,7 @@ void kit_gen_free(kit_gen *g)
         free(g->hist[i].value);
     free(g->hist);
     free(g->buf);
+    free(g->items_cdf);
     free(g);
 }
 
@@ -91,6 +98,81 @@ static void put(kit_gen *g, size_t *n, const char *fmt, ...)
         g->buf = realloc(g->buf, g->buf_cap);
     }
     *n += (size_t)w;
+}
+
+/* Mean of the truncated geometric distribution P(k) ~ q^k, k = 0..span. */
+static double geometric_mean(double q, int span)
+{
+    double w = 1.0, sum = 0.0, acc = 0.0;
+
+    for (int k = 0; k <= span; k++) {
+        sum += w;
+        acc += w * k;
+        w *= q;
+    }
+    return acc / sum;
+}
+
+int kit_gen_set_items(kit_gen *g, int min, int max, double mean)
+{
+    int span = max - min;
+    double lo = -30.0, hi = 30.0, q, w = 1.0, sum = 0.0, acc = 0.0;
+    double *cdf;
+
+    if (min < 1 || max < min || max > 100000 || (mean != 0.0 && (mean < min || mean > max)))
+        return -1;
+    cdf = calloc((size_t)span + 1, sizeof(*cdf));
+    if (cdf == NULL)
+        return -1;
+    /* The mean grows with q: bisect log(q) until it matches (0 = uniform). */
+    for (int i = 0; i < 200 && mean != 0.0; i++) {
+        double mid = (lo + hi) / 2;
+
+        if (geometric_mean(exp(mid), span) < mean - min)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    q = mean != 0.0 ? exp((lo + hi) / 2) : 1.0;
+    for (int k = 0; k <= span; k++) {
+        sum += w;
+        w *= q;
+    }
+    w = 1.0;
+    for (int k = 0; k <= span; k++) {
+        acc += w / sum;
+        cdf[k] = acc;
+        w *= q;
+    }
+    cdf[span] = 1.0;
+    free(g->items_cdf);
+    g->items_cdf = cdf;
+    g->n_cdf = (size_t)span + 1;
+    g->items_min = min;
+    g->items_max = max;
+    return 0;
+}
+
+/* Orders in a new batch: uniform 1..items_max, or from the table that
+ * kit_gen_set_items built (one random draw either way). */
+static int draw_items(kit_gen *g)
+{
+    double u;
+    size_t lo = 0, hi;
+
+    if (g->items_cdf == NULL)
+        return 1 + (int)below(g, (unsigned)g->items_max);
+    u = (double)(next_rand(g) >> 11) / (double)(UINT64_C(1) << 53);
+    hi = g->n_cdf - 1;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (g->items_cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return g->items_min + (int)lo;
 }
 
 static kit_kind pick_kind(kit_gen *g)
@@ -155,6 +237,7 @@ static void remember(kit_gen *g, int64_t cents0)
     p->user_id = g->cur.user_id;
     snprintf(p->first_ext, sizeof(p->first_ext), "N%llu-0", (unsigned long long)g->counter);
     p->first_cents = cents0;
+    p->n_orders = g->cur.n_orders;
 }
 
 /* Half the time a recent message (an immediate retry), else any earlier one. */
@@ -204,7 +287,7 @@ const kit_gen_msg *kit_gen_next(kit_gen *g)
     switch (m->kind) {
     case KIT_NEW:
         m->user_id = 1 + below(g, 1000);
-        m->n_orders = 1 + (int)below(g, (unsigned)g->items_max);
+        m->n_orders = draw_items(g);
         snprintf(m->key, sizeof(m->key), "%s-%llu", g->prefix, (unsigned long long)g->counter);
         snprintf(tag, sizeof(tag), "N%llu", (unsigned long long)g->counter);
         len = batch_json(g, m->user_id, tag, m->n_orders, NULL, 0, &cents0);
@@ -213,6 +296,7 @@ const kit_gen_msg *kit_gen_next(kit_gen *g)
         p = pick_past(g);
         snprintf(m->key, sizeof(m->key), "%s", p->key);
         m->user_id = p->user_id;
+        m->n_orders = p->n_orders;
         len = p->len;
         if (len + 1 > g->buf_cap) {
             g->buf_cap = len + 1;

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The benchmark: starts its own MariaDB and Apache Kafka under .run/bench,
+# runs tools/ow_bench.c (build/ow-bench) against the built order-worker, and
+# stops the services again. Prints a table (batches/s, orders/s, latency
+# p50/p95/p99, CPU seconds, peak RSS per configuration) and the line
+#   ratios: tuned/naive = X.XX (batches/s), tuned/db-limit = Y.YY (orders/s)
+#
+#   scripts/bench.sh                  100,000 batches: tuned, naive (first 5,000,
+#                                     at most 120 s), serial, database limit
+#   scripts/bench.sh --quick          5,000 batches, naive on 1,000 (at most 20 s)
+#   scripts/bench.sh --rate R         produce R batches/s while the worker runs
+#   scripts/bench.sh --sweep          lanes {1,2,4,8} x batch {1,8,32,64,128} on
+#                                     20,000 batches: sweep.csv and sweep.png
+#   scripts/bench.sh --sweep --small-grid     lanes {1,2,4} x batch {1,16,64}
+#   scripts/bench.sh --sweep --repeat 3       each point 3 times (in rounds): the median,
+#                                     with min-max bars in the plot
+#   scripts/bench.sh --items-1000 -n 2000     every batch 1,000 orders (peak RSS)
+#   scripts/bench.sh --verify ...     also run ow-verify on every completed run
+#   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
+#
+# Any other option goes to ow-bench (`build/ow-bench --help` lists them),
+# e.g. -n 20000, --naive-prefix 500, --tuned-lanes 8, --lanes 1,4,
+# --worker-env ORDER_WORKER_BATCH_MAX_WAIT_MS=0.
+#
+# Timings are reported, never judged: the script fails only when a run does
+# not complete (a worker dies, nothing is committed for --stall-timeout
+# seconds, or an input has no result) or a service does not start.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+export OW_RUN_DIR="$ROOT/.run/bench"
+T_START=$SECONDS
+
+say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
+die() { say "ERROR: $*"; exit 2; }
+
+OUT="" QUICK=0 VERIFY=0 SWEEP=0 PASS=()
+while (($# > 0)); do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --verify) VERIFY=1 ;;
+    --sweep) SWEEP=1; PASS+=(--sweep) ;;
+    --small-grid) PASS+=(--lanes 1,2,4 --batches 1,16,64) ;;
+    --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) PASS+=("$1") ;;
+  esac
+  shift
+done
+if ((QUICK)); then
+  # First, so that options given after --quick still win.
+  PASS=(-n 5000 --sweep-n 5000 --naive-prefix 1000 --naive-time-limit 20 "${PASS[@]}")
+fi
+if ((VERIFY)); then PASS+=(--keep-databases); fi
+
+OUT="${OUT:-$OW_RUN_DIR/results-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd -P)"
+
+# An incremental build: configures once, then only what changed.
+if [[ ! -f $BUILD/build.ninja ]]; then
+  say "configuring $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$BUILD" --target order-worker ow-bench ow-verify >/dev/null || die "build failed"
+
+services_up=0
+cleanup() {
+  set +e
+  if ((services_up)); then "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >&2
+services_up=1
+# shellcheck disable=SC1091
+source "$OW_RUN_DIR/services.env"
+[[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start (got the $OW_BROKER_KIND broker); run scripts/deps.sh"
+WATCH="mariadbd=$(cat "$OW_RUN_DIR/mariadb.pid"),kafka=$(cat "$OW_RUN_DIR/kafka.pid")"
+
+{
+  echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
+  echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
+  echo "bench: ow-bench ${PASS[*]}"
+} | tee "$OUT/bench.txt"
+
+set +e
+"$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-host 127.0.0.1 \
+  --mysql-port "$OW_MYSQL_PORT" --mysql-user root --worker "$BUILD/order-worker" \
+  --out "$OUT" --watch "$WATCH" "${PASS[@]}" | tee -a "$OUT/bench.txt"
+status=${PIPESTATUS[0]}
+set -e
+
+if ((SWEEP)) && [[ -f $OUT/sweep.gp ]]; then
+  if command -v gnuplot >/dev/null 2>&1 && gnuplot "$OUT/sweep.gp" 2>"$OUT/gnuplot.log"; then
+    say "plot: $OUT/sweep.png"
+  else
+    say "gnuplot failed or is missing (see $OUT/gnuplot.log); the data is in $OUT/sweep.csv"
+  fi
+fi
+
+if ((VERIFY)) && ((status == 0)); then
+  while read -r name database group input results dlq; do
+    say "ow-verify on run '$name'"
+    if ! "$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group "$group" --input "$input" \
+        --results "$results" --dlq "$dlq" --mysql-port "$OW_MYSQL_PORT" --database "$database" \
+        >"$OUT/verify-$name.log" 2>&1; then
+      status=1
+      say "ow-verify found violations in '$name' (see $OUT/verify-$name.log)"
+    fi
+    grep -E '^verify: (FAIL|figures|all)' "$OUT/verify-$name.log" | tee -a "$OUT/bench.txt" || true
+  done < <(sed -n 's/^run-names: //p' "$OUT/bench.txt")
+fi
+
+say "results in $OUT: $(cd "$OUT" && ls -- bench.txt runs.csv sweep.csv sweep.png 2>/dev/null | tr '\n' ' ')and worker-*.log"
+say "took $((SECONDS - T_START)) s; $( ((status == 0)) && echo 'every run completed' || echo 'a run did NOT complete')"
+exit "$status"

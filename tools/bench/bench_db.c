@@ -1,0 +1,357 @@
+/* Databases for the runs, the worker's user, and the database limit: the
+ * same orders inserted by large multi-row INSERTs in large transactions. */
+#include <fcntl.h>
+#include <mysql.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "ow/idgen.h"
+#include "ow/request.h"
+#include "ow/util.h"
+
+/* MariaDB Connector/C declares is_null as my_bool *, MySQL 8 as bool *. */
+#ifdef MARIADB_BASE_VERSION
+typedef my_bool bm_bool;
+#else
+typedef bool bm_bool;
+#endif
+
+struct bm_db {
+    MYSQL *my;
+};
+
+bm_db *bm_db_connect(const bm_env *e, const char *database)
+{
+    bm_db *db = bm_xcalloc(1, sizeof(*db));
+    unsigned timeout = 10;
+
+    db->my = mysql_init(NULL);
+    if (db->my == NULL) {
+        free(db);
+        bm_log("mysql_init failed");
+        return NULL;
+    }
+    mysql_options(db->my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+    if (mysql_real_connect(db->my, e->mysql_host, e->mysql_root_user, e->mysql_root_password,
+                           database, e->mysql_port, NULL, 0) == NULL) {
+        bm_log("connect to MySQL %s:%u as %s: %s", e->mysql_host, e->mysql_port,
+               e->mysql_root_user, mysql_error(db->my));
+        bm_db_close(&db);
+        return NULL;
+    }
+    return db;
+}
+
+void bm_db_close(bm_db **db)
+{
+    if (*db == NULL)
+        return;
+    mysql_close((*db)->my);
+    free(*db);
+    *db = NULL;
+}
+
+static int exec(bm_db *db, const char *sql)
+{
+    if (mysql_query(db->my, sql) == 0)
+        return 0;
+    bm_log("%.60s...: %s", sql, mysql_error(db->my));
+    return -1;
+}
+
+/* `order-worker migrate` as root on the new database; its output goes to
+ * the database's log in the output folder. */
+static int migrate(const bm_env *e, const char *name)
+{
+    char port[16], log[600];
+    char user[128], pw[256], host[128], dbv[128], portv[48];
+    const char *env[] = {user, pw, host, dbv, portv, "ORDER_WORKER_MYSQL_PASSWORD_FILE="};
+    char *argv[] = {(char *)(uintptr_t)e->worker_bin, "migrate", NULL};
+    pid_t pid;
+    int status;
+
+    snprintf(port, sizeof(port), "%u", e->mysql_port);
+    snprintf(user, sizeof(user), "ORDER_WORKER_MYSQL_USER=%s", e->mysql_root_user);
+    snprintf(pw, sizeof(pw), "ORDER_WORKER_MYSQL_PASSWORD=%s", e->mysql_root_password);
+    snprintf(host, sizeof(host), "ORDER_WORKER_MYSQL_HOST=%s", e->mysql_host);
+    snprintf(dbv, sizeof(dbv), "ORDER_WORKER_MYSQL_DATABASE=%s", name);
+    snprintf(portv, sizeof(portv), "ORDER_WORKER_MYSQL_PORT=%s", port);
+    snprintf(log, sizeof(log), "%s/migrate-%s.log", e->out_dir, name);
+    pid = bm_spawn(argv, env, sizeof(env) / sizeof(env[0]), log);
+    status = pid > 0 ? bm_wait_quiet(pid, 120) : -1;
+    if (status != 0)
+        bm_log("order-worker migrate on %s failed (status %d, log %s)", name, status, log);
+    return status == 0 ? 0 : -1;
+}
+
+int bm_db_create(const bm_env *e, const char *name)
+{
+    bm_db *db = bm_db_connect(e, NULL);
+    char sql[512];
+    int rc = db != NULL ? 0 : -1;
+
+    if (rc == 0) {
+        snprintf(sql, sizeof(sql), "CREATE DATABASE `%s`", name);
+        rc = exec(db, sql);
+    }
+    if (rc == 0)
+        rc = migrate(e, name);
+    if (rc == 0) {
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
+                 e->worker_user);
+        rc = exec(db, sql);
+    }
+    bm_db_close(&db);
+    return rc;
+}
+
+void bm_db_drop(const bm_env *e, const char *name)
+{
+    bm_db *db;
+    char sql[256];
+
+    if (e->keep_databases)
+        return;
+    db = bm_db_connect(e, NULL);
+    if (db == NULL)
+        return;
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", name);
+    exec(db, sql);
+    bm_db_close(&db);
+}
+
+/* A random password from /dev/urandom, written to a 0600 file. */
+static int new_password(bm_env *e, char *pw, size_t size)
+{
+    unsigned char raw[12];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    FILE *f;
+
+    if (fd < 0 || read(fd, raw, sizeof(raw)) != (ssize_t)sizeof(raw)) {
+        if (fd >= 0)
+            close(fd);
+        bm_log("cannot read /dev/urandom");
+        return -1;
+    }
+    close(fd);
+    if (size < 2 * sizeof(raw) + 3)
+        return -1;
+    memcpy(pw, "b-", 2);
+    ow_hex(raw, sizeof(raw), pw + 2);
+    snprintf(e->password_file, sizeof(e->password_file), "%s/worker.password", e->out_dir);
+    fd = open(e->password_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL || fprintf(f, "%s\n", pw) < 0 || fclose(f) != 0) {
+        bm_log("cannot write %s", e->password_file);
+        return -1;
+    }
+    return 0;
+}
+
+int bm_db_worker_user(bm_env *e)
+{
+    char pw[64], sql[512];
+    bm_db *db;
+    int rc;
+
+    snprintf(e->worker_user, sizeof(e->worker_user), "owb_%.24s", e->run_id);
+    if (new_password(e, pw, sizeof(pw)) != 0)
+        return -1;
+    db = bm_db_connect(e, NULL);
+    if (db == NULL)
+        return -1;
+    snprintf(sql, sizeof(sql), "CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", e->worker_user, pw);
+    rc = exec(db, sql);
+    bm_db_close(&db);
+    return rc;
+}
+
+/* --- The database limit ------------------------------------------------------- */
+
+/* One order row, prepared before the clock starts. */
+typedef struct {
+    long long id, user_id, product_id, quantity, request_id;
+    char order_no[OW_ORDER_NO_LEN + 1];
+    char ext[OW_EXT_NO_MAX + 1];
+    unsigned long ext_len;
+    char amount[OW_AMOUNT_TEXT_MAX];
+    unsigned long amount_len;
+} row_t;
+
+/* The orders of every NEW message, with ids drawn like the worker's. */
+static row_t *collect_rows(const bm_data *d, size_t *n_rows)
+{
+    const ow_request_limits limits = {16u << 20, 10000};
+    size_t cap = (size_t)d->items + 1, n = 0;
+    row_t *rows = bm_xcalloc(cap, sizeof(*rows));
+    ow_idgen ids;
+
+    ow_idgen_init(&ids, (unsigned)getpid(), ow_clock_wall_ms);
+    for (size_t i = 0; i < d->n; i++) {
+        ow_request req;
+        ow_field_errors errs;
+        long long request_id;
+
+        if (d->v[i].kind != KIT_NEW)
+            continue;
+        ow_field_errors_init(&errs);
+        if (ow_request_parse(d->v[i].value, d->v[i].len, &limits, &req, &errs) != 0) {
+            ow_request_cleanup(&req);
+            continue;
+        }
+        request_id = ow_idgen_next(&ids);
+        for (size_t k = 0; k < req.n_orders && n < cap; k++, n++) {
+            const ow_order_item *o = &req.orders[k];
+            row_t *r = &rows[n];
+
+            r->id = ow_idgen_next(&ids);
+            ow_order_no_format(r->id, r->order_no);
+            r->user_id = req.user_id;
+            memcpy(r->ext, o->external_order_no, o->ext_len);
+            r->ext_len = (unsigned long)o->ext_len;
+            ow_amount_format(o->amount_cents, r->amount);
+            r->amount_len = (unsigned long)strlen(r->amount);
+            r->product_id = o->product_id;
+            r->quantity = o->quantity;
+            r->request_id = request_id;
+        }
+        ow_request_cleanup(&req);
+    }
+    *n_rows = n;
+    return rows;
+}
+
+static MYSQL_STMT *prepare_insert(bm_db *db, int rows)
+{
+    ow_buf sql;
+    MYSQL_STMT *st = mysql_stmt_init(db->my);
+    int rc;
+
+    ow_buf_init(&sql);
+    rc = ow_buf_appends(&sql, "INSERT INTO orders (id, order_no, user_id, external_order_no, "
+                              "amount, product_id, quantity, request_id) VALUES ");
+    for (int i = 0; rc == 0 && i < rows; i++)
+        rc = ow_buf_appends(&sql, i == 0 ? "(?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?)");
+    if (st == NULL || rc != 0 || mysql_stmt_prepare(st, sql.data, sql.len) != 0) {
+        bm_log("prepare a %d-row INSERT: %s", rows, st != NULL ? mysql_stmt_error(st) : "no memory");
+        if (st != NULL)
+            mysql_stmt_close(st);
+        st = NULL;
+    }
+    ow_buf_cleanup(&sql);
+    return st;
+}
+
+static void bind_int(MYSQL_BIND *b, long long *v, bm_bool *is_null)
+{
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_null = is_null;
+}
+
+static void bind_text(MYSQL_BIND *b, char *v, unsigned long *len)
+{
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = v;
+    b->buffer_length = *len;
+    b->length = len;
+}
+
+/* Binds rows[0..n) to st and executes it. */
+static int insert_rows(MYSQL_STMT *st, MYSQL_BIND *binds, row_t *rows, int n)
+{
+    static bm_bool yes = 1, no = 0;
+    static unsigned long order_no_len = OW_ORDER_NO_LEN;
+
+    memset(binds, 0, sizeof(*binds) * 8 * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        MYSQL_BIND *b = &binds[8 * i];
+        row_t *r = &rows[i];
+
+        bind_int(&b[0], &r->id, &no);
+        bind_text(&b[1], r->order_no, &order_no_len);
+        bind_int(&b[2], &r->user_id, &no);
+        bind_text(&b[3], r->ext, &r->ext_len);
+        bind_text(&b[4], r->amount, &r->amount_len);
+        bind_int(&b[5], &r->product_id, r->product_id > 0 ? &no : &yes);
+        bind_int(&b[6], &r->quantity, &no);
+        bind_int(&b[7], &r->request_id, &no);
+    }
+    if (mysql_stmt_bind_param(st, binds) != 0 || mysql_stmt_execute(st) != 0) {
+        bm_log("insert %d rows: %s", n, mysql_stmt_error(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* Inserts every row: full statements of per_stmt rows, a smaller statement
+ * for the rest, a COMMIT every per_commit rows (rounded to statements). */
+static int insert_all(bm_db *db, row_t *rows, size_t n, int per_stmt, int per_commit)
+{
+    MYSQL_STMT *full = prepare_insert(db, per_stmt);
+    MYSQL_STMT *rest = NULL;
+    MYSQL_BIND *binds = bm_xcalloc((size_t)per_stmt * 8, sizeof(*binds));
+    size_t done = 0, since_commit = 0;
+    int rc = full != NULL ? exec(db, "SET autocommit = 0") : -1;
+
+    while (rc == 0 && done < n) {
+        int k = n - done >= (size_t)per_stmt ? per_stmt : (int)(n - done);
+
+        if (k < per_stmt && rest == NULL)
+            rest = prepare_insert(db, k);
+        rc = insert_rows(k == per_stmt ? full : rest, binds, rows + done, k);
+        done += (size_t)k;
+        since_commit += (size_t)k;
+        if (rc == 0 && (since_commit >= (size_t)per_commit || done == n)) {
+            rc = mysql_commit(db->my) == 0 ? 0 : -1;
+            since_commit = 0;
+        }
+    }
+    if (full != NULL)
+        mysql_stmt_close(full);
+    if (rest != NULL)
+        mysql_stmt_close(rest);
+    free(binds);
+    return rc;
+}
+
+int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_per_commit,
+                bm_dblimit *out)
+{
+    char name[BM_NAME_MAX];
+    size_t n = 0;
+    row_t *rows;
+    bm_db *db = NULL;
+    double t0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->rows_per_stmt = rows_per_stmt;
+    out->rows_per_commit = rows_per_commit;
+    snprintf(name, sizeof(name), "owb_%s_dblimit", e->run_id);
+    rows = collect_rows(d, &n);
+    rc = bm_db_create(e, name);
+    if (rc == 0) {
+        db = bm_db_connect(e, name);
+        rc = db != NULL ? 0 : -1;
+    }
+    if (rc == 0 && n > 0) {
+        bm_cpu_sample c0, c1;
+
+        bm_cpu_sample_take(e, 0, &c0);
+        t0 = bm_now();
+        rc = insert_all(db, rows, n, rows_per_stmt, rows_per_commit);
+        out->seconds = bm_now() - t0;
+        bm_cpu_sample_take(e, 0, &c1);
+        bm_cpu_describe(&c0, &c1, out->cpu_note, sizeof(out->cpu_note));
+        out->rows = n;
+        out->rows_per_s = out->seconds > 0 ? (double)n / out->seconds : 0.0;
+    }
+    bm_db_close(&db);
+    free(rows);
+    bm_db_drop(e, name);
+    return rc;
+}

@@ -1,0 +1,576 @@
+/*
+ * ow-bench: measures order-worker on a real MariaDB and Kafka broker.
+ *
+ * Default mode, on one generated data set:
+ *   tuned   the worker with its defaults (or --tuned-*), over all N batches
+ *   naive   lanes=1, batch.max_messages=1, inflight.max_messages=1, over the
+ *           first --naive-prefix batches, bounded by --naive-time-limit
+ *   serial  lanes=1, batch.max_messages=1, default in-flight budget, over
+ *           the same prefix (one transaction per message without waiting
+ *           for each result)
+ *   db-limit the same orders inserted by multi-row INSERTs, large commits
+ * Each run gets its own input topic, produced from the same data just
+ * before its worker starts (so the worker starts cold on a full topic and
+ * latency means the same in every row), and a fresh database, group and
+ * output topics. Prints a table and
+ *   ratios: tuned/naive = X.XX (batches/s), tuned/db-limit = Y.YY (orders/s)
+ *
+ * --rate R: the tuned worker only, with the batches produced at R per
+ *           second while it runs (latency under a given load).
+ * --sweep:  the worker over --lanes x --batches on --sweep-n batches,
+ *           --repeat rounds (median per point); writes sweep.csv, sweep.dat
+ *           and sweep.gp (gnuplot) in --out.
+ *
+ * Exit status: 0 when every run completed without losing a message, 1 when
+ * one did not, 2 for bad arguments or a setup failure. Timings are never
+ * judged. scripts/bench.sh starts the services and runs this.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "ow/util.h"
+
+#define MAX_GRID 16
+
+typedef struct {
+    bm_env env;
+    bm_gen_opts gen;
+    long naive_prefix; /* -1: min(N, 5000) */
+    double naive_time_limit_s;
+    int naive, serial, db_limit;
+    int db_rows_per_stmt, db_rows_per_commit;
+    int tuned_lanes, tuned_batch, tuned_inflight;
+    double rate;
+    int sweep;
+    int repeat;
+    long sweep_n;
+    int lanes[MAX_GRID], batches[MAX_GRID];
+    size_t n_lanes, n_batches;
+} options;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* --- Options ------------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fputs("usage: ow-bench --bootstrap HOST:PORT --mysql-port P --worker BIN --out DIR\n"
+          "  [--mysql-host H] [--mysql-user root] [--mysql-password PW]\n"
+          "  data:    [-n N (100000)] [--seed S] [--retry PCT (10)] [--reuse PCT (1)]\n"
+          "           [--clash PCT (1)] [--invalid PCT (0)] [--items-min A (1)] [--items-max B (20)]\n"
+          "           [--items-mean M (5; 0 = uniform)] [--items-1000 (every batch 1000 items)]\n"
+          "           [--partitions P (6)]\n"
+          "  runs:    [--naive-prefix K (min(N,5000))] [--naive-time-limit S (120)] [--no-naive]\n"
+          "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
+          "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
+          "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
+          "  modes:   [--rate R] | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
+          "           [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
+          "  other:   [--stall-timeout S (120)] [--stop-timeout S (30)] [--keep-databases]\n"
+          "           [--watch NAME=PID,...] (processes whose CPU time is reported)\n",
+          stderr);
+}
+
+static int parse_long(const char *opt, const char *s, long min, long max, long *out)
+{
+    int64_t v;
+
+    if (s == NULL || ow_parse_int64(s, &v) != 0 || v < min || v > max) {
+        bm_log("%s: expected an integer in %ld..%ld, got '%s'", opt, min, max, s ? s : "");
+        return -1;
+    }
+    *out = (long)v;
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, long min, long max, int *out)
+{
+    long v;
+
+    if (parse_long(opt, s, min, max, &v) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double min, double max, double *out)
+{
+    char *end = NULL;
+    double v = s != NULL ? strtod(s, &end) : 0;
+
+    if (s == NULL || end == s || *end != '\0' || v < min || v > max) {
+        bm_log("%s: expected a number in %g..%g, got '%s'", opt, min, max, s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* "1,2,4,8" into v; returns 0 or -1. */
+static int parse_list(const char *opt, const char *s, int *v, size_t *n)
+{
+    char buf[256];
+    char *save = NULL;
+
+    *n = 0;
+    if (s == NULL || strlen(s) >= sizeof(buf)) {
+        bm_log("%s: expected a list such as 1,2,4,8", opt);
+        return -1;
+    }
+    memcpy(buf, s, strlen(s) + 1);
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_GRID || parse_int(opt, t, 1, 1000, &v[*n]) != 0)
+            return -1;
+        (*n)++;
+    }
+    return *n > 0 ? 0 : -1;
+}
+
+static void defaults(options *o)
+{
+    static const int lanes[] = {1, 2, 4, 8}, batches[] = {1, 8, 32, 64, 128};
+
+    memset(o, 0, sizeof(*o));
+    o->env.mysql_host = "127.0.0.1";
+    o->env.mysql_root_user = "root";
+    o->env.mysql_root_password = "";
+    o->env.partitions = 6;
+    o->env.stall_timeout_s = 120;
+    o->env.stop_timeout_s = 30;
+    o->env.interrupted = &interrupted;
+    o->gen = (bm_gen_opts){100000, 20261130, 10, 1, 1, 0, 1, 20, 5.0};
+    o->naive_prefix = -1;
+    o->naive_time_limit_s = 120;
+    o->naive = o->serial = o->db_limit = 1;
+    o->db_rows_per_stmt = 1000;
+    o->db_rows_per_commit = 10000;
+    o->sweep_n = 20000;
+    o->repeat = 1;
+    memcpy(o->lanes, lanes, sizeof(lanes));
+    o->n_lanes = 4;
+    memcpy(o->batches, batches, sizeof(batches));
+    o->n_batches = 5;
+}
+
+/* Options without a value. Returns 1 when arg was one. */
+static int parse_flag(options *o, const char *arg)
+{
+    if (strcmp(arg, "--no-naive") == 0)
+        o->naive = 0;
+    else if (strcmp(arg, "--no-serial") == 0)
+        o->serial = 0;
+    else if (strcmp(arg, "--no-db-limit") == 0)
+        o->db_limit = 0;
+    else if (strcmp(arg, "--sweep") == 0)
+        o->sweep = 1;
+    else if (strcmp(arg, "--keep-databases") == 0)
+        o->env.keep_databases = 1;
+    else if (strcmp(arg, "--items-1000") == 0) {
+        o->gen.items_min = o->gen.items_max = 1000;
+        o->gen.items_mean = 0;
+    } else
+        return 0;
+    return 1;
+}
+
+static int parse_data_opt(options *o, const char *k, const char *v)
+{
+    bm_gen_opts *g = &o->gen;
+    long seed;
+
+    if (strcmp(k, "-n") == 0)
+        return parse_long(k, v, 1, 100000000, &g->n);
+    if (strcmp(k, "--seed") == 0) {
+        if (parse_long(k, v, 1, 0x7fffffffL, &seed) != 0)
+            return -1;
+        g->seed = (uint64_t)seed;
+        return 0;
+    }
+    if (strcmp(k, "--retry") == 0)
+        return parse_int(k, v, 0, 100, &g->pct_retry);
+    if (strcmp(k, "--reuse") == 0)
+        return parse_int(k, v, 0, 100, &g->pct_reuse);
+    if (strcmp(k, "--clash") == 0)
+        return parse_int(k, v, 0, 100, &g->pct_clash);
+    if (strcmp(k, "--invalid") == 0)
+        return parse_int(k, v, 0, 100, &g->pct_invalid);
+    if (strcmp(k, "--items-min") == 0)
+        return parse_int(k, v, 1, 10000, &g->items_min);
+    if (strcmp(k, "--items-max") == 0)
+        return parse_int(k, v, 1, 10000, &g->items_max);
+    if (strcmp(k, "--items-mean") == 0)
+        return parse_double(k, v, 0, 10000, &g->items_mean);
+    if (strcmp(k, "--partitions") == 0)
+        return parse_int(k, v, 1, BM_MAX_PARTS, &o->env.partitions);
+    return 1;
+}
+
+static int parse_run_opt(options *o, const char *k, const char *v)
+{
+    if (strcmp(k, "--naive-prefix") == 0)
+        return parse_long(k, v, 1, 100000000, &o->naive_prefix);
+    if (strcmp(k, "--naive-time-limit") == 0)
+        return parse_double(k, v, 1, 86400, &o->naive_time_limit_s);
+    if (strcmp(k, "--db-rows-per-stmt") == 0)
+        return parse_int(k, v, 1, 10000, &o->db_rows_per_stmt);
+    if (strcmp(k, "--db-rows-per-commit") == 0)
+        return parse_int(k, v, 1, 10000000, &o->db_rows_per_commit);
+    if (strcmp(k, "--tuned-lanes") == 0)
+        return parse_int(k, v, 1, 64, &o->tuned_lanes);
+    if (strcmp(k, "--tuned-batch") == 0)
+        return parse_int(k, v, 1, 1000, &o->tuned_batch);
+    if (strcmp(k, "--tuned-inflight") == 0)
+        return parse_int(k, v, 1, 1000000, &o->tuned_inflight);
+    if (strcmp(k, "--rate") == 0)
+        return parse_double(k, v, 0.1, 1e7, &o->rate);
+    if (strcmp(k, "--sweep-n") == 0)
+        return parse_long(k, v, 1, 100000000, &o->sweep_n);
+    if (strcmp(k, "--repeat") == 0)
+        return parse_int(k, v, 1, 20, &o->repeat);
+    if (strcmp(k, "--lanes") == 0)
+        return parse_list(k, v, o->lanes, &o->n_lanes);
+    if (strcmp(k, "--batches") == 0)
+        return parse_list(k, v, o->batches, &o->n_batches);
+    return 1;
+}
+
+static int parse_env_opt(options *o, const char *k, const char *v)
+{
+    bm_env *e = &o->env;
+    long port;
+
+    if (strcmp(k, "--bootstrap") == 0)
+        e->bootstrap = v;
+    else if (strcmp(k, "--mysql-host") == 0)
+        e->mysql_host = v;
+    else if (strcmp(k, "--mysql-port") == 0) {
+        if (parse_long(k, v, 1, 65535, &port) != 0)
+            return -1;
+        e->mysql_port = (unsigned)port;
+    } else if (strcmp(k, "--mysql-user") == 0)
+        e->mysql_root_user = v;
+    else if (strcmp(k, "--mysql-password") == 0)
+        e->mysql_root_password = v;
+    else if (strcmp(k, "--worker") == 0)
+        e->worker_bin = v;
+    else if (strcmp(k, "--out") == 0)
+        e->out_dir = v;
+    else if (strcmp(k, "--watch") == 0)
+        e->watch = v;
+    else if (strcmp(k, "--stall-timeout") == 0)
+        return parse_int(k, v, 1, 86400, &e->stall_timeout_s);
+    else if (strcmp(k, "--stop-timeout") == 0)
+        return parse_int(k, v, 1, 3600, &e->stop_timeout_s);
+    else if (strcmp(k, "--worker-env") == 0) {
+        if (strchr(v, '=') == NULL || strncmp(v, "ORDER_WORKER_", 13) != 0 ||
+            e->n_worker_env == BM_MAX_ENV / 2) {
+            bm_log("--worker-env: expected ORDER_WORKER_NAME=value, got '%s'", v);
+            return -1;
+        }
+        e->worker_env[e->n_worker_env++] = v;
+    } else
+        return 1;
+    return 0;
+}
+
+static int check_options(const options *o)
+{
+    const bm_env *e = &o->env;
+    const bm_gen_opts *g = &o->gen;
+
+    if (e->bootstrap == NULL || e->mysql_port == 0 || e->worker_bin == NULL || e->out_dir == NULL) {
+        bm_log("--bootstrap, --mysql-port, --worker and --out are required");
+        return -1;
+    }
+    if (g->items_min > g->items_max ||
+        (g->items_mean != 0 && (g->items_mean < g->items_min || g->items_mean > g->items_max))) {
+        bm_log("items: need items-min <= items-mean <= items-max (mean 0 = uniform)");
+        return -1;
+    }
+    if (g->pct_retry + g->pct_reuse + g->pct_clash + g->pct_invalid > 100) {
+        bm_log("the percentages of retries, reuses, clashes and invalid add up to more than 100");
+        return -1;
+    }
+    if (o->sweep && o->rate > 0) {
+        bm_log("--sweep and --rate are separate modes");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        int rc;
+
+        if (strcmp(k, "-h") == 0 || strcmp(k, "--help") == 0)
+            return -1;
+        if (parse_flag(o, k))
+            continue;
+        if (i + 1 >= argc) {
+            bm_log("%s: unknown option or missing value", k);
+            return -1;
+        }
+        rc = parse_env_opt(o, k, argv[i + 1]);
+        if (rc == 1)
+            rc = parse_data_opt(o, k, argv[i + 1]);
+        if (rc == 1)
+            rc = parse_run_opt(o, k, argv[i + 1]);
+        if (rc != 0) {
+            if (rc == 1)
+                bm_log("unknown option %s", k);
+            return -1;
+        }
+        i++;
+    }
+    return check_options(o);
+}
+
+/* --- Modes ------------------------------------------------------------------------ */
+
+static void print_data(const bm_data *d, const options *o)
+{
+    const bm_gen_opts *g = &o->gen;
+
+    printf("data: %zu order batches (new %ld, retry %ld, reused key %ld, clash %ld, invalid %ld), "
+           "%lld orders (%.2f per batch; new batches %d..%d items, %s%.1f), %.1f MiB of values, "
+           "seed %llu, %d partitions\n",
+           d->n, d->kinds[KIT_NEW], d->kinds[KIT_RETRY], d->kinds[KIT_REUSE], d->kinds[KIT_CLASH],
+           d->kinds[KIT_INVALID], d->items, d->n ? (double)d->items / (double)d->n : 0.0,
+           g->items_min, g->items_max, g->items_mean != 0 ? "mean " : "uniform, mean ",
+           g->items_mean != 0 ? g->items_mean : (g->items_min + g->items_max) / 2.0,
+           (double)d->bytes / 1048576.0, (unsigned long long)g->seed, o->env.partitions);
+}
+
+static bm_spec spec(const char *name, int lanes, int batch, int inflight, double limit)
+{
+    bm_spec s;
+
+    memset(&s, 0, sizeof(s));
+    snprintf(s.name, sizeof(s.name), "%s", name);
+    s.lanes = lanes;
+    s.batch = batch;
+    s.inflight = inflight;
+    s.time_limit_s = limit;
+    return s;
+}
+
+static void print_ratios(const bm_result *tuned, const bm_result *naive, const bm_dblimit *dbl)
+{
+    double r1 = naive != NULL && naive->batches_per_s > 0 ? tuned->batches_per_s / naive->batches_per_s : 0;
+    double r2 = dbl != NULL && dbl->rows_per_s > 0 ? tuned->orders_per_s / dbl->rows_per_s : 0;
+
+    printf("ratios: tuned/naive = %.2f (batches/s), tuned/db-limit = %.2f (orders/s)\n", r1, r2);
+}
+
+static void print_notes(const options *o, const bm_result *runs, size_t n, size_t prefix)
+{
+    printf("notes: rates are measured between a run's first and last result (see 'timing');\n"
+           "       latency is input CreateTime -> first result CreateTime; each run's topic is\n"
+           "       filled just before its worker starts, so latency includes the time a batch\n"
+           "       waited in that backlog (use --rate for latency under a given load).\n");
+    if (o->naive || o->serial)
+        printf("       naive and serial ran on the first %zu batches of the same data%s.\n", prefix,
+               o->naive ? "; naive is bounded by --naive-time-limit" : "");
+    for (size_t i = 0; i < n; i++) {
+        if (runs[i].time_bounded)
+            printf("       %s: stopped at its %.0f s limit after %zu of %zu batches; compare "
+                   "rates, not totals.\n",
+                   runs[i].name, o->naive_time_limit_s, runs[i].done, runs[i].inputs);
+    }
+}
+
+static int run_one(const options *o, const bm_spec *s, const bm_data *d, size_t count,
+                   bm_result *r)
+{
+    int rc = bm_run(&o->env, s, d, count, r);
+
+    bm_report_details(stdout, r);
+    /* For scripts/bench.sh --verify: what ow-verify needs to find the run. */
+    if (rc == 0 && r->complete && o->env.keep_databases)
+        printf("run-names: %s %s %s %s %s %s\n", r->name, r->database, r->group, r->input,
+               r->results, r->dlq);
+    fflush(stdout);
+    return rc;
+}
+
+static void run_db_limit(const options *o, const bm_data *d, bm_dblimit *dbl, int *rc)
+{
+    if (bm_db_limit(&o->env, d, o->db_rows_per_stmt, o->db_rows_per_commit, dbl) != 0)
+        *rc = 1;
+    printf("  db-limit: %zu order rows (those of the new batches) in %.2f s over one connection, "
+           "%d rows per INSERT, COMMIT every %d rows\n    cpu during the inserts: %s\n",
+           dbl->rows, dbl->seconds, dbl->rows_per_stmt, dbl->rows_per_commit, dbl->cpu_note);
+}
+
+static int mode_compare(const options *o, const bm_data *d)
+{
+    size_t prefix = o->naive_prefix > 0 ? (size_t)o->naive_prefix : (d->n < 5000 ? d->n : 5000);
+    bm_result runs[3];
+    bm_dblimit dbl = {0};
+    size_t n = 0;
+    int rc = 0;
+    bm_spec s;
+    char path[600];
+
+    memset(runs, 0, sizeof(runs));
+    s = spec("tuned", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    rc |= run_one(o, &s, d, d->n, &runs[n++]);
+    if (o->naive && !interrupted) {
+        s = spec("naive", 1, 1, 1, o->naive_time_limit_s);
+        rc |= run_one(o, &s, d, prefix, &runs[n++]);
+    }
+    if (o->serial && !interrupted) {
+        s = spec("serial", 1, 1, 0, 0);
+        rc |= run_one(o, &s, d, prefix, &runs[n++]);
+    }
+    if (o->db_limit && !interrupted)
+        run_db_limit(o, d, &dbl, &rc);
+    putchar('\n');
+    bm_report_table(stdout, runs, n, o->db_limit ? &dbl : NULL);
+    print_ratios(&runs[0], o->naive ? &runs[1] : NULL, o->db_limit ? &dbl : NULL);
+    print_notes(o, runs, n, prefix);
+    snprintf(path, sizeof(path), "%s/runs.csv", o->env.out_dir);
+    bm_report_csv(path, runs, n);
+    return rc != 0 ? 1 : 0;
+}
+
+static int mode_rate(const options *o, const bm_data *d)
+{
+    bm_result r;
+    bm_spec s = spec("rate", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    int rc;
+
+    s.rate = o->rate;
+    rc = run_one(o, &s, d, d->n, &r);
+    putchar('\n');
+    bm_report_table(stdout, &r, 1, NULL);
+    printf("rate mode: %zu batches produced at %.1f/s while the worker ran; latency is input "
+           "CreateTime -> first result CreateTime\n",
+           d->n, o->rate);
+    return rc != 0 ? 1 : 0;
+}
+
+static int cmp_bps(const void *a, const void *b)
+{
+    double x = (*(const bm_result *const *)a)->batches_per_s;
+    double y = (*(const bm_result *const *)b)->batches_per_s;
+
+    return (x > y) - (x < y);
+}
+
+/* Per grid point, the run with the median batches/s, with the spread. */
+static void medians(const bm_result *all, size_t points, int repeats, bm_result *med)
+{
+    const bm_result **v = bm_xcalloc((size_t)repeats, sizeof(*v));
+
+    for (size_t p = 0; p < points; p++) {
+        for (int k = 0; k < repeats; k++)
+            v[k] = &all[(size_t)k * points + p];
+        qsort(v, (size_t)repeats, sizeof(*v), cmp_bps);
+        med[p] = *v[(repeats - 1) / 2];
+        med[p].bps_min = v[0]->batches_per_s;
+        med[p].bps_max = v[repeats - 1]->batches_per_s;
+        med[p].repeats = repeats;
+        snprintf(med[p].name, sizeof(med[p].name), "l%d-b%d", med[p].lanes, med[p].batch);
+    }
+    free(v);
+}
+
+/* The grid, --repeat times in rounds (so that a burst of load on a shared
+ * machine hits one run of many points rather than every run of one). */
+static int mode_sweep(const options *o, const bm_data *d)
+{
+    size_t points = o->n_lanes * o->n_batches, n = 0;
+    bm_result *all = bm_xcalloc(points * (size_t)o->repeat, sizeof(*all));
+    bm_result *med = bm_xcalloc(points, sizeof(*med));
+    int rc = 0;
+
+    for (int k = 0; k < o->repeat && !interrupted; k++) {
+        for (size_t b = 0; b < o->n_batches && !interrupted; b++) {
+            for (size_t l = 0; l < o->n_lanes && !interrupted; l++) {
+                char name[BM_NAME_MAX];
+                bm_spec s;
+
+                snprintf(name, sizeof(name), o->repeat > 1 ? "l%d-b%d-r%d" : "l%d-b%d",
+                         o->lanes[l], o->batches[b], k + 1);
+                s = spec(name, o->lanes[l], o->batches[b], o->tuned_inflight, 0);
+                rc |= run_one(o, &s, d, d->n, &all[n++]);
+            }
+        }
+    }
+    if (n == points * (size_t)o->repeat) {
+        medians(all, points, o->repeat, med);
+        putchar('\n');
+        if (o->repeat > 1)
+            bm_report_spread(stdout, all, points, o->repeat);
+        bm_report_table(stdout, med, points, NULL);
+        rc |= bm_report_sweep(o->env.out_dir, med, points, o->batches, o->n_batches);
+        printf("sweep: %s/sweep.csv (%s), sweep.dat, sweep.gp\n", o->env.out_dir,
+               o->repeat > 1 ? "the median run of each point" : "one run per point");
+    }
+    free(all);
+    free(med);
+    return rc != 0 ? 1 : 0;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    bm_data d;
+    int rc;
+
+    if (parse_args(argc, argv, &o) != 0) {
+        usage();
+        return 2;
+    }
+    install_signals();
+    /* Before anything grows: workers are started from this small helper. */
+    if (bm_launcher_start() != 0)
+        return 2;
+    snprintf(o.env.run_id, sizeof(o.env.run_id), "%lx%x", (unsigned long)time(NULL) & 0xfffff,
+             (unsigned)getpid() & 0xfff);
+    if (o.sweep)
+        o.gen.n = o.sweep_n;
+    if (bm_db_worker_user(&o.env) != 0 || bm_data_generate(&o.gen, &d) != 0)
+        return 2;
+    if (bm_kafka_warmup(&o.env, 60) != 0)
+        bm_log("the broker's group coordinator did not answer within 60 s; going on");
+    print_data(&d, &o);
+    fflush(stdout);
+    if (o.rate > 0)
+        rc = mode_rate(&o, &d);
+    else if (o.sweep)
+        rc = mode_sweep(&o, &d);
+    else
+        rc = mode_compare(&o, &d);
+    bm_data_free(&d);
+    if (interrupted) {
+        bm_log("interrupted");
+        rc = 1;
+    }
+    return rc;
+}
