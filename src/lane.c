@@ -334,6 +334,9 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
             ow_worker_set_fatal(w, "database error that retrying cannot fix");
             return OW_EFATAL;
         }
+        /* Stopping: abandon the batch now; it is redelivered later. */
+        if (atomic_load(&w->stopping))
+            return OW_EFATAL;
         if (err.code == 1213 || err.code == 1205)
             one_at_a_time = 1;
         OW_LOG(attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", OW_F_INT("lane", l->index),

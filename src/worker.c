@@ -626,8 +626,9 @@ static void shut_down(ow_worker *w)
 {
     int64_t left;
 
-    atomic_store(&w->stopping, 1);
     w->deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
+    atomic_store(&w->stopping, 1);
+    w->stop_sleep = 1; /* wakes lanes sleeping between database retries */
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_stop(&w->lanes[i]);
     for (size_t i = 0; i < w->n_lanes; i++)
@@ -680,7 +681,9 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
                OW_F_STR("group", cfg->kafka_group_id), OW_F_INT("lanes", cfg->worker_lanes),
                OW_F_INT("batch_max_messages", cfg->batch_max_messages));
         while (!*stop && !atomic_load(&w.fatal)) {
-            rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, 100);
+            /* While paused, look again soon: the pause ends as soon as
+             * acknowledgements bring the in-flight count down. */
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : 100);
 
             if (m != NULL)
                 on_consumer_message(&w, m);
