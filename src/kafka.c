@@ -90,7 +90,7 @@ static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "linger.ms", "10", err);
     if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "65536", err);
+        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "32768", err);
     return rc;
 }
 

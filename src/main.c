@@ -1,6 +1,7 @@
 /* order-worker: arguments, signals, exit status. Everything else lives in
  * the modules; this is the only file that decides the process's fate. */
 #include <librdkafka/rdkafka.h>
+#include <malloc.h>
 #include <mysql.h>
 #include <signal.h>
 #include <stdio.h>
@@ -55,6 +56,13 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     int code = OW_EXIT_USAGE;
+
+#ifdef M_ARENA_MAX
+    /* glibc gives every thread that allocates its own heap arena; with the
+     * lanes and librdkafka's threads that fragments memory (peak RSS 61 MiB
+     * against 58 MiB with two arenas, in docs/performance.md). */
+    mallopt(M_ARENA_MAX, 2);
+#endif
 
     if (argc < 2) {
         usage(stderr);
