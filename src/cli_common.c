@@ -143,14 +143,9 @@ int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user)
 
 ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids)
 {
-    ow_store_params p = {cfg->mysql_host,
-                         (unsigned)cfg->mysql_port,
-                         cfg->mysql_user,
-                         cfg->mysql_password,
-                         cfg->mysql_database,
-                         (unsigned)cfg->mysql_connect_timeout_s,
-                         (unsigned)cfg->request_in_progress_wait_s};
+    ow_store_params p;
 
+    ow_store_params_from_config(cfg, &p);
     ow_idgen_init(ids, 0, ow_clock_wall_ms);
     return ow_store_new(&p, ids);
 }

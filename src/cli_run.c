@@ -69,11 +69,7 @@ int ow_cmd_migrate(int argc, char **argv, const volatile sig_atomic_t *stop)
     code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    ow_idgen_init(&ids, 0, ow_clock_wall_ms);
-    s = ow_store_new(&(ow_store_params){cfg.mysql_host, (unsigned)cfg.mysql_port, cfg.mysql_user,
-                                        cfg.mysql_password, cfg.mysql_database,
-                                        (unsigned)cfg.mysql_connect_timeout_s, 5},
-                     &ids);
+    s = ow_cli_store_new(&cfg, &ids);
     if (s == NULL || ow_store_migrate(s, stdout, &applied, &err) != OW_OK) {
         fprintf(stderr, "order-worker migrate: %s\n", s == NULL ? "out of memory" : err.msg);
         code = OW_EXIT_FAILURE;

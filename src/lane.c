@@ -463,13 +463,7 @@ static int wait_for_work(ow_lane *l, int64_t wake_ms)
     } else if (l->queued > 0) {
         return 1;
     }
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += wait_ms / 1000;
-    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    ow_deadline_after_ms(wait_ms, &ts);
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
     return !l->stop;
 }
@@ -553,15 +547,9 @@ static void *lane_main(void *arg)
 
 int ow_lane_start(ow_lane *l, ow_worker *w, unsigned index, ow_error *err)
 {
-    const ow_config *cfg = w->cfg;
-    ow_store_params p = {cfg->mysql_host,
-                         (unsigned)cfg->mysql_port,
-                         cfg->mysql_user,
-                         cfg->mysql_password,
-                         cfg->mysql_database,
-                         (unsigned)cfg->mysql_connect_timeout_s,
-                         (unsigned)cfg->request_in_progress_wait_s};
+    ow_store_params p;
 
+    ow_store_params_from_config(w->cfg, &p);
     memset(l, 0, sizeof(*l));
     l->w = w;
     l->index = index;

@@ -4,8 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/config.h"
 #include "ow/log.h"
 #include "store_internal.h"
+
+void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
+{
+    p->host = cfg->mysql_host;
+    p->port = (unsigned)cfg->mysql_port;
+    p->user = cfg->mysql_user;
+    p->password = cfg->mysql_password;
+    p->database = cfg->mysql_database;
+    p->connect_timeout_s = (unsigned)cfg->mysql_connect_timeout_s;
+    p->lock_wait_timeout_s = (unsigned)cfg->request_in_progress_wait_s;
+}
 
 ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
 {

@@ -136,6 +136,17 @@ int64_t ow_clock_wall_ms(void)
     return clock_us(CLOCK_REALTIME) / 1000;
 }
 
+void ow_deadline_after_ms(int64_t ms, struct timespec *ts)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 uint64_t ow_hash64(const void *p, size_t n)
 {
     const unsigned char *s = p;

@@ -234,12 +234,7 @@ static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
     while (!all_drained(w, parts) && ow_clock_mono_ms() < deadline && !atomic_load(&w->fatal)) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        ow_deadline_after_ms(50, &ts);
         pthread_cond_timedwait(&w->parts_cv, &w->parts_mu, &ts);
     }
     if (!all_drained(w, parts))

@@ -72,6 +72,11 @@ typedef struct {
     uint64_t id_collisions;
 } ow_store_stats;
 
+struct ow_config;
+/* The connection settings of a configuration (mysql.*, and
+ * request.in_progress_wait_s as the lock wait). Borrows cfg's strings. */
+void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p);
+
 /* Creates a store; does not connect (the first call does). Copies params. */
 ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids);
 void ow_store_free(ow_store **store);

@@ -42,6 +42,11 @@ int64_t ow_clock_mono_ms(void);
 int64_t ow_clock_mono_us(void);
 int64_t ow_clock_wall_ms(void);
 
+struct timespec;
+/* The CLOCK_REALTIME instant ms milliseconds from now, for
+ * pthread_cond_timedwait. */
+void ow_deadline_after_ms(int64_t ms, struct timespec *ts);
+
 /* 64-bit FNV-1a; stable across runs and machines (used to route keys). */
 uint64_t ow_hash64(const void *p, size_t n);
 
