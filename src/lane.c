@@ -261,14 +261,34 @@ static int publish_dead_letter(ow_lane *l, ow_job *job)
     return produce(l, l->w->cfg->topic_dlq, job->key, job->key_len, job->raw, job->raw_len, h, job);
 }
 
-/* Produces a finished job's outputs; the last delivery report finishes it. */
+/* Once its outputs are handed to the producer (which copied them), a job
+ * only waits for acknowledgements: free its payload and count what the
+ * producer now holds instead. */
+static void release_payload(ow_job *job)
+{
+    int64_t before = (int64_t)job->bytes;
+    size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
+
+    if (job->valid)
+        ow_store_item_cleanup(&job->item);
+    ow_request_cleanup(&job->req);
+    ow_buf_cleanup(&job->invalid_body);
+    free(job->raw);
+    job->raw = NULL;
+    job->bytes = sizeof(*job) + held;
+    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
+}
+
+/* Produces a finished job's outputs; the last delivery report finishes it.
+ * The lane holds one extra reference while it produces, so that a quick
+ * delivery report cannot free the job under it. */
 static void publish(ow_lane *l, ow_job *job)
 {
     int planned = job->valid ? 1 : 1 + (job->key_len > 0);
     int produced = 0;
     int rc = OW_OK;
 
-    atomic_store(&job->pending_acks, planned);
+    atomic_store(&job->pending_acks, planned + 1);
     if (job->valid) {
         rc = publish_result(l, job, job->item.body.data, job->item.body.len, job->item.replayed,
                             job);
@@ -283,9 +303,11 @@ static void publish(ow_lane *l, ow_job *job)
             produced += rc == OW_OK;
         }
     }
+    release_payload(job);
     /* Outputs that were never produced will never be acknowledged. */
     if (produced < planned)
         ow_worker_ack(l->w, job, planned - produced, 0);
+    ow_worker_ack(l->w, job, 1, 1); /* the lane's own reference */
 }
 
 /* --- Deciding ----------------------------------------------------------- */
