@@ -317,6 +317,29 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* --- Consumer thread ----------------------------------------------------- */
 
+/* The partition went back to an earlier offset within one assignment (an
+ * offset reset after its log was truncated or recreated). Start a new epoch:
+ * what is in flight from before can no longer move this partition's offset,
+ * and the rewound messages are tracked afresh, so none is skipped. Called
+ * with parts_mu held; returns 1 when the tracker was replaced. */
+static int rewind_partition(ow_worker *w, ow_part *p, const rd_kafka_message_t *m)
+{
+    ow_offset_track *t = ow_offset_track_new();
+
+    if (t == NULL) {
+        ow_worker_set_fatal(w, "out of memory");
+        return 0;
+    }
+    OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
+           OW_F_INT("offset", m->offset));
+    ow_offset_track_free(&p->track);
+    p->track = t;
+    p->epoch++;
+    p->active = 0;
+    p->first_offset = -1;
+    return 1;
+}
+
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
     ow_part *p;
@@ -326,8 +349,9 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 
     pthread_mutex_lock(&w->parts_mu);
     p = part_get(w, m->partition);
-    if (p != NULL && p->assigned && !p->revoking && p->track != NULL &&
-        ow_offset_track_add(p->track, m->offset) == OW_OK) {
+    if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
+        if (ow_offset_track_add(p->track, m->offset) != OW_OK && rewind_partition(w, p, m))
+            ow_offset_track_add(p->track, m->offset);
         if (p->first_offset < 0)
             p->first_offset = m->offset;
         p->active++;
