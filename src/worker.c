@@ -195,6 +195,7 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
     }
     pthread_mutex_unlock(&w->parts_mu);
     atomic_fetch_add(&w->assigned, parts->cnt);
+    atomic_store(&w->ever_assigned, 1);
     e = rd_kafka_incremental_assign(w->consumer, parts);
     if (e != NULL) {
         OW_LOG(OW_LOG_ERROR, "assign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
@@ -544,6 +545,7 @@ static int subscribe(ow_worker *w, ow_error *err)
     rd_kafka_topic_partition_list_add(topics, w->cfg->topic_input, RD_KAFKA_PARTITION_UA);
     e = rd_kafka_subscribe(w->consumer, topics);
     rd_kafka_topic_partition_list_destroy(topics);
+    w->subscribed = e == RD_KAFKA_RESP_ERR_NO_ERROR;
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "subscribe to %s: %s",
                             w->cfg->topic_input, rd_kafka_err2str(e));
@@ -616,6 +618,24 @@ static void leave_group(ow_worker *w)
     int64_t deadline = w->deadline_ms > floor ? w->deadline_ms : floor;
     int idle = 0;
 
+    /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
+     * a consumer that joined but never received its first assignment is
+     * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
+     * first. Messages that arrive meanwhile are not processed. */
+    while (!atomic_load(&w->ever_assigned) && ow_clock_mono_ms() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
+
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
+    }
+    if (!atomic_load(&w->ever_assigned) && w->subscribed) {
+        /* Closing could abort; nothing was assigned, so nothing is to be
+         * committed, and the group drops this member after its session
+         * timeout. */
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "no assignment yet"));
+        w->consumer_unsafe = 1;
+        return;
+    }
     rd_kafka_unsubscribe(w->consumer);
     while (ow_clock_mono_ms() < deadline && idle < 3) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
@@ -669,7 +689,7 @@ static void shut_down(ow_worker *w)
 static void destroy(ow_worker *w)
 {
     ow_http_stop(&w->http);
-    if (w->consumer != NULL)
+    if (w->consumer != NULL && !w->consumer_unsafe)
         rd_kafka_destroy(w->consumer);
     if (w->producer != NULL)
         rd_kafka_destroy(w->producer);

@@ -100,6 +100,10 @@ struct ow_worker {
     int paused;
     int64_t deadline_ms; /* shutdown deadline (monotonic) */
 
+    int subscribed;
+    _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
+    int consumer_unsafe;       /* closing it could abort (see leave_group) */
+
     /* Readiness, for /readyz. */
     _Atomic int db_ok;    /* the last database round trip of any lane worked */
     _Atomic int assigned; /* partitions currently assigned */
