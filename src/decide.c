@@ -185,23 +185,34 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
     return OW_OK;
 }
 
+/* The cached statement whose IN list holds rows (user_id, x) pairs, padded
+ * to the next power of two, with room for its parameters. The caller binds
+ * padded pairs, repeating the last one, which fills the list without
+ * changing what it matches. */
+static int padded_in_list(ow_store *s, ow_sql_kind kind, size_t rows, MYSQL_STMT **st,
+                          size_t *padded, ow_error *err)
+{
+    unsigned bucket = bucket_for(rows);
+    int rc = ow_store_stmt(s, kind, bucket, st, err);
+
+    *padded = (size_t)1 << bucket;
+    if (rc != OW_OK)
+        return rc;
+    ow_params_reset(&s->params);
+    return ow_params_reserve(&s->params, 2 * *padded) == OW_OK ? OW_OK : oom(err);
+}
+
 /* Runs one padded chunk of the locking read over tuples [from, from+rows). */
 static int lock_chunk(batch *bt, const ow_order_item **its, const long long *users, size_t rows,
                       ow_error *err)
 {
-    unsigned bucket = bucket_for(rows);
-    size_t padded = (size_t)1 << bucket;
+    size_t padded = 0;
     MYSQL_STMT *st = NULL;
     ow_params *p = &bt->s->params;
-    int rc = ow_store_stmt(bt->s, OW_SQL_LOCK_ORDERS, bucket, &st, err);
+    int rc = padded_in_list(bt->s, OW_SQL_LOCK_ORDERS, rows, &st, &padded, err);
 
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(p);
-    if (ow_params_reserve(p, 2 * padded) != OW_OK)
-        return oom(err);
-    /* Repeating the last tuple fills the prepared statement's IN list
-     * without changing what it matches. */
     for (size_t i = 0; i < padded; i++) {
         size_t k = i < rows ? i : rows - 1;
 
@@ -473,17 +484,13 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
 
 static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *err)
 {
-    unsigned bucket = bucket_for(rows);
-    size_t padded = (size_t)1 << bucket;
+    size_t padded = 0;
     ow_params *p = &bt->s->params;
     MYSQL_STMT *st = NULL;
-    int rc = ow_store_stmt(bt->s, OW_SQL_SELECT_REQUESTS, bucket, &st, err);
+    int rc = padded_in_list(bt->s, OW_SQL_SELECT_REQUESTS, rows, &st, &padded, err);
 
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(p);
-    if (ow_params_reserve(p, 2 * padded) != OW_OK)
-        return oom(err);
     for (size_t i = 0; i < padded; i++) {
         const ow_store_item *it = &bt->items[from + (i < rows ? i : rows - 1)];
 
