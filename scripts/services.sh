@@ -298,7 +298,7 @@ mariadb_launch() {  # PORT -> sets MDB_PID
     --datadir="$MDB_DATA" --socket="$sock" --port="$port" \
     --bind-address=127.0.0.1 --user=root \
     --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
-    --innodb-buffer-pool-size=512M --skip-name-resolve \
+    --innodb-buffer-pool-size=512M --skip-name-resolve --innodb-print-all-deadlocks=ON \
     --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG")"
   echo "$MDB_PID" >"$MDB_PIDFILE"
 }
@@ -468,7 +468,8 @@ kafka_launch() {  # KIND PORT -> sets K_PID, K_LOG_OFF
   local kind=$1 port=$2 runner=()
   K_LOG_OFF="$(file_size "$K_LOG")"
   if [[ $kind == kafka ]]; then
-    K_PID="$(launch "$K_DIR" "$K_LOG" java -Xms256m -Xmx768m -XX:+UseG1GC \
+    K_PID="$(launch "$K_DIR" "$K_LOG" java -Xms1g -Xmx1g -XX:+UseG1GC \
+      "-Xlog:gc:file=$OW_RUN_DIR/kafka-gc.log:time,uptime:filecount=2,filesize=10m" \
       -Dorg.slf4j.simpleLogger.showDateTime=true \
       -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
       -cp "$K_CP" kafka.Kafka "$K_PROPS")"
