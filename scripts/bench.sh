@@ -8,7 +8,8 @@
 #   scripts/bench.sh                  100,000 batches: tuned, naive (first 5,000,
 #                                     at most 120 s), serial, database limit
 #   scripts/bench.sh --quick          5,000 batches, naive on 1,000 (at most 20 s)
-#   scripts/bench.sh --rate R         produce R batches/s while the worker runs
+#   scripts/bench.sh --rate R         produce R batches/s while the worker runs; latency
+#                                     also without the first --warmup S (10) seconds
 #   scripts/bench.sh --sweep          lanes {1,2,4,8} x batch {1,8,32,64,128} on
 #                                     20,000 batches: sweep.csv and sweep.png
 #   scripts/bench.sh --sweep --small-grid     lanes {1,2,4} x batch {1,16,64}

@@ -16,7 +16,11 @@
  *   ratios: tuned/naive = X.XX (batches/s), tuned/db-limit = Y.YY (orders/s)
  *
  * --rate R: the tuned worker only, with the batches produced at R per
- *           second while it runs (latency under a given load).
+ *           second while it runs (latency under a given load). Latency is
+ *           reported over every input and again without the inputs of the
+ *           first --warmup seconds of load (the worker, the fresh tables and
+ *           the new topic warming up), with the p99 of each 5 s of load and
+ *           every input's latency in latency-rate.csv.
  * --sweep:  the worker over --lanes x --batches on --sweep-n batches,
  *           --repeat rounds (median per point); writes sweep.csv, sweep.dat
  *           and sweep.gp (gnuplot) in --out.
@@ -74,8 +78,9 @@ static void usage(void)
           "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
-          "  modes:   [--rate R] | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
-          "           [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
+          "  modes:   [--rate R [--warmup S (10)]]\n"
+          "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
+          "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--stall-timeout S (120)] [--stop-timeout S (30)] [--keep-databases]\n"
           "           [--watch NAME=PID,...] (processes whose CPU time is reported)\n",
           stderr);
@@ -147,6 +152,7 @@ static void defaults(options *o)
     o->env.partitions = 6;
     o->env.stall_timeout_s = 120;
     o->env.stop_timeout_s = 30;
+    o->env.warmup_s = 10;
     o->env.interrupted = &interrupted;
     o->gen = (bm_gen_opts){100000, 20261130, 10, 1, 1, 0, 1, 20, 5.0};
     o->naive_prefix = -1;
@@ -233,6 +239,8 @@ static int parse_run_opt(options *o, const char *k, const char *v)
         return parse_int(k, v, 1, 1000000, &o->tuned_inflight);
     if (strcmp(k, "--rate") == 0)
         return parse_double(k, v, 0.1, 1e7, &o->rate);
+    if (strcmp(k, "--warmup") == 0)
+        return parse_double(k, v, 0, 3600, &o->env.warmup_s);
     if (strcmp(k, "--sweep-n") == 0)
         return parse_long(k, v, 1, 100000000, &o->sweep_n);
     if (strcmp(k, "--repeat") == 0)
@@ -451,15 +459,26 @@ static int mode_rate(const options *o, const bm_data *d)
 {
     bm_result r;
     bm_spec s = spec("rate", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    options ro = *o;
     int rc;
 
     s.rate = o->rate;
-    rc = run_one(o, &s, d, d->n, &r);
+    ro.env.latency_csv = 1;
+    rc = run_one(&ro, &s, d, d->n, &r);
     putchar('\n');
     bm_report_table(stdout, &r, 1, NULL);
     printf("rate mode: %zu batches produced at %.1f/s while the worker ran; latency is input "
            "CreateTime -> first result CreateTime\n",
            d->n, o->rate);
+    if (o->env.warmup_s > 0) {
+        printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms\n",
+               o->env.warmup_s, r.steady_n, r.steady_p50_ms, r.steady_p95_ms, r.steady_p99_ms);
+        printf("p99 ms per 5 s of load:");
+        for (int i = 0; i < r.n_p99_by_5s; i++)
+            printf(" %.0f", r.p99_by_5s[i]);
+        putchar('\n');
+    }
+    printf("every input's latency: %s/latency-rate.csv\n", o->env.out_dir);
     return rc != 0 ? 1 : 0;
 }
 

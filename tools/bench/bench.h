@@ -37,6 +37,8 @@ typedef struct {
     int partitions;
     int stall_timeout_s;      /* fail when nothing is committed for this long */
     int stop_timeout_s;       /* SIGTERM to exit */
+    double warmup_s;          /* rate mode: latency also reported without the first warmup_s */
+    int latency_csv;          /* write <out_dir>/latency-<run>.csv (one line per input) */
     const char *watch;        /* "name=pid,..." processes whose CPU is reported */
     const char *worker_env[BM_MAX_ENV]; /* extra NAME=value for every worker run */
     size_t n_worker_env;
@@ -134,6 +136,12 @@ typedef struct {
     double wall_s;        /* spawn to done */
     double batches_per_s, orders_per_s;
     double p50_ms, p95_ms, p99_ms, max_ms;
+    /* Inputs produced at least warmup_s after the first one (rate mode). */
+    double steady_p50_ms, steady_p95_ms, steady_p99_ms;
+    size_t steady_n;
+    /* p99 of the inputs produced in each 5 s of load (rate mode). */
+    double p99_by_5s[64];
+    int n_p99_by_5s;
     double cpu_s;         /* worker user + sys, whole life (wait4) */
     long rss_peak_kib;    /* ru_maxrss of the worker */
     long rss_end_kib;     /* VmRSS just before SIGTERM */

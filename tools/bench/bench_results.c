@@ -197,20 +197,74 @@ static double percentile(const int64_t *v, size_t n, double pct)
     return (double)v[rank == 0 ? 0 : rank - 1 < n ? rank - 1 : n - 1];
 }
 
-static void latency(const scan *sc, bm_result *r)
+/* Latency of the inputs whose CreateTime lies in [from, to) (ms since the
+ * epoch); sorts into lat (count entries) and returns how many there were. */
+static size_t latencies_between(const scan *sc, int64_t from, int64_t to, int64_t *lat)
 {
-    int64_t *lat = bm_xcalloc(sc->in->count, sizeof(*lat));
     size_t n = 0;
 
     for (size_t i = 0; i < sc->in->count; i++) {
-        if (sc->first_ts[i] != 0)
-            lat[n++] = sc->first_ts[i] - sc->in->pos[i].ts_ms;
+        int64_t ts = sc->in->pos[i].ts_ms;
+
+        if (sc->first_ts[i] != 0 && ts >= from && ts < to)
+            lat[n++] = sc->first_ts[i] - ts;
     }
     qsort(lat, n, sizeof(*lat), cmp_i64);
+    return n;
+}
+
+static void write_latency_csv(const bm_env *e, const scan *sc, const bm_result *r)
+{
+    char path[1024];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/latency-%s.csv", e->out_dir, r->name);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        bm_log("%s: cannot write", path);
+        return;
+    }
+    fputs("input_create_ms,partition,offset,latency_ms\n", f);
+    for (size_t i = 0; i < sc->in->count; i++) {
+        const bm_pos *p = &sc->in->pos[i];
+
+        if (sc->first_ts[i] != 0)
+            fprintf(f, "%lld,%d,%lld,%lld\n", (long long)p->ts_ms, (int)p->partition,
+                    (long long)p->offset, (long long)(sc->first_ts[i] - p->ts_ms));
+    }
+    if (fclose(f) != 0)
+        bm_log("%s: write failed", path);
+}
+
+static void latency(const bm_env *e, const scan *sc, bm_result *r)
+{
+    int64_t *lat = bm_xcalloc(sc->in->count + 1, sizeof(*lat));
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    size_t n = latencies_between(sc, INT64_MIN, INT64_MAX, lat);
+
     r->p50_ms = percentile(lat, n, 50);
     r->p95_ms = percentile(lat, n, 95);
     r->p99_ms = percentile(lat, n, 99);
     r->max_ms = n > 0 ? (double)lat[n - 1] : 0.0;
+    for (size_t i = 0; i < sc->in->count; i++) {
+        if (sc->first_ts[i] != 0 && sc->in->pos[i].ts_ms < first)
+            first = sc->in->pos[i].ts_ms;
+        if (sc->first_ts[i] != 0 && sc->in->pos[i].ts_ms > last)
+            last = sc->in->pos[i].ts_ms;
+    }
+    if (e->warmup_s > 0 && n > 0) {
+        n = latencies_between(sc, first + (int64_t)(e->warmup_s * 1000.0), INT64_MAX, lat);
+        r->steady_n = n;
+        r->steady_p50_ms = percentile(lat, n, 50);
+        r->steady_p95_ms = percentile(lat, n, 95);
+        r->steady_p99_ms = percentile(lat, n, 99);
+        for (int64_t t = first; t <= last && r->n_p99_by_5s < 64; t += 5000) {
+            n = latencies_between(sc, t, t + 5000, lat);
+            r->p99_by_5s[r->n_p99_by_5s++] = percentile(lat, n, 99);
+        }
+    }
+    if (e->latency_csv)
+        write_latency_csv(e, sc, r);
     free(lat);
 }
 
@@ -272,7 +326,7 @@ int bm_results_read(const bm_env *e, const bm_topic *in, const int64_t *committe
     int rc = read_topic(e, r->results, &sc);
 
     if (rc == 0) {
-        latency(&sc, r);
+        latency(e, &sc, r);
         window(&sc, r);
         r->lost = lost(&sc, committed, r->complete);
     }
