@@ -21,16 +21,12 @@
 
 #include "kit.h"
 #include "testcli.h"
-#include "testdb.h"
+#include "teststack.h"
 
-#define N_ENV 12
 #define CLI_TIMEOUT_MS 120000
 
-static testdb db;
-static char bootstrap[256];
-static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
-static char env_store[N_ENV][300];
-static char *env[N_ENV + 1];
+static teststack ts;
+static testenv env;
 static pid_t worker;
 static char *first_result; /* stdout of the first send --wait */
 
@@ -38,53 +34,21 @@ static const char *const batch =
     "{\"user_id\":4242,\"orders\":[{\"external_order_no\":\"CLI-1\",\"amount\":\"19.90\","
     "\"product_id\":101},{\"external_order_no\":\"CLI-2\",\"amount\":5,\"quantity\":2}]}";
 
-static const char *env_or_fail(const char *name)
-{
-    const char *v = getenv(name);
-
-    if (v == NULL || *v == '\0')
-        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
-    return v;
-}
-
-static void build_env(void)
-{
-    int i = 0;
-
-#define ENV(...)                                                                  \
-    (snprintf(env_store[i], sizeof(env_store[i]), __VA_ARGS__), env[i] = env_store[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", db.user);
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", db.password);
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
-#undef ENV
-    env[i] = NULL;
-}
-
 /* Runs the binary with the test's environment, extra (may be NULL) on top. */
 static testcli_result cli(const char *const *args, const char *in, const char *extra)
 {
     char *argv[16];
-    char *envp[N_ENV + 2];
+    char *envp[TESTENV_MAX + 2];
     testcli_result r;
-    size_t n = 0, e = 0;
+    size_t n = 0;
+    int e = 0;
 
-    argv[n++] = (char *)env_or_fail("OW_TEST_WORKER_BIN");
+    argv[n++] = (char *)test_env("OW_TEST_WORKER_BIN");
     while (*args != NULL && n < 15)
         argv[n++] = (char *)*args++;
     argv[n] = NULL;
-    while (env[e] != NULL) {
-        envp[e] = env[e];
-        e++;
-    }
+    for (; e < env.n; e++)
+        envp[e] = env.envp[e];
     envp[e++] = (char *)extra;
     envp[e] = NULL;
     if (testcli_run(argv, envp, in, in != NULL ? strlen(in) : 0, CLI_TIMEOUT_MS, &r) != 0)
@@ -94,28 +58,17 @@ static testcli_result cli(const char *const *args, const char *in, const char *e
 
 static int setup(void **state)
 {
-    char suffix[64], log[300];
-    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
+    char log[300];
 
     (void)state;
-    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
-    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
-    snprintf(topic_in, sizeof(topic_in), "cli-in-%s", suffix);
-    snprintf(topic_out, sizeof(topic_out), "cli-out-%s", suffix);
-    snprintf(topic_dlq, sizeof(topic_dlq), "cli-dlq-%s", suffix);
-    snprintf(group, sizeof(group), "cli-group-%s", suffix);
-    snprintf(logdir, sizeof(logdir), "%s",
-             getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
-    testdb_create(&db, "ow_e2e_cli");
-    assert_int_equal(kit_create_topic(bootstrap, topic_in, 2), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_out, 2), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
-    build_env();
-    snprintf(log, sizeof(log), "%s/cli-worker.log", logdir);
-    worker = kit_spawn(argv, env, log);
-    assert_true(worker > 0);
-    print_message("cli e2e: broker %s, topics %s/%s, database %s, worker log %s\n", bootstrap,
-                  topic_in, topic_out, db.database, log);
+    teststack_create(&ts, "cli", "ow_e2e_cli", 2);
+    testenv_worker(&env, &ts);
+    testenv_add(&env, "ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
+    testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+    teststack_log(&ts, "cli-worker.log", log, sizeof(log));
+    worker = teststack_spawn(&env, log);
+    print_message("cli e2e: broker %s, topics %s/%s, database %s, worker log %s\n", ts.bootstrap,
+                  ts.topic_in, ts.topic_out, ts.db.database, log);
     return 0;
 }
 
@@ -129,7 +82,7 @@ static int teardown(void **state)
             kit_wait(worker, 5000);
         }
     }
-    testdb_drop(&db);
+    testdb_drop(&ts.db);
     free(first_result);
     return 0;
 }
@@ -178,7 +131,7 @@ static void test_send_wait_replayed(void **state)
 
     (void)state;
     assert_non_null(first_result);
-    snprintf(path, sizeof(path), "%s/cli-e2e-batch-%d.json", logdir, (int)getpid());
+    snprintf(path, sizeof(path), "%s/cli-e2e-batch-%d.json", ts.logdir, (int)getpid());
     f = fopen(path, "w");
     assert_non_null(f);
     fputs(batch, f);
@@ -190,8 +143,8 @@ static void test_send_wait_replayed(void **state)
     assert_non_null(strstr(r.err, "replayed: true\n"));
     assert_string_equal(r.out, first_result); /* byte for byte */
     testcli_result_free(&r);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 2);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), 2);
 }
 
 static void test_send_wait_invalid_input(void **state)
@@ -263,7 +216,7 @@ static void test_config_print_redacts(void **state)
     assert_null(strstr(r.out, "secret-value"));
     assert_null(strstr(r.err, "secret-value"));
     assert_non_null(strstr(r.out, "mysql.password = (redacted)"));
-    assert_non_null(strstr(r.out, topic_in)); /* the environment's values are shown */
+    assert_non_null(strstr(r.out, ts.topic_in)); /* the environment's values are shown */
     testcli_result_free(&r);
 }
 
@@ -287,7 +240,7 @@ static void test_bad_arguments(void **state)
         testcli_result_free(&r);
     }
     /* Nothing reached the database. */
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
 }
 
 int main(void)

@@ -19,14 +19,12 @@
 #include <jansson.h>
 
 #include "kit.h"
-#include "testdb.h"
+#include "teststack.h"
 
 #define PARTITIONS 4
 #define N_NEW 40
 
-static testdb db;
-static char bootstrap[256];
-static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
+static teststack ts;
 static pid_t workers[2];
 static rd_kafka_t *producer;
 
@@ -47,15 +45,6 @@ typedef struct {
 static expect sent[256];
 static int n_sent;
 
-static const char *env_or_fail(const char *name)
-{
-    const char *v = getenv(name);
-
-    if (v == NULL || *v == '\0')
-        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
-    return v;
-}
-
 static int add(const char *key, int has_key, const char *value, const char *code, int replayed)
 {
     expect *e = &sent[n_sent];
@@ -72,81 +61,41 @@ static int add(const char *key, int has_key, const char *value, const char *code
     e->replayed = replayed;
     e->same_as = -1;
     e->existing_index = -1;
-    if (kit_produce(producer, topic_in, -1, has_key ? e->key : NULL, e->key_len, e->value,
+    if (kit_produce(producer, ts.topic_in, -1, has_key ? e->key : NULL, e->key_len, e->value,
                     e->len) != 0)
         fail_msg("produce failed");
     return n_sent++;
 }
 
-static char *worker_env[24];
-static char env_store[24][300];
-
-static void build_env(void)
-{
-    int i = 0;
-
-#define ENV(...) (snprintf(env_store[i], sizeof(env_store[i]), __VA_ARGS__), worker_env[i] = env_store[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", getenv("OW_TEST_WORKER_MYSQL_USER") ? getenv("OW_TEST_WORKER_MYSQL_USER") : db.user);
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", getenv("OW_TEST_WORKER_MYSQL_PASSWORD") ? getenv("OW_TEST_WORKER_MYSQL_PASSWORD") : db.password);
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=1000");
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
-    ENV("ORDER_WORKER_LOG_LEVEL=info");
-#undef ENV
-    worker_env[i] = NULL;
-}
+static testenv worker_env;
 
 static void start_worker(int idx)
 {
+    testenv env = worker_env;
     char log[300];
-    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
-    char *debug_env[26];
-    size_t n = 0;
 
     /* Replica 1 logs at debug level (every decision, with its masked key). */
-    while (worker_env[n] != NULL) {
-        debug_env[n] = worker_env[n];
-        n++;
-    }
-    debug_env[n++] = "ORDER_WORKER_LOG_LEVEL=debug";
-    debug_env[n] = NULL;
-    snprintf(log, sizeof(log), "%s/worker-%d.log", logdir, idx);
+    if (idx == 1)
+        testenv_add(&env, "ORDER_WORKER_LOG_LEVEL=debug");
+    snprintf(log, sizeof(log), "%s/worker-%d.log", ts.logdir, idx);
     unlink(log);
-    workers[idx] = kit_spawn(argv, idx == 1 ? debug_env : worker_env, log);
-    assert_true(workers[idx] > 0);
+    workers[idx] = teststack_spawn(&env, log);
 }
 
 static int setup(void **state)
 {
-    char suffix[64];
-
     (void)state;
-    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
-    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
-    snprintf(topic_in, sizeof(topic_in), "e2e-in-%s", suffix);
-    snprintf(topic_out, sizeof(topic_out), "e2e-out-%s", suffix);
-    snprintf(topic_dlq, sizeof(topic_dlq), "e2e-dlq-%s", suffix);
-    snprintf(group, sizeof(group), "e2e-group-%s", suffix);
-    snprintf(logdir, sizeof(logdir), "%s", getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
-    testdb_create(&db, "ow_e2e");
-    assert_int_equal(kit_create_topic(bootstrap, topic_in, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_out, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
-    producer = kit_producer(bootstrap, NULL);
-    build_env();
+    teststack_create(&ts, "e2e", "ow_e2e", PARTITIONS);
+    testenv_worker(&worker_env, &ts);
+    testenv_add(&worker_env, "ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
+    testenv_add(&worker_env, "ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=1000");
+    testenv_add(&worker_env, "ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+    producer = kit_producer(ts.bootstrap, NULL);
     start_worker(0);
     start_worker(1);
-    print_message("e2e: broker %s (%s), topics %s/%s/%s, worker logs in %s\n", bootstrap,
-                  getenv("OW_TEST_BROKER_KIND") ? getenv("OW_TEST_BROKER_KIND") : "?", topic_in,
-                  topic_out, topic_dlq, logdir);
+    print_message("e2e: broker %s (%s), topics %s/%s/%s, worker logs in %s\n", ts.bootstrap,
+                  test_env_or("OW_TEST_BROKER_KIND", "?"), ts.topic_in,
+                  ts.topic_out, ts.topic_dlq, ts.logdir);
     return 0;
 }
 
@@ -161,7 +110,7 @@ static int teardown(void **state)
     }
     if (producer != NULL)
         rd_kafka_destroy(producer);
-    testdb_drop(&db);
+    testdb_drop(&ts.db);
     for (int i = 0; i < n_sent; i++)
         free(sent[i].value);
     return 0;
@@ -176,7 +125,7 @@ static void await_results(kit_msgs *results, int timeout_s)
         want += sent[i].code != NULL;
     for (int waited = 0; waited < timeout_s * 2; waited++) {
         kit_msgs_free(results);
-        kit_read_topic(bootstrap, topic_out, 20000, results);
+        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, results);
         if ((int)results->n >= want)
             return;
         usleep(500000);
@@ -325,13 +274,13 @@ static void test_first_requests_and_invalid(void **state)
     dlq_expected = 6;
     assert_int_equal(kit_flush(producer, 30000), 0);
     await_results(&results, 90);
-    assert_int_equal(kit_read_topic(bootstrap, topic_in, 20000, &inputs), 0);
+    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
     for (int i = 0; i < n_sent; i++)
         check_result(&results, &inputs, i);
     /* Dead letters: the original bytes, with headers naming the error and source. */
     for (int waited = 0; waited < 60 && (int)dlq.n < dlq_expected; waited++) {
         kit_msgs_free(&dlq);
-        kit_read_topic(bootstrap, topic_dlq, 20000, &dlq);
+        kit_read_topic(ts.bootstrap, ts.topic_dlq, 20000, &dlq);
         if ((int)dlq.n < dlq_expected)
             usleep(500000);
     }
@@ -343,14 +292,14 @@ static void test_first_requests_and_invalid(void **state)
         assert_true(kit_header(&dlq.v[k], "error-code", code, sizeof(code)));
         assert_string_equal(code, "INVALID_REQUEST");
         assert_true(kit_header(&dlq.v[k], "source-topic", src, sizeof(src)));
-        assert_string_equal(src, topic_in);
+        assert_string_equal(src, ts.topic_in);
         assert_true(kit_header(&dlq.v[k], "error-message", src, sizeof(src)));
         for (int i = N_NEW; i < n_sent; i++)
             matched |= sent[i].len == dlq.v[k].len &&
                        memcmp(sent[i].value, dlq.v[k].value, dlq.v[k].len) == 0;
         assert_true(matched);
     }
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW);
     kit_msgs_free(&results);
     kit_msgs_free(&inputs);
     kit_msgs_free(&dlq);
@@ -360,7 +309,7 @@ static void test_retries_reuse_clash(void **state)
 {
     char value[2048], key[128];
     kit_msgs results = {0}, inputs = {0};
-    long long orders_before = testdb_count(&db, "SELECT COUNT(*) FROM orders");
+    long long orders_before = testdb_count(&ts.db, "SELECT COUNT(*) FROM orders");
     int first = n_sent;
 
     (void)state;
@@ -410,14 +359,14 @@ static void test_retries_reuse_clash(void **state)
     }
     assert_int_equal(kit_flush(producer, 30000), 0);
     await_results(&results, 90);
-    assert_int_equal(kit_read_topic(bootstrap, topic_in, 20000, &inputs), 0);
+    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
     for (int i = first; i < n_sent; i++)
         check_result(&results, &inputs, i);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW + 10);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 5);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), orders_before + 5);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders WHERE external_order_no LIKE 'clash-new-%'"), 0);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r "
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW + 10);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 5);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), orders_before + 5);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders WHERE external_order_no LIKE 'clash-new-%'"), 0);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r "
                                        "ON r.id = o.request_id WHERE r.status IS NULL OR r.status <> 'SUCCEEDED'"),
                      0);
     kit_msgs_free(&results);
@@ -430,10 +379,10 @@ static void test_offsets_committed_to_the_end(void **state)
     int behind = 1;
 
     (void)state;
-    assert_int_equal(kit_end_offsets(bootstrap, topic_in, ends, PARTITIONS), PARTITIONS);
+    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
     for (int waited = 0; waited < 60 && behind; waited++) {
         behind = 0;
-        assert_int_equal(kit_committed(bootstrap, group, topic_in, PARTITIONS, committed), 0);
+        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed), 0);
         for (int p = 0; p < PARTITIONS; p++)
             behind |= ends[p] > 0 && committed[p] != ends[p];
         if (behind)
@@ -474,18 +423,15 @@ static void await_started(const char *log)
 static void test_sigterm_during_join(void **state)
 {
     static const int delays_ms[] = {0, 50, 100, 200, 400, 700, 1200, 2000, 3500};
-    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
-
     (void)state;
     for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
         char logs[2][300];
         pid_t pids[2];
 
         for (int k = 0; k < 2; k++) {
-            snprintf(logs[k], sizeof(logs[k]), "%s/worker-join-%zu-%d.log", logdir, i, k);
+            snprintf(logs[k], sizeof(logs[k]), "%s/worker-join-%zu-%d.log", ts.logdir, i, k);
             unlink(logs[k]);
-            pids[k] = kit_spawn(argv, worker_env, logs[k]);
-            assert_true(pids[k] > 0);
+            pids[k] = teststack_spawn(&worker_env, logs[k]);
         }
         for (int k = 0; k < 2; k++)
             await_started(logs[k]);
@@ -557,7 +503,7 @@ static void test_logs_hold_no_key_or_payload(void **state)
         size_t len;
         char *log;
 
-        snprintf(path, sizeof(path), "%s/worker-%d.log", logdir, r);
+        snprintf(path, sizeof(path), "%s/worker-%d.log", ts.logdir, r);
         log = read_file(path, &len);
         for (const char *p = log; (p = strstr(p, "\"event\":\"decided\"")) != NULL; p++)
             decided++;

@@ -32,7 +32,7 @@
 
 #include "hostile_cases.h"
 #include "kit.h"
-#include "testdb.h"
+#include "teststack.h"
 
 #define PARTITIONS 4
 #define WAIT_S 120
@@ -46,82 +46,35 @@ typedef struct {
     int64_t offset;
 } sent_row;
 
-static testdb db;
-static char bootstrap[256];
-static char topic_in[96], topic_out[96], topic_dlq[96], group[96], logdir[256];
+static teststack ts;
 static pid_t worker;
 static sent_row *rows;
 static kit_msgs results, dead_letters;
 
-static const char *env_or_fail(const char *name)
-{
-    const char *v = getenv(name);
-
-    if (v == NULL || *v == '\0')
-        fail_msg("%s is not set: run the end-to-end tests through scripts/test.sh", name);
-    return v;
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-    const char *v = getenv(name);
-
-    return v != NULL ? v : def;
-}
-
 static void start_worker(void)
 {
-    static char store[16][300];
-    char *env[17];
+    testenv env;
     char log[300];
-    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
-    int i = 0;
 
-#define ENV(...) (snprintf(store[i], sizeof(store[i]), __VA_ARGS__), env[i] = store[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_HOST=%s", db.host);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", env_or("OW_TEST_WORKER_MYSQL_USER", db.user));
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", env_or("OW_TEST_WORKER_MYSQL_PASSWORD", db.password));
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
-    ENV("ORDER_WORKER_REQUEST_MAX_BYTES=%d", HOSTILE_MAX_BYTES);
-    ENV("ORDER_WORKER_REQUEST_MAX_ORDERS=%d", HOSTILE_MAX_ORDERS);
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=500");
-    ENV("ORDER_WORKER_LOG_LEVEL=info");
-#undef ENV
-    env[i] = NULL;
-    snprintf(log, sizeof(log), "%s/worker-hostile.log", logdir);
-    worker = kit_spawn(argv, env, log);
-    assert_true(worker > 0);
+    testenv_worker(&env, &ts);
+    testenv_add(&env, "ORDER_WORKER_REQUEST_MAX_BYTES=%d", HOSTILE_MAX_BYTES);
+    testenv_add(&env, "ORDER_WORKER_REQUEST_MAX_ORDERS=%d", HOSTILE_MAX_ORDERS);
+    testenv_add(&env, "ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
+    testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=500");
+    teststack_log(&ts, "worker-hostile.log", log, sizeof(log));
+    worker = teststack_spawn(&env, log);
 }
 
 static int setup(void **state)
 {
-    char suffix[64];
-
     (void)state;
-    snprintf(bootstrap, sizeof(bootstrap), "%s", env_or_fail("OW_TEST_KAFKA_BOOTSTRAP"));
-    snprintf(suffix, sizeof(suffix), "%d-%ld", (int)getpid(), (long)time(NULL));
-    snprintf(topic_in, sizeof(topic_in), "hostile-in-%s", suffix);
-    snprintf(topic_out, sizeof(topic_out), "hostile-out-%s", suffix);
-    snprintf(topic_dlq, sizeof(topic_dlq), "hostile-dlq-%s", suffix);
-    snprintf(group, sizeof(group), "hostile-group-%s", suffix);
-    snprintf(logdir, sizeof(logdir), "%s", env_or("OW_TEST_LOG_DIR", "/tmp"));
-    testdb_create(&db, "ow_hostile");
-    assert_int_equal(kit_create_topic(bootstrap, topic_in, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_out, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
+    teststack_create(&ts, "hostile", "ow_hostile", PARTITIONS);
     rows = calloc(hostile_count, sizeof(*rows));
     assert_non_null(rows);
     start_worker();
     print_message("hostile e2e: %zu rows, broker %s (%s), topics %s/%s/%s, worker log in %s\n",
-                  hostile_count, bootstrap, env_or("OW_TEST_BROKER_KIND", "?"), topic_in,
-                  topic_out, topic_dlq, logdir);
+                  hostile_count, ts.bootstrap, test_env_or("OW_TEST_BROKER_KIND", "?"), ts.topic_in,
+                  ts.topic_out, ts.topic_dlq, ts.logdir);
     return 0;
 }
 
@@ -132,7 +85,7 @@ static int teardown(void **state)
         kill(worker, SIGKILL);
         kit_wait(worker, 5000);
     }
-    testdb_drop(&db);
+    testdb_drop(&ts.db);
     for (size_t i = 0; rows != NULL && i < hostile_count; i++)
         free(rows[i].value);
     free(rows);
@@ -191,7 +144,7 @@ static void read_at_least(const char *topic, size_t want, kit_msgs *out)
 {
     for (int waited = 0; waited < WAIT_S * 2; waited++) {
         kit_msgs_free(out);
-        kit_read_topic(bootstrap, topic, 20000, out);
+        kit_read_topic(ts.bootstrap, topic, 20000, out);
         if (out->n >= want)
             return;
         usleep(500000);
@@ -205,7 +158,7 @@ static void read_at_least(const char *topic, size_t want, kit_msgs *out)
  * partition and offset (the source headers of the outputs name them). */
 static void test_produce_every_row(void **state)
 {
-    rd_kafka_t *producer = kit_producer(bootstrap, NULL);
+    rd_kafka_t *producer = kit_producer(ts.bootstrap, NULL);
     kit_msgs inputs = {0};
 
     (void)state;
@@ -216,13 +169,13 @@ static void test_produce_every_row(void **state)
         rows[i].c = c;
         rows[i].value = hostile_value(c, &rows[i].len);
         assert_non_null(rows[i].value);
-        assert_int_equal(kit_produce(producer, topic_in, -1, c->has_key ? c->key : NULL,
+        assert_int_equal(kit_produce(producer, ts.topic_in, -1, c->has_key ? c->key : NULL,
                                      c->key_len, rows[i].value, rows[i].len),
                          0);
     }
     assert_int_equal(kit_flush(producer, 30000), 0);
     rd_kafka_destroy(producer);
-    read_at_least(topic_in, hostile_count, &inputs);
+    read_at_least(ts.topic_in, hostile_count, &inputs);
     assert_int_equal(inputs.n, hostile_count);
     for (size_t i = 0; i < hostile_count; i++) {
         size_t found = 0;
@@ -248,10 +201,10 @@ static void test_offsets_committed_to_the_end(void **state)
     int behind = 1;
 
     (void)state;
-    assert_int_equal(kit_end_offsets(bootstrap, topic_in, ends, PARTITIONS), PARTITIONS);
+    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
     for (int waited = 0; waited < WAIT_S * 2 && behind; waited++) {
         behind = 0;
-        assert_int_equal(kit_committed(bootstrap, group, topic_in, PARTITIONS, committed), 0);
+        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed), 0);
         for (int p = 0; p < PARTITIONS; p++)
             behind |= ends[p] > 0 && committed[p] != ends[p];
         if (behind)
@@ -260,7 +213,7 @@ static void test_offsets_committed_to_the_end(void **state)
     for (int p = 0; p < PARTITIONS; p++)
         if (ends[p] > 0 && committed[p] != ends[p])
             fail_msg("partition %d: committed %lld, end %lld (see %s/worker-hostile.log)", p,
-                     (long long)committed[p], (long long)ends[p], logdir);
+                     (long long)committed[p], (long long)ends[p], ts.logdir);
 }
 
 static void check_result_body(const sent_row *r, const kit_msg *m)
@@ -295,7 +248,7 @@ static void test_one_result_per_keyed_message(void **state)
     (void)state;
     for (size_t i = 0; i < hostile_count; i++)
         want += rows[i].c->key_len > 0;
-    read_at_least(topic_out, want, &results);
+    read_at_least(ts.topic_out, want, &results);
     assert_int_equal(results.n, want);
     for (size_t i = 0; i < hostile_count; i++) {
         const sent_row *r = &rows[i];
@@ -324,7 +277,7 @@ static void check_dead_letter(const sent_row *r, const kit_msg *m)
     assert_true(kit_header(m, "error-code", text, sizeof(text)));
     assert_string_equal(text, "INVALID_REQUEST");
     assert_true(kit_header(m, "source-topic", text, sizeof(text)));
-    assert_string_equal(text, topic_in);
+    assert_string_equal(text, ts.topic_in);
     /* outputs_of matched source-partition and source-offset already. */
 }
 
@@ -335,7 +288,7 @@ static void test_one_dead_letter_per_invalid_message(void **state)
     (void)state;
     for (size_t i = 0; i < hostile_count; i++)
         want += rows[i].c->field != NULL;
-    read_at_least(topic_dlq, want, &dead_letters);
+    read_at_least(ts.topic_dlq, want, &dead_letters);
     assert_int_equal(dead_letters.n, want);
     for (size_t i = 0; i < hostile_count; i++) {
         const sent_row *r = &rows[i];
@@ -353,13 +306,13 @@ static void test_one_dead_letter_per_invalid_message(void **state)
 static void test_database_holds_only_the_control(void **state)
 {
     (void)state;
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 1);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM idempotency_requests "
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), 1);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests "
                                        "WHERE user_id = 42 AND status = 'SUCCEEDED' "
                                        "AND idempotency_key = REPEAT('k', 80)"),
                      1);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders WHERE user_id = 42 "
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders WHERE user_id = 42 "
                                        "AND external_order_no = 'H-1' AND amount = 19.90"),
                      1);
 }

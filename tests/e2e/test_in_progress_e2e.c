@@ -21,10 +21,9 @@
 
 #include "kit.h"
 #include "ow/digest.h"
-#include "testdb.h"
+#include "teststack.h"
 
-static testdb db;
-static char bootstrap[256], topic_in[96], topic_out[96], topic_dlq[96], group[96];
+static teststack ts;
 static pid_t worker;
 
 static const char *const held_body = "{\"status\":201,\"code\":\"CREATED\",\"held\":true}";
@@ -34,7 +33,7 @@ static const char *const value =
 /* Inserts the key's record in an open transaction of another session. */
 static MYSQL *hold_key(void)
 {
-    MYSQL *other = testdb_connect(&db);
+    MYSQL *other = testdb_connect(&ts.db);
     MYSQL_STMT *st = mysql_stmt_init(other);
     const char *sql = "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
                       "request_digest, status, response_status, response_body) "
@@ -68,43 +67,16 @@ static MYSQL *hold_key(void)
 
 static int setup(void **state)
 {
-    char sfx[64], log[300];
-    static char env[12][300];
-    char *envp[13];
-    char *argv[] = {getenv("OW_TEST_WORKER_BIN"), "run", NULL};
-    int i = 0;
+    testenv env;
+    char log[300];
 
     (void)state;
-    if (getenv("OW_TEST_KAFKA_BOOTSTRAP") == NULL || argv[0] == NULL)
-        fail_msg("run through scripts/test.sh (OW_TEST_KAFKA_BOOTSTRAP, OW_TEST_WORKER_BIN)");
-    snprintf(bootstrap, sizeof(bootstrap), "%s", getenv("OW_TEST_KAFKA_BOOTSTRAP"));
-    snprintf(sfx, sizeof(sfx), "%d-%ld", (int)getpid(), (long)time(NULL));
-    snprintf(topic_in, sizeof(topic_in), "ip-in-%s", sfx);
-    snprintf(topic_out, sizeof(topic_out), "ip-out-%s", sfx);
-    snprintf(topic_dlq, sizeof(topic_dlq), "ip-dlq-%s", sfx);
-    snprintf(group, sizeof(group), "ip-group-%s", sfx);
-    testdb_create(&db, "ow_inprog");
-    assert_int_equal(kit_create_topic(bootstrap, topic_in, 1), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_out, 1), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
-#define ENV(...) (snprintf(env[i], sizeof(env[i]), __VA_ARGS__), envp[i] = env[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", db.port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", getenv("OW_TEST_WORKER_MYSQL_USER") ? getenv("OW_TEST_WORKER_MYSQL_USER") : db.user);
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", getenv("OW_TEST_WORKER_MYSQL_PASSWORD") ? getenv("OW_TEST_WORKER_MYSQL_PASSWORD") : db.password);
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
-    ENV("ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=1");
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=200");
-#undef ENV
-    envp[i] = NULL;
-    snprintf(log, sizeof(log), "%s/worker-in-progress.log",
-             getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
-    worker = kit_spawn(argv, envp, log);
-    assert_true(worker > 0);
+    teststack_create(&ts, "ip", "ow_inprog", 1);
+    testenv_worker(&env, &ts);
+    testenv_add(&env, "ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=1");
+    testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=200");
+    teststack_log(&ts, "worker-in-progress.log", log, sizeof(log));
+    worker = teststack_spawn(&env, log);
     return 0;
 }
 
@@ -113,7 +85,7 @@ static int teardown(void **state)
     (void)state;
     if (worker > 0)
         kill(worker, SIGKILL);
-    testdb_drop(&db);
+    testdb_drop(&ts.db);
     return 0;
 }
 
@@ -141,20 +113,20 @@ static int count_code(const kit_msgs *r, const char *code, const kit_msg **last)
 static void test_in_progress_until_the_holder_commits(void **state)
 {
     MYSQL *holder = hold_key();
-    rd_kafka_t *p = kit_producer(bootstrap, NULL);
+    rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
     kit_msgs results = {0};
     int64_t committed = -1;
     const kit_msg *final = NULL;
     char replayed[8] = "";
 
     (void)state;
-    assert_int_equal(kit_produce(p, topic_in, 0, "ip-key", 6, value, strlen(value)), 0);
+    assert_int_equal(kit_produce(p, ts.topic_in, 0, "ip-key", 6, value, strlen(value)), 0);
     assert_int_equal(kit_flush(p, 30000), 0);
     rd_kafka_destroy(p);
     /* While the key is held: interim answers, and the offset stays put. */
     for (int waited = 0; waited < 60; waited++) {
         kit_msgs_free(&results);
-        kit_read_topic(bootstrap, topic_out, 20000, &results);
+        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, &results);
         if (count_code(&results, "REQUEST_IN_PROGRESS", NULL) >= 2)
             break;
         usleep(500000);
@@ -162,16 +134,16 @@ static void test_in_progress_until_the_holder_commits(void **state)
     assert_true(count_code(&results, "REQUEST_IN_PROGRESS", NULL) >= 2);
     assert_int_equal(count_code(&results, "CREATED", NULL), 0);
     usleep(1000000); /* several commit intervals */
-    assert_int_equal(kit_committed(bootstrap, group, topic_in, 1, &committed), 0);
+    assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 1, &committed), 0);
     assert_true(committed <= 0);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 0);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), 0);
 
     /* The holder commits: the worker replays what it stored, then commits. */
     assert_int_equal(mysql_commit(holder), 0);
     mysql_close(holder);
     for (int waited = 0; waited < 60 && final == NULL; waited++) {
         kit_msgs_free(&results);
-        kit_read_topic(bootstrap, topic_out, 20000, &results);
+        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, &results);
         count_code(&results, "CREATED", &final);
         if (final == NULL)
             usleep(500000);
@@ -184,12 +156,12 @@ static void test_in_progress_until_the_holder_commits(void **state)
     /* The definitive result is the last one for the key. */
     assert_ptr_equal(final, &results.v[results.n - 1]);
     for (int waited = 0; waited < 60 && committed != 1; waited++) {
-        assert_int_equal(kit_committed(bootstrap, group, topic_in, 1, &committed), 0);
+        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 1, &committed), 0);
         if (committed != 1)
             usleep(250000);
     }
     assert_int_equal(committed, 1);
-    assert_int_equal(testdb_count(&db, "SELECT COUNT(*) FROM orders"), 0);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), 0);
     kit_msgs_free(&results);
     kill(worker, SIGTERM);
     assert_int_equal(kit_wait(worker, 30000), 0);

@@ -21,12 +21,11 @@
 #include <cmocka.h>
 
 #include "kit.h"
-#include "testdb.h"
+#include "teststack.h"
 
 #define PARTITIONS 3
 
-static testdb db;
-static char bootstrap[256], topic_in[96], topic_out[96], topic_dlq[96], logdir[256];
+static teststack ts;
 static pid_t good, bad;
 static unsigned good_port, bad_port;
 
@@ -86,58 +85,35 @@ static double metric(const char *text, const char *name)
     return -1;
 }
 
+/* A replica in its own group with its own metrics port; mysql_port may be
+ * closed. */
 static pid_t start(const char *group, unsigned port, unsigned mysql_port, const char *log)
 {
-    static char env[16][300];
-    char *envp[17];
-    char *argv[] = {getenv("OW_TEST_WORKER_BIN"), "run", NULL};
+    testenv env;
     char path[300];
-    int i = 0;
 
-#define ENV(...) (snprintf(env[i], sizeof(env[i]), __VA_ARGS__), envp[i] = env[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", mysql_port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", getenv("OW_TEST_WORKER_MYSQL_USER") ? getenv("OW_TEST_WORKER_MYSQL_USER") : db.user);
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", getenv("OW_TEST_WORKER_MYSQL_PASSWORD") ? getenv("OW_TEST_WORKER_MYSQL_PASSWORD") : db.password);
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", db.database);
-    ENV("ORDER_WORKER_METRICS_PORT=%u", port);
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=300");
-    ENV("ORDER_WORKER_MYSQL_CONNECT_TIMEOUT_S=1");
-#undef ENV
-    envp[i] = NULL;
-    assert_non_null(argv[0]);
-    snprintf(path, sizeof(path), "%s/%s", logdir, log);
-    return kit_spawn(argv, envp, path);
+    testenv_worker(&env, &ts);
+    testenv_add(&env, "ORDER_WORKER_KAFKA_GROUP_ID=%s", group);
+    testenv_add(&env, "ORDER_WORKER_MYSQL_PORT=%u", mysql_port);
+    testenv_add(&env, "ORDER_WORKER_METRICS_PORT=%u", port);
+    testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=300");
+    testenv_add(&env, "ORDER_WORKER_MYSQL_CONNECT_TIMEOUT_S=1");
+    teststack_log(&ts, log, path, sizeof(path));
+    return teststack_spawn(&env, path);
 }
 
 static int setup(void **state)
 {
-    char sfx[64];
+    char group[128];
 
     (void)state;
-    snprintf(bootstrap, sizeof(bootstrap), "%s", getenv("OW_TEST_KAFKA_BOOTSTRAP") ? getenv("OW_TEST_KAFKA_BOOTSTRAP") : "");
-    if (bootstrap[0] == '\0' || getenv("OW_TEST_WORKER_BIN") == NULL)
-        fail_msg("run through scripts/test.sh (OW_TEST_KAFKA_BOOTSTRAP, OW_TEST_WORKER_BIN)");
-    snprintf(logdir, sizeof(logdir), "%s", getenv("OW_TEST_LOG_DIR") ? getenv("OW_TEST_LOG_DIR") : "/tmp");
-    snprintf(sfx, sizeof(sfx), "%d-%ld", (int)getpid(), (long)time(NULL));
-    snprintf(topic_in, sizeof(topic_in), "metrics-in-%s", sfx);
-    snprintf(topic_out, sizeof(topic_out), "metrics-out-%s", sfx);
-    snprintf(topic_dlq, sizeof(topic_dlq), "metrics-dlq-%s", sfx);
-    testdb_create(&db, "ow_metrics");
-    assert_int_equal(kit_create_topic(bootstrap, topic_in, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_out, PARTITIONS), 0);
-    assert_int_equal(kit_create_topic(bootstrap, topic_dlq, 1), 0);
+    teststack_create(&ts, "metrics", "ow_metrics", PARTITIONS);
     good_port = free_port();
     bad_port = free_port();
-    snprintf(sfx, sizeof(sfx), "metrics-%d", (int)getpid());
-    good = start(sfx, good_port, db.port, "metrics-good.log");
+    good = start(ts.group, good_port, ts.db.port, "metrics-good.log");
     /* The second replica's database port is closed: it must say so. */
-    snprintf(sfx, sizeof(sfx), "metrics-bad-%d", (int)getpid());
-    bad = start(sfx, bad_port, free_port(), "metrics-bad.log");
+    snprintf(group, sizeof(group), "%s-bad", ts.group);
+    bad = start(group, bad_port, free_port(), "metrics-bad.log");
     return 0;
 }
 
@@ -148,13 +124,13 @@ static int teardown(void **state)
         kill(good, SIGKILL);
     if (bad > 0)
         kill(bad, SIGKILL);
-    testdb_drop(&db);
+    testdb_drop(&ts.db);
     return 0;
 }
 
 static void test_metrics_after_a_known_mix(void **state)
 {
-    rd_kafka_t *p = kit_producer(bootstrap, NULL);
+    rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
     static char body[65536];
     int64_t ends[PARTITIONS], committed[PARTITIONS];
     int caught_up = 0;
@@ -166,25 +142,22 @@ static void test_metrics_after_a_known_mix(void **state)
         snprintf(key, sizeof(key), "m-%d", i);
         snprintf(value, sizeof(value),
                  "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"M-%d\",\"amount\":\"1.00\"}]}", i);
-        assert_int_equal(kit_produce(p, topic_in, -1, key, strlen(key), value, strlen(value)), 0);
+        assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)), 0);
         if (i < 5) /* a retry of the same request */
-            assert_int_equal(kit_produce(p, topic_in, -1, key, strlen(key), value, strlen(value)), 0);
+            assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)), 0);
     }
     for (int i = 0; i < 3; i++) {
         char key[32];
 
         snprintf(key, sizeof(key), "bad-%d", i);
-        assert_int_equal(kit_produce(p, topic_in, -1, key, strlen(key), "{oops", 5), 0);
+        assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), "{oops", 5), 0);
     }
-    assert_int_equal(kit_produce(p, topic_in, -1, NULL, 0, "{}", 2), 0);
+    assert_int_equal(kit_produce(p, ts.topic_in, -1, NULL, 0, "{}", 2), 0);
     assert_int_equal(kit_flush(p, 30000), 0);
     rd_kafka_destroy(p);
-    assert_int_equal(kit_end_offsets(bootstrap, topic_in, ends, PARTITIONS), PARTITIONS);
+    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
     for (int waited = 0; waited < 120 && !caught_up; waited++) {
-        char group[64];
-
-        snprintf(group, sizeof(group), "metrics-%d", (int)getpid());
-        caught_up = kit_committed(bootstrap, group, topic_in, PARTITIONS, committed) == 0;
+        caught_up = kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed) == 0;
         for (int k = 0; caught_up && k < PARTITIONS; k++)
             caught_up = committed[k] == ends[k];
         if (!caught_up)
@@ -209,7 +182,7 @@ static void test_metrics_after_a_known_mix(void **state)
         char name[200];
 
         snprintf(name, sizeof(name), "order_worker_consumer_lag{topic=\"%s\",partition=\"%d\"}",
-                 topic_in, k);
+                 ts.topic_in, k);
         assert_int_equal(metric(body, name), 0);
     }
     assert_int_equal(http_get(good_port, "/healthz", body, sizeof(body)), 200);

@@ -21,66 +21,18 @@
 #include "testcli.h"
 #include "testdb.h"
 
-static const ow_request_limits limits = {1 << 20, 1000};
 static testdb db;
 static ow_idgen ids;
 
 /* --- Helpers ---------------------------------------------------------------- */
 
-typedef struct {
-    ow_request req;
-    ow_store_item item;
-} msg;
-
-static void msg_make(msg *m, const char *key, const char *value)
-{
-    ow_field_errors errs;
-
-    ow_field_errors_init(&errs);
-    if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
-        fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
-    ow_store_item_init(&m->item, &m->req, key, strlen(key));
-    assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
-}
-
-static void msg_free(msg *m)
-{
-    ow_store_item_cleanup(&m->item);
-    ow_request_cleanup(&m->req);
-}
-
-static ow_store *new_store(testdb *t)
-{
-    ow_store_params p = testdb_params(t, 5);
-    ow_store *s = ow_store_new(&p, &ids);
-
-    assert_non_null(s);
-    return s;
-}
-
-/* Decides one request the way the worker does; returns its decision. */
-static ow_decision decide(ow_store *s, msg *m)
-{
-    ow_error err;
-
-    for (int attempt = 0; attempt < 20; attempt++) {
-        if (ow_store_decide(s, &m->item, 1, attempt > 0, &err) == OW_OK)
-            return m->item.decision;
-        if (err.cls != OW_ERRCLASS_RETRIABLE)
-            fail_msg("decide: %s", err.msg);
-    }
-    fail_msg("decide kept failing: %s", err.msg);
-    return OW_DECISION_NONE;
-}
-
-/* Decides {"user_id":user,"orders":[...]} under key and frees it. */
 static void record(ow_store *s, const char *key, const char *value, ow_decision want)
 {
-    msg m;
+    testmsg m;
 
-    msg_make(&m, key, value);
-    assert_int_equal(decide(s, &m), want);
-    msg_free(&m);
+    testmsg_make(&m, key, value);
+    assert_int_equal(testmsg_decide(s, &m), want);
+    testmsg_free(&m);
 }
 
 static long long count(testdb *t, const char *sql)
@@ -132,14 +84,14 @@ static const char *const lookup_value =
 
 static void test_lookup_record(void **state)
 {
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     ow_admin_record rec;
     ow_error err;
-    msg m;
+    testmsg m;
 
     (void)state;
-    msg_make(&m, "look-1", lookup_value);
-    assert_int_equal(decide(s, &m), OW_DECISION_CREATED);
+    testmsg_make(&m, "look-1", lookup_value);
+    assert_int_equal(testmsg_decide(s, &m), OW_DECISION_CREATED);
     ow_admin_record_init(&rec);
     assert_int_equal(ow_admin_lookup(s, 42, "look-1", 6, &rec, &err), OW_OK);
     assert_int_equal(rec.user_id, 42);
@@ -164,13 +116,13 @@ static void test_lookup_record(void **state)
     assert_int_equal(ow_admin_lookup(s, 43, "look-1", 6, &rec, &err), OW_ENOTFOUND);
     assert_int_equal(ow_admin_lookup(s, 42, "look-2", 6, &rec, &err), OW_ENOTFOUND);
     ow_admin_record_cleanup(&rec);
-    msg_free(&m);
+    testmsg_free(&m);
     ow_store_free(&s);
 }
 
 static void test_lookup_failed_record(void **state)
 {
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     ow_admin_record rec;
     ow_error err;
 
@@ -193,15 +145,15 @@ static void test_lookup_cli(void **state)
 {
     static const char *const found[] = {"lookup", "--user", "42", "--key", "look-cli", NULL};
     static const char *const missing[] = {"lookup", "--user", "42", "--key", "no-such-key", NULL};
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     testcli_result r;
     json_error_t jerr;
     json_t *j, *orders, *resp;
-    msg m;
+    testmsg m;
 
     (void)state;
-    msg_make(&m, "look-cli", lookup_value);
-    assert_int_equal(decide(s, &m), OW_DECISION_CREATED);
+    testmsg_make(&m, "look-cli", lookup_value);
+    assert_int_equal(testmsg_decide(s, &m), OW_DECISION_CREATED);
     r = cli(&db, found);
     if (r.status != 0)
         fail_msg("lookup: status %d: %s", r.status, r.err);
@@ -235,7 +187,7 @@ static void test_lookup_cli(void **state)
     assert_non_null(
         strstr(r.err, "order-worker lookup: no request for user 42 with key no-such-key"));
     testcli_result_free(&r);
-    msg_free(&m);
+    testmsg_free(&m);
     ow_store_free(&s);
 }
 
@@ -291,7 +243,7 @@ static void assert_purged(void)
 
 static void test_purge_batches(void **state)
 {
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     ow_timestamp cutoff;
     ow_purge_batch b;
     ow_error err;
@@ -327,7 +279,7 @@ static void test_purge_batches(void **state)
 /* A batch larger than one IN list (ID_CHUNK = 256 ids) of the store. */
 static void test_purge_large_batch(void **state)
 {
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     ow_timestamp cutoff;
     ow_purge_batch b;
     ow_error err;
@@ -357,7 +309,7 @@ static void test_purge_cli(void **state)
 {
     static const char *const dry[] = {"purge", "--older-than", "30d", "--dry-run", NULL};
     static const char *const real[] = {"purge", "--older-than", "720h", "--batch", "2", NULL};
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     testcli_result r;
 
     (void)state;
@@ -394,7 +346,7 @@ static void test_purge_cli(void **state)
 static void test_audit_clean(void **state)
 {
     static const char *const audit[] = {"audit", NULL};
-    ow_store *s = new_store(&db);
+    ow_store *s = testdb_store(&db, &ids, 5);
     ow_audit_report rep;
     ow_error err;
     testcli_result r;
@@ -511,7 +463,7 @@ static void test_audit_every_check_fires(void **state)
     (void)state;
     testdb_create(&bad, "ow_it_audit");
     insert_bad_rows(&bad);
-    s = new_store(&bad);
+    s = testdb_store(&bad, &ids, 5);
     assert_int_equal(ow_admin_audit(s, &rep, &err), OW_OK);
     assert_int_equal(rep.requests, 8);
     assert_int_equal(rep.orders, 16);

@@ -81,7 +81,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "kit.h"
-#include "testdb.h"
+#include "teststack.h"
 
 #define BROKERS 3
 #define IN_PARTS 3
@@ -96,10 +96,8 @@ typedef struct {
     const char *name;
     rd_kafka_t *owner; /* the handle the mock cluster lives on */
     rd_kafka_mock_cluster_t *mc;
-    char bootstrap[256];
-    char topic_in[64], topic_out[64], topic_dlq[64], group[64];
+    teststack st; /* its bootstrap is the mock cluster's */
     char log[300];
-    testdb db;
     rd_kafka_t *producer;
     pid_t worker;
     int next;          /* index of the next input to generate */
@@ -128,22 +126,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static const char *env_or_fail(const char *name)
-{
-    const char *v = getenv(name);
-
-    if (v == NULL || *v == '\0')
-        fail_msg("%s is not set: run the integration tests through scripts/test.sh", name);
-    return v;
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-    const char *v = getenv(name);
-
-    return v != NULL ? v : def;
-}
-
 /* --- The cluster --------------------------------------------------------- */
 
 static void set_leader(scenario *s, const char *topic, int32_t partition, int32_t broker)
@@ -166,16 +148,16 @@ static void cluster_start(scenario *s)
     conf = NULL; /* owned by s->owner now */
     s->mc = rd_kafka_mock_cluster_new(s->owner, BROKERS);
     assert_non_null(s->mc);
-    snprintf(s->bootstrap, sizeof(s->bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(s->mc));
-    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->topic_in, IN_PARTS, BROKERS), 0);
-    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->topic_out, OUT_PARTS, BROKERS), 0);
-    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->topic_dlq, 1, BROKERS), 0);
+    snprintf(s->st.bootstrap, sizeof(s->st.bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(s->mc));
+    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_in, IN_PARTS, BROKERS), 0);
+    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_out, OUT_PARTS, BROKERS), 0);
+    assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_dlq, 1, BROKERS), 0);
     for (int p = 0; p < IN_PARTS; p++)
-        set_leader(s, s->topic_in, p, 1 + p % 2);
+        set_leader(s, s->st.topic_in, p, 1 + p % 2);
     for (int p = 0; p < OUT_PARTS; p++)
-        set_leader(s, s->topic_out, p, 3);
-    set_leader(s, s->topic_dlq, 0, 3);
-    assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->group, 1), 0);
+        set_leader(s, s->st.topic_out, p, 3);
+    set_leader(s, s->st.topic_dlq, 0, 3);
+    assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->st.group, 1), 0);
 }
 
 /* Pushes a burst of retriable errors for the next Produce requests that
@@ -245,7 +227,7 @@ static void produce_inputs(scenario *s, int n)
         size_t key_len;
         int orders = input_for(s, s->next, key, &key_len, value, sizeof(value));
 
-        assert_int_equal(kit_produce(s->producer, s->topic_in, s->next % IN_PARTS,
+        assert_int_equal(kit_produce(s->producer, s->st.topic_in, s->next % IN_PARTS,
                                      key_len > 0 ? key : NULL, key_len, value, strlen(value)),
                          0);
         if (orders > 0) {
@@ -370,7 +352,7 @@ typedef struct {
 static void read_committed(scenario *s, int64_t *committed)
 {
     for (int attempt = 0;; attempt++) {
-        if (kit_committed(s->bootstrap, s->group, s->topic_in, IN_PARTS, committed) == 0)
+        if (kit_committed(s->st.bootstrap, s->st.group, s->st.topic_in, IN_PARTS, committed) == 0)
             return;
         if (attempt == 3)
             fail_msg("%s: cannot read the group's committed offsets", s->name);
@@ -380,7 +362,7 @@ static void read_committed(scenario *s, int64_t *committed)
 
 static void read_all(scenario *s, const char *topic, kit_msgs *out)
 {
-    if (kit_read_topic(s->bootstrap, topic, 20000, out) != 0)
+    if (kit_read_topic(s->st.bootstrap, topic, 20000, out) != 0)
         fail_msg("%s: cannot read topic %s", s->name, topic);
 }
 
@@ -389,9 +371,9 @@ static void read_all(scenario *s, const char *topic, kit_msgs *out)
 static void snapshot_outputs(scenario *s, snapshot *snap, const int64_t *out_limit,
                              const int64_t *dlq_limit)
 {
-    read_all(s, s->topic_out, &snap->results);
-    read_all(s, s->topic_dlq, &snap->dlq);
-    read_all(s, s->topic_in, &snap->inputs);
+    read_all(s, s->st.topic_out, &snap->results);
+    read_all(s, s->st.topic_dlq, &snap->dlq);
+    read_all(s, s->st.topic_in, &snap->inputs);
     index_outputs(&snap->x, &snap->results, 0, out_limit);
     index_outputs(&snap->x, &snap->dlq, 1, dlq_limit);
 }
@@ -455,38 +437,22 @@ static void check_safety(scenario *s, const char *when)
 
 static void start_worker(scenario *s)
 {
-    static char store[20][300];
-    char *env[21];
-    char *argv[] = {(char *)env_or_fail("OW_TEST_WORKER_BIN"), "run", NULL};
-    int i = 0;
+    testenv env;
 
-#define ENV(...) (snprintf(store[i], sizeof(store[i]), __VA_ARGS__), env[i] = store[i], i++)
-    ENV("ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=%s", s->bootstrap);
-    ENV("ORDER_WORKER_KAFKA_GROUP_ID=%s", s->group);
-    ENV("ORDER_WORKER_TOPIC_INPUT=%s", s->topic_in);
-    ENV("ORDER_WORKER_TOPIC_RESULTS=%s", s->topic_out);
-    ENV("ORDER_WORKER_TOPIC_DLQ=%s", s->topic_dlq);
-    ENV("ORDER_WORKER_MYSQL_HOST=%s", s->db.host);
-    ENV("ORDER_WORKER_MYSQL_PORT=%u", s->db.port);
-    ENV("ORDER_WORKER_MYSQL_USER=%s", env_or("OW_TEST_WORKER_MYSQL_USER", s->db.user));
-    ENV("ORDER_WORKER_MYSQL_PASSWORD=%s", env_or("OW_TEST_WORKER_MYSQL_PASSWORD", s->db.password));
-    ENV("ORDER_WORKER_MYSQL_DATABASE=%s", s->db.database);
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
-    ENV("ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=500");
-    ENV("ORDER_WORKER_COMMIT_INTERVAL_MS=200");
+    testenv_worker(&env, &s->st);
+    testenv_add(&env, "ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");
+    testenv_add(&env, "ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=500");
+    testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=200");
     /* Bursts of produce errors end with disconnects, after which librdkafka
      * backs off reconnecting up to reconnect.backoff.max.ms (10 s by
      * default): a shorter maximum only makes the test quicker. */
-    ENV("ORDER_WORKER_KAFKA_RECONNECT_BACKOFF_MAX_MS=1000");
+    testenv_add(&env, "ORDER_WORKER_KAFKA_RECONNECT_BACKOFF_MAX_MS=1000");
     if (s->shutdown_timeout_ms > 0)
-        ENV("ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=%d", s->shutdown_timeout_ms);
-    ENV("ORDER_WORKER_LOG_LEVEL=%s", env_or("OW_MOCK_WORKER_LOG_LEVEL", "info"));
+        testenv_add(&env, "ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=%d", s->shutdown_timeout_ms);
+    testenv_add(&env, "ORDER_WORKER_LOG_LEVEL=%s", test_env_or("OW_MOCK_WORKER_LOG_LEVEL", "info"));
     if (getenv("OW_MOCK_WORKER_DEBUG") != NULL)
-        ENV("ORDER_WORKER_KAFKA_DEBUG=%s", getenv("OW_MOCK_WORKER_DEBUG"));
-#undef ENV
-    env[i] = NULL;
-    s->worker = kit_spawn(argv, env, s->log);
-    assert_true(s->worker > 0);
+        testenv_add(&env, "ORDER_WORKER_KAFKA_DEBUG=%s", getenv("OW_MOCK_WORKER_DEBUG"));
+    s->worker = teststack_spawn(&env, s->log);
 }
 
 /* Waits until the worker has consumed and answered something. */
@@ -496,7 +462,7 @@ static void await_first_output(scenario *s)
         int64_t ends[OUT_PARTS] = {0};
         int64_t total = 0;
 
-        assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_out, ends, OUT_PARTS), OUT_PARTS);
+        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, ends, OUT_PARTS), OUT_PARTS);
         for (int p = 0; p < OUT_PARTS; p++)
             total += ends[p] > 0 ? ends[p] : 0;
         if (total > 0)
@@ -558,7 +524,7 @@ static void await_liveness(scenario *s)
 
         snapshot_take(s, &snap);
         verify_covered(s, snap.committed, &snap, "recovery");
-        assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_in, ends, IN_PARTS), IN_PARTS);
+        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_in, ends, IN_PARTS), IN_PARTS);
         for (size_t k = 0; k < snap.inputs.n; k++)
             missing += missing_output(&snap.x, &snap.inputs.v[k]) != NULL;
         for (int p = 0; p < IN_PARTS; p++)
@@ -587,7 +553,7 @@ static void await_liveness(scenario *s)
 
 static void expect_count(scenario *s, const char *sql, long long want)
 {
-    long long got = testdb_count(&s->db, sql);
+    long long got = testdb_count(&s->st.db, sql);
 
     if (got != want)
         fail_msg("%s: %s gave %lld, expected %lld", s->name, sql, got, want);
@@ -618,7 +584,7 @@ static void stop_worker(scenario *s)
         fail_msg("%s: the worker exited with %d after SIGTERM (see %s)", s->name, status, s->log);
     s->worker = 0;
     read_committed(s, committed);
-    assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_in, ends, IN_PARTS), IN_PARTS);
+    assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_in, ends, IN_PARTS), IN_PARTS);
     for (int p = 0; p < IN_PARTS; p++)
         if (committed[p] != ends[p])
             fail_msg("%s: after SIGTERM partition %d is committed at %lld, end %lld", s->name, p,
@@ -642,25 +608,19 @@ static void finish(scenario *s)
 static int scenario_setup(void **state, const char *name)
 {
     scenario *s = calloc(1, sizeof(*s));
-    char suffix[48];
 
     assert_non_null(s);
     s->name = name;
     s->t0_ms = now_ms();
-    snprintf(suffix, sizeof(suffix), "%s-%d", name, (int)getpid());
-    snprintf(s->topic_in, sizeof(s->topic_in), "in-%s", suffix);
-    snprintf(s->topic_out, sizeof(s->topic_out), "out-%s", suffix);
-    snprintf(s->topic_dlq, sizeof(s->topic_dlq), "dlq-%s", suffix);
-    snprintf(s->group, sizeof(s->group), "group-%s", suffix);
-    snprintf(s->log, sizeof(s->log), "%s/mock-faults-%s.log", env_or("OW_TEST_LOG_DIR", "/tmp"),
-             name);
+    teststack_name(&s->st, name);
+    snprintf(s->log, sizeof(s->log), "%s/mock-faults-%s.log", s->st.logdir, name);
     unlink(s->log);
     *state = s;
     cluster_start(s);
-    testdb_create(&s->db, "ow_mock");
-    s->producer = kit_producer(s->bootstrap, NULL);
+    testdb_create(&s->st.db, "ow_mock");
+    s->producer = kit_producer(s->st.bootstrap, NULL);
     assert_non_null(s->producer);
-    print_message("%s: mock cluster %s, worker log %s\n", name, s->bootstrap, s->log);
+    print_message("%s: mock cluster %s, worker log %s\n", name, s->st.bootstrap, s->log);
     return 0;
 }
 
@@ -676,8 +636,8 @@ static int scenario_teardown(void **state)
     }
     if (s->producer != NULL)
         rd_kafka_destroy(s->producer);
-    if (s->db.admin != NULL)
-        testdb_drop(&s->db);
+    if (s->st.db.admin != NULL)
+        testdb_drop(&s->st.db);
     if (s->mc != NULL)
         rd_kafka_mock_cluster_destroy(s->mc);
     if (s->owner != NULL)
@@ -782,7 +742,7 @@ static void test_coordinator_moves(void **state)
         int64_t step_end = now_ms() + 700;
         int32_t coordinator = 1 + (step + 1) % 3;
 
-        assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->group, coordinator), 0);
+        assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->st.group, coordinator), 0);
         rd_kafka_mock_push_request_errors_array(s->mc, API_OFFSET_COMMIT, 2,
                                                 &commit_errors[(2 * step) % 6]);
         produce_inputs(s, 10);
@@ -847,8 +807,8 @@ static void test_broker_down(void **state)
     push_produce_burst(s, 100);
     assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, 3), 0);
     down_ms = now_ms() - down_ms;
-    assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_out, out_ends, OUT_PARTS), OUT_PARTS);
-    assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_dlq, dlq_end, 1), 1);
+    assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, out_ends, OUT_PARTS), OUT_PARTS);
+    assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_dlq, dlq_end, 1), 1);
     left = produce_errors_left(s);
     if (left == 0)
         fail_msg("down: the worker produced before the output ends were read; the check "

@@ -20,58 +20,8 @@
 #include "ow/digest.h"
 #include "ow/store.h"
 
-static const ow_request_limits limits = {1 << 20, 1000};
 static testdb db;
 static ow_idgen ids;
-
-typedef struct {
-    ow_request req;
-    ow_store_item item;
-} msg;
-
-static void msg_make(msg *m, const char *key, const char *value)
-{
-    ow_field_errors errs;
-
-    ow_field_errors_init(&errs);
-    if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
-        fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
-    ow_store_item_init(&m->item, &m->req, key, strlen(key));
-    assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
-}
-
-static void msg_free(msg *m)
-{
-    ow_store_item_cleanup(&m->item);
-    ow_request_cleanup(&m->req);
-}
-
-static ow_store *new_store(unsigned lock_wait_s)
-{
-    ow_store_params p = testdb_params(&db, lock_wait_s);
-    ow_store *s = ow_store_new(&p, &ids);
-
-    assert_non_null(s);
-    return s;
-}
-
-/* Decides one message in its own transaction, retrying transient errors the
- * way the worker does. */
-static void decide1(ow_store *s, msg *m)
-{
-    ow_error err;
-
-    for (int attempt = 0; attempt < 20; attempt++) {
-        int rc = ow_store_decide(s, &m->item, 1, attempt > 0, &err);
-
-        if (rc == OW_OK)
-            return;
-        if (err.cls != OW_ERRCLASS_RETRIABLE)
-            fail_msg("decide: %s", err.msg);
-        usleep(50000);
-    }
-    fail_msg("decide kept failing: %s", err.msg);
-}
 
 static long long count(const char *sql)
 {
@@ -109,25 +59,25 @@ static char *stored_body(long long user_id, const char *key)
 /* Case 1: same key, same content -> one batch of orders, identical responses. */
 static void test_same_key_same_content(void **state)
 {
-    ow_store *s = new_store(5);
-    msg a, b, c;
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b, c;
     char *stored;
 
     (void)state;
-    msg_make(&a, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+    testmsg_make(&a, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
                            "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
     /* Same request, spelled differently. */
-    msg_make(&b, "k-same", "{\"orders\":[{\"amount\":19.9,\"external_order_no\":\"E1\"},"
+    testmsg_make(&b, "k-same", "{\"orders\":[{\"amount\":19.9,\"external_order_no\":\"E1\"},"
                            "{\"quantity\":2,\"external_order_no\":\"E2\",\"amount\":\"5.00\"}],"
                            "\"user_id\":1}");
-    msg_make(&c, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+    testmsg_make(&c, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
                            "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
-    decide1(s, &a);
+    testmsg_decide(s, &a);
     assert_int_equal(a.item.decision, OW_DECISION_CREATED);
     assert_int_equal(a.item.code, OW_CODE_CREATED);
     assert_int_equal(a.item.replayed, 0);
-    decide1(s, &b);
-    decide1(s, &c);
+    testmsg_decide(s, &b);
+    testmsg_decide(s, &c);
     assert_int_equal(b.item.decision, OW_DECISION_REPLAY);
     assert_int_equal(b.item.code, OW_CODE_CREATED);
     assert_int_equal(b.item.replayed, 1);
@@ -147,28 +97,28 @@ static void test_same_key_same_content(void **state)
                            "r.id=o.request_id WHERE o.external_order_no='E2' AND o.quantity=2 AND "
                            "o.amount=5.00 AND o.product_id IS NULL"),
                      1);
-    msg_free(&a);
-    msg_free(&b);
-    msg_free(&c);
+    testmsg_free(&a);
+    testmsg_free(&b);
+    testmsg_free(&c);
     ow_store_free(&s);
 }
 
 /* Case 2: same key, different content -> 409 IDEMPOTENCY_KEY_REUSED, nothing written. */
 static void test_same_key_different_content(void **state)
 {
-    ow_store *s = new_store(5);
-    msg a, b;
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b;
     char *before, *after;
     json_t *j;
     json_error_t jerr;
 
     (void)state;
-    msg_make(&a, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
-    msg_make(&b, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2},"
+    testmsg_make(&a, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
+    testmsg_make(&b, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2},"
                             "{\"external_order_no\":\"R2\",\"amount\":3}]}");
-    decide1(s, &a);
+    testmsg_decide(s, &a);
     before = stored_body(2, "k-reuse");
-    decide1(s, &b);
+    testmsg_decide(s, &b);
     assert_int_equal(b.item.decision, OW_DECISION_KEY_REUSED);
     assert_int_equal(b.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
     j = json_loadb(b.item.body.data, b.item.body.len, 0, &jerr);
@@ -182,37 +132,37 @@ static void test_same_key_different_content(void **state)
     assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE amount=1.00"), 1);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
     /* The same key for another user is an independent request. */
-    msg_free(&b);
-    msg_make(&b, "k-reuse", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2}]}");
-    decide1(s, &b);
+    testmsg_free(&b);
+    testmsg_make(&b, "k-reuse", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2}]}");
+    testmsg_decide(s, &b);
     assert_int_equal(b.item.decision, OW_DECISION_CREATED);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
     free(before);
     free(after);
-    msg_free(&a);
-    msg_free(&b);
+    testmsg_free(&a);
+    testmsg_free(&b);
     ow_store_free(&s);
 }
 
 /* Case 3: another key, same external order number. */
 static void test_existing_orders(void **state)
 {
-    ow_store *s = new_store(5);
-    msg first, same, differ, replay;
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg first, same, differ, replay;
     json_t *j, *o, *conf;
     json_error_t jerr;
 
     (void)state;
-    msg_make(&first, "k-first", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"X1\","
+    testmsg_make(&first, "k-first", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"X1\","
                                 "\"amount\":\"10.00\",\"product_id\":7}]}");
-    decide1(s, &first);
+    testmsg_decide(s, &first);
     assert_int_equal(first.item.decision, OW_DECISION_CREATED);
 
     /* Identical order under a new key: reused, not inserted again. */
-    msg_make(&same, "k-second", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"NEW\","
+    testmsg_make(&same, "k-second", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"NEW\","
                                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":10,"
                                 "\"product_id\":7}]}");
-    decide1(s, &same);
+    testmsg_decide(s, &same);
     assert_int_equal(same.item.decision, OW_DECISION_CREATED);
     j = json_loadb(same.item.body.data, same.item.body.len, 0, &jerr);
     o = json_object_get(j, "orders");
@@ -224,10 +174,10 @@ static void test_existing_orders(void **state)
     json_decref(j);
 
     /* Differing order: the whole batch is rolled back, request FAILED, 409 names it. */
-    msg_make(&differ, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+    testmsg_make(&differ, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
                                  "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
                                  "\"quantity\":3}]}");
-    decide1(s, &differ);
+    testmsg_decide(s, &differ);
     assert_int_equal(differ.item.decision, OW_DECISION_CONFLICT);
     assert_int_equal(differ.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
     j = json_loadb(differ.item.body.data, differ.item.body.len, 0, &jerr);
@@ -248,25 +198,25 @@ static void test_existing_orders(void **state)
                      0);
 
     /* The FAILED request replays its 409 byte for byte. */
-    msg_make(&replay, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+    testmsg_make(&replay, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
                                  "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
                                  "\"quantity\":3}]}");
-    decide1(s, &replay);
+    testmsg_decide(s, &replay);
     assert_int_equal(replay.item.decision, OW_DECISION_REPLAY);
     assert_int_equal(replay.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
     assert_int_equal(replay.item.body.len, differ.item.body.len);
     assert_memory_equal(replay.item.body.data, differ.item.body.data, differ.item.body.len);
-    msg_free(&first);
-    msg_free(&same);
-    msg_free(&differ);
-    msg_free(&replay);
+    testmsg_free(&first);
+    testmsg_free(&same);
+    testmsg_free(&differ);
+    testmsg_free(&replay);
     ow_store_free(&s);
 }
 
 /* Case 4: the same key from two connections at once, many times. */
 typedef struct {
     ow_store *store;
-    msg *m;
+    testmsg *m;
     pthread_barrier_t *start;
 } racer;
 
@@ -275,15 +225,15 @@ static void *race(void *p)
     racer *r = p;
 
     pthread_barrier_wait(r->start);
-    decide1(r->store, r->m);
+    testmsg_decide(r->store, r->m);
     return NULL;
 }
 
 static void test_same_key_two_connections(void **state)
 {
     enum { ROUNDS = 60 };
-    ow_store *s1 = new_store(5);
-    ow_store *s2 = new_store(5);
+    ow_store *s1 = testdb_store(&db, &ids, 5);
+    ow_store *s2 = testdb_store(&db, &ids, 5);
     int created_first = 0, created_second = 0;
 
     (void)state;
@@ -291,7 +241,7 @@ static void test_same_key_two_connections(void **state)
         char key[32], value[256];
         pthread_barrier_t start;
         pthread_t t1, t2;
-        msg a, b;
+        testmsg a, b;
         racer r1, r2;
         char sql[160];
 
@@ -300,8 +250,8 @@ static void test_same_key_two_connections(void **state)
                  "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"RC-%d-a\",\"amount\":1},"
                  "{\"external_order_no\":\"RC-%d-b\",\"amount\":2}]}",
                  round, round);
-        msg_make(&a, key, value);
-        msg_make(&b, key, value);
+        testmsg_make(&a, key, value);
+        testmsg_make(&b, key, value);
         pthread_barrier_init(&start, NULL, 2);
         r1 = (racer){s1, &a, &start};
         r2 = (racer){s2, &b, &start};
@@ -321,8 +271,8 @@ static void test_same_key_two_connections(void **state)
         snprintf(sql, sizeof(sql),
                  "SELECT COUNT(*) FROM idempotency_requests WHERE idempotency_key='%s'", key);
         assert_int_equal(count(sql), 1);
-        msg_free(&a);
-        msg_free(&b);
+        testmsg_free(&a);
+        testmsg_free(&b);
     }
     assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE user_id=5"), 2 * ROUNDS);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE user_id=5"), ROUNDS);
@@ -337,23 +287,23 @@ static void test_same_key_two_connections(void **state)
  * at once, no fallback. */
 static void test_micro_batch_mixed(void **state)
 {
-    ow_store *s = new_store(5);
-    msg seed_c, seed_e, m[5];
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg seed_c, seed_e, m[5];
     ow_store_item items[5];
     ow_error err;
     const ow_store_stats *st;
 
     (void)state;
-    msg_make(&seed_c, "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
-    msg_make(&seed_e, "mb-e0", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":1}]}");
-    decide1(s, &seed_c);
-    decide1(s, &seed_e);
-    msg_make(&m[0], "mb-a", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":1},"
+    testmsg_make(&seed_c, "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    testmsg_make(&seed_e, "mb-e0", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":1}]}");
+    testmsg_decide(s, &seed_c);
+    testmsg_decide(s, &seed_e);
+    testmsg_make(&m[0], "mb-a", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":1},"
                             "{\"external_order_no\":\"A2\",\"amount\":2}]}");
-    msg_make(&m[1], "mb-b", "{\"user_id\":8,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":9}]}");
-    msg_make(&m[2], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
-    msg_make(&m[3], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":2}]}");
-    msg_make(&m[4], "mb-e", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E2\",\"amount\":1},"
+    testmsg_make(&m[1], "mb-b", "{\"user_id\":8,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":9}]}");
+    testmsg_make(&m[2], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    testmsg_make(&m[3], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":2}]}");
+    testmsg_make(&m[4], "mb-e", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E2\",\"amount\":1},"
                             "{\"external_order_no\":\"E1\",\"amount\":5}]}");
     /* Items are moved into one array, as a lane does. */
     for (int i = 0; i < 5; i++)
@@ -376,10 +326,10 @@ static void test_micro_batch_mixed(void **state)
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 1);
     for (int i = 0; i < 5; i++) {
         m[i].item = items[i];
-        msg_free(&m[i]);
+        testmsg_free(&m[i]);
     }
-    msg_free(&seed_c);
-    msg_free(&seed_e);
+    testmsg_free(&seed_c);
+    testmsg_free(&seed_e);
     ow_store_free(&s);
 }
 
@@ -388,16 +338,16 @@ static void test_micro_batch_mixed(void **state)
  * time under savepoints, where the second sees the first's order. */
 static void test_micro_batch_fallback(void **state)
 {
-    ow_store *s = new_store(5);
-    msg a, b;
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b;
     ow_store_item items[2];
     ow_error err;
     json_t *j;
     json_error_t jerr;
 
     (void)state;
-    msg_make(&a, "fb-a", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3}]}");
-    msg_make(&b, "fb-b", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3},"
+    testmsg_make(&a, "fb-a", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3}]}");
+    testmsg_make(&b, "fb-b", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3},"
                          "{\"external_order_no\":\"S2\",\"amount\":4}]}");
     items[0] = a.item;
     items[1] = b.item;
@@ -413,12 +363,12 @@ static void test_micro_batch_fallback(void **state)
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
     a.item = items[0];
     b.item = items[1];
-    msg_free(&a);
-    msg_free(&b);
+    testmsg_free(&a);
+    testmsg_free(&b);
     ow_store_free(&s);
 }
 
-static MYSQL *hold_key(const msg *m, const char *body)
+static MYSQL *hold_key(const testmsg *m, const char *body)
 {
     MYSQL *other = testdb_connect(&db);
     MYSQL_STMT *st = mysql_stmt_init(other);
@@ -454,14 +404,14 @@ static MYSQL *hold_key(const msg *m, const char *body)
 /* Another transaction holds the key longer than the in-progress wait. */
 static void test_in_progress_then_replay(void **state)
 {
-    ow_store *s = new_store(1);
-    msg m;
+    ow_store *s = testdb_store(&db, &ids, 1);
+    testmsg m;
     MYSQL *other;
     ow_error err;
     int64_t t0, waited;
 
     (void)state;
-    msg_make(&m, "held", "{\"user_id\":10,\"orders\":[{\"external_order_no\":\"H1\",\"amount\":1}]}");
+    testmsg_make(&m, "held", "{\"user_id\":10,\"orders\":[{\"external_order_no\":\"H1\",\"amount\":1}]}");
     other = hold_key(&m, "{\"held\":true}");
     t0 = ow_clock_mono_ms();
     assert_int_equal(ow_store_decide(s, &m.item, 1, 0, &err), OW_OK);
@@ -474,11 +424,11 @@ static void test_in_progress_then_replay(void **state)
     /* The holder commits: the retry replays what it stored. */
     assert_int_equal(mysql_commit(other), 0);
     mysql_close(other);
-    decide1(s, &m);
+    testmsg_decide(s, &m);
     assert_int_equal(m.item.decision, OW_DECISION_REPLAY);
     assert_string_equal(m.item.body.data, "{\"held\":true}");
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 0);
-    msg_free(&m);
+    testmsg_free(&m);
     ow_store_free(&s);
 }
 
@@ -487,17 +437,17 @@ static void test_in_progress_then_replay(void **state)
  * end with exactly one creation. */
 static void test_three_sessions_first_rolls_back(void **state)
 {
-    ow_store *s1 = new_store(10);
-    ow_store *s2 = new_store(10);
-    msg a, b;
+    ow_store *s1 = testdb_store(&db, &ids, 10);
+    ow_store *s2 = testdb_store(&db, &ids, 10);
+    testmsg a, b;
     MYSQL *first;
     pthread_barrier_t start;
     pthread_t t1, t2;
     racer r1, r2;
 
     (void)state;
-    msg_make(&a, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
-    msg_make(&b, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    testmsg_make(&a, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    testmsg_make(&b, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
     first = hold_key(&a, "{}");
     pthread_barrier_init(&start, NULL, 2);
     r1 = (racer){s1, &a, &start};
@@ -515,8 +465,8 @@ static void test_three_sessions_first_rolls_back(void **state)
         fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
-    msg_free(&a);
-    msg_free(&b);
+    testmsg_free(&a);
+    testmsg_free(&b);
     ow_store_free(&s1);
     ow_store_free(&s2);
 }
@@ -525,8 +475,8 @@ static void test_three_sessions_first_rolls_back(void **state)
  * reconnects by itself. */
 static void test_lost_connection(void **state)
 {
-    ow_store *s = new_store(5);
-    msg a, b;
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b;
     ow_error err;
     char sql[256];
     MYSQL_RES *res;
@@ -534,9 +484,9 @@ static void test_lost_connection(void **state)
     int killed = 0;
 
     (void)state;
-    msg_make(&a, "lost-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
-    msg_make(&b, "lost-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
-    decide1(s, &a);
+    testmsg_make(&a, "lost-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
+    testmsg_make(&b, "lost-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
+    testmsg_decide(s, &a);
     snprintf(sql, sizeof(sql),
              "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
              "CONNECTION_ID()",
@@ -558,8 +508,8 @@ static void test_lost_connection(void **state)
     assert_int_equal(ow_store_decide(s, &b.item, 1, 0, &err), OW_OK);
     assert_int_equal(b.item.decision, OW_DECISION_CREATED);
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
-    msg_free(&a);
-    msg_free(&b);
+    testmsg_free(&a);
+    testmsg_free(&b);
     ow_store_free(&s);
 }
 

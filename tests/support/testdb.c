@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "ow/digest.h"
+
 static void env_or(char *out, size_t sz, const char *name, const char *def)
 {
     const char *v = getenv(name);
@@ -139,4 +141,46 @@ ow_store_params testdb_params(const testdb *t, unsigned lock_wait_s)
     ow_store_params p = {t->host, t->port, t->user, t->password, t->database, 5, lock_wait_s};
 
     return p;
+}
+
+ow_store *testdb_store(const testdb *t, ow_idgen *ids, unsigned lock_wait_s)
+{
+    ow_store_params p = testdb_params(t, lock_wait_s);
+    ow_store *s = ow_store_new(&p, ids);
+
+    assert_non_null(s);
+    return s;
+}
+
+void testmsg_make(testmsg *m, const char *key, const char *value)
+{
+    static const ow_request_limits limits = {1 << 20, 1000};
+    ow_field_errors errs;
+
+    ow_field_errors_init(&errs);
+    if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
+        fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
+    ow_store_item_init(&m->item, &m->req, key, strlen(key));
+    assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
+}
+
+void testmsg_free(testmsg *m)
+{
+    ow_store_item_cleanup(&m->item);
+    ow_request_cleanup(&m->req);
+}
+
+ow_decision testmsg_decide(ow_store *s, testmsg *m)
+{
+    ow_error err;
+
+    for (int attempt = 0; attempt < 20; attempt++) {
+        if (ow_store_decide(s, &m->item, 1, attempt > 0, &err) == OW_OK)
+            return m->item.decision;
+        if (err.cls != OW_ERRCLASS_RETRIABLE)
+            fail_msg("decide: %s", err.msg);
+        usleep(50000);
+    }
+    fail_msg("decide kept failing: %s", err.msg);
+    return OW_DECISION_NONE;
 }

@@ -28,4 +28,20 @@ long long testdb_count(testdb *t, const char *sql);
 /* A new autocommit-off connection to the test database. */
 MYSQL *testdb_connect(const testdb *t);
 
+/* A store on the test database whose in-progress wait is lock_wait_s. */
+ow_store *testdb_store(const testdb *t, ow_idgen *ids, unsigned lock_wait_s);
+
+/* A request parsed and digested as the worker does it, ready to decide. */
+typedef struct {
+    ow_request req;
+    ow_store_item item;
+} testmsg;
+
+/* Fails the test when value is not a valid request. */
+void testmsg_make(testmsg *m, const char *key, const char *value);
+void testmsg_free(testmsg *m);
+/* Decides m in a transaction of its own, retrying transient errors the way
+ * the worker does; returns the decision. */
+ow_decision testmsg_decide(ow_store *s, testmsg *m);
+
 #endif
