@@ -151,6 +151,7 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
     char amount[32];
     unsigned long order_no_len = 0, ext_len = 0, amount_len = 0;
     ow_mybool nul[7] = {0};
+    unsigned e;
     int frc;
 
     ow_result_int(&res[0], &row.id, &nul[0]);
@@ -179,9 +180,11 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
             row.cents = -1;
         index_add(sc, bt->nslots, bt->n_orders, &row);
     }
+    /* Freeing the result clears the statement's error: read it first. */
+    e = frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
     if (frc != MYSQL_NO_DATA)
-        return ow_store_fail(bt->s, mysql_stmt_errno(st), "lock orders", err);
+        return ow_store_fail(bt->s, e, "lock orders", err);
     return OW_OK;
 }
 
@@ -440,6 +443,7 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
     unsigned char digest[OW_DIGEST_LEN];
     unsigned long key_len = 0, digest_len = 0, body_len = 0;
     ow_mybool nul[6] = {0};
+    unsigned e;
     int frc;
     int rc = OW_OK;
 
@@ -476,9 +480,10 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
                 rc = apply_existing_row(bt, it, id, digest, status, err);
         }
     }
+    e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail(bt->s, mysql_stmt_errno(st), "read requests", err);
+        rc = ow_store_fail(bt->s, e, "read requests", err);
     return rc;
 }
 

@@ -76,6 +76,7 @@ void ow_store_disconnect(ow_store *s)
     if (s->db != NULL)
         mysql_close(s->db);
     s->db = NULL;
+    s->broken = 0;
 }
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s)
@@ -146,7 +147,7 @@ int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
     if (is_connection_error(e)) {
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
                           what, e, msg);
-        ow_store_disconnect(s);
+        s->broken = 1;
     } else if (is_transient_server_error(e)) {
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
                           what, e, msg);
@@ -203,8 +204,9 @@ int ow_store_connect(ow_store *s, ow_error *err)
     ow_mybool off = 0;
     int rc;
 
-    if (s->db != NULL)
+    if (s->db != NULL && !s->broken)
         return OW_OK;
+    ow_store_disconnect(s);
     s->db = mysql_init(NULL);
     if (s->db == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
@@ -245,7 +247,7 @@ int ow_store_ping(ow_store *s, ow_error *err)
 
 int ow_store_connected(const ow_store *s)
 {
-    return s->db != NULL;
+    return s->db != NULL && !s->broken;
 }
 
 int ow_store_commit(ow_store *s, ow_error *err)
@@ -257,8 +259,8 @@ int ow_store_commit(ow_store *s, ow_error *err)
 
 void ow_store_rollback(ow_store *s)
 {
-    if (s->db != NULL && mysql_rollback(s->db) != 0)
-        ow_store_disconnect(s); /* Unknown state: start over on a new connection. */
+    if (ow_store_connected(s) && mysql_rollback(s->db) != 0)
+        s->broken = 1; /* Unknown state: start over on a new connection. */
 }
 
 int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err)

@@ -73,6 +73,9 @@ struct ow_store {
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s;
     MYSQL *db;
+    /* The connection failed: its handles stay valid (callers may still hold
+     * a statement) until the next ow_store_connect replaces it. */
+    int broken;
     MYSQL_STMT *stmts[OW_SQL_KIND_COUNT][OW_STMT_BUCKETS];
     ow_params params;
     ow_scratch scratch;
@@ -93,6 +96,7 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err);
 int ow_store_commit(ow_store *s, ow_error *err);
 void ow_store_rollback(ow_store *s);
+/* Closes the connection and its cached statements now. */
 void ow_store_disconnect(ow_store *s);
 
 void ow_params_reset(ow_params *p);

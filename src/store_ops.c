@@ -635,6 +635,7 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
     long long a = 0, c = 0;
     char b[OW_KEY_MAX + 1];
     unsigned long blen = 0;
+    unsigned e;
     int frc = 0;
 
     bind_int(&res[0], &a, &nul[0]);
@@ -650,9 +651,10 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
                        nul[2] ? 0 : c, chk->examples[chk->n_examples]);
         chk->n_examples++;
     }
+    e = frc == 1 ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
     if (frc == 1)
-        return ow_store_fail(s, mysql_stmt_errno(st), "audit examples", err);
+        return ow_store_fail(s, e, "audit examples", err);
     return OW_OK;
 }
 
