@@ -638,6 +638,10 @@ void ow_lane_join(ow_lane *l)
         pthread_join(l->thread, NULL);
     l->started = 0;
     ow_store_free(&l->store);
+}
+
+void ow_lane_destroy(ow_lane *l)
+{
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
 }

@@ -171,6 +171,20 @@ static void *poller_main(void *arg)
 
 /* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
 
+/* Starts a new epoch for a partition: jobs dispatched before it can no
+ * longer store an offset. With track, the partition gets a fresh tracker
+ * (OW_ENOMEM when it cannot be allocated); without, it keeps none. Called
+ * with parts_mu held. */
+static int part_new_epoch(ow_part *p, int track)
+{
+    ow_offset_track_free(&p->track);
+    p->track = track ? ow_offset_track_new() : NULL;
+    p->epoch++;
+    p->active = 0;
+    p->first_offset = -1;
+    return track && p->track == NULL ? OW_ENOMEM : OW_OK;
+}
+
 static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     rd_kafka_error_t *e;
@@ -183,14 +197,9 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
             ow_worker_set_fatal(w, "out of memory");
             continue;
         }
-        ow_offset_track_free(&p->track);
-        p->track = ow_offset_track_new();
-        p->epoch++;
         p->assigned = 1;
         p->revoking = 0;
-        p->active = 0;
-        p->first_offset = -1;
-        if (p->track == NULL)
+        if (part_new_epoch(p, 1) != OW_OK)
             ow_worker_set_fatal(w, "out of memory");
     }
     pthread_mutex_unlock(&w->parts_mu);
@@ -285,9 +294,7 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
             continue;
         p->assigned = 0;
         p->revoking = 0;
-        p->epoch++;
-        p->active = 0;
-        ow_offset_track_free(&p->track);
+        part_new_epoch(p, 0);
     }
     pthread_mutex_unlock(&w->parts_mu);
     atomic_fetch_sub(&w->assigned, parts->cnt);
@@ -318,27 +325,24 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* --- Consumer thread ----------------------------------------------------- */
 
-/* The partition went back to an earlier offset within one assignment (an
- * offset reset after its log was truncated or recreated). Start a new epoch:
- * what is in flight from before can no longer move this partition's offset,
- * and the rewound messages are tracked afresh, so none is skipped. Called
- * with parts_mu held; returns 1 when the tracker was replaced. */
-static int rewind_partition(ow_worker *w, ow_part *p, const rd_kafka_message_t *m)
+/* Tracks a consumed offset. An offset at or below the last one tracked
+ * means the partition went back within one assignment (an offset reset
+ * after its log was truncated or recreated): a new epoch starts, so that
+ * what is in flight from before can no longer move this partition's
+ * offset and the rewound messages are tracked afresh, none skipped. Called
+ * with parts_mu held; fails only when out of memory. */
+static int track_offset(ow_part *p, const rd_kafka_message_t *m)
 {
-    ow_offset_track *t = ow_offset_track_new();
+    int rc = ow_offset_track_add(p->track, m->offset);
 
-    if (t == NULL) {
-        ow_worker_set_fatal(w, "out of memory");
-        return 0;
+    if (rc == OW_EINVAL) {
+        OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
+               OW_F_INT("offset", m->offset));
+        rc = part_new_epoch(p, 1);
+        if (rc == OW_OK)
+            rc = ow_offset_track_add(p->track, m->offset);
     }
-    OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
-           OW_F_INT("offset", m->offset));
-    ow_offset_track_free(&p->track);
-    p->track = t;
-    p->epoch++;
-    p->active = 0;
-    p->first_offset = -1;
-    return 1;
+    return rc;
 }
 
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
@@ -351,8 +355,11 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
     pthread_mutex_lock(&w->parts_mu);
     p = part_get(w, m->partition);
     if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
-        if (ow_offset_track_add(p->track, m->offset) != OW_OK && rewind_partition(w, p, m))
-            ow_offset_track_add(p->track, m->offset);
+        if (track_offset(p, m) != OW_OK) {
+            pthread_mutex_unlock(&w->parts_mu);
+            ow_worker_set_fatal(w, "out of memory");
+            return;
+        }
         if (p->first_offset < 0)
             p->first_offset = m->offset;
         p->active++;
@@ -621,8 +628,9 @@ static void leave_group(ow_worker *w)
     /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
      * a consumer that joined but never received its first assignment is
      * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
-     * first. Messages that arrive meanwhile are not processed. */
-    while (!atomic_load(&w->ever_assigned) && ow_clock_mono_ms() < deadline) {
+     * first. Messages that arrive meanwhile are not processed. A worker
+     * that failed before subscribing has no join to wait for. */
+    while (w->subscribed && !atomic_load(&w->ever_assigned) && ow_clock_mono_ms() < deadline) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
 
         if (m != NULL)
@@ -696,6 +704,8 @@ static void destroy(ow_worker *w)
     for (size_t i = 0; i < w->n_parts; i++)
         ow_offset_track_free(&w->parts[i].track);
     free(w->parts);
+    for (size_t i = 0; i < w->n_lanes; i++)
+        ow_lane_destroy(&w->lanes[i]);
     free(w->lanes);
     pthread_mutex_destroy(&w->parts_mu);
     pthread_cond_destroy(&w->parts_cv);

@@ -135,6 +135,10 @@ void ow_lane_enqueue(ow_lane *lane, ow_job *job);
  * as not done. */
 void ow_lane_drop_partition(ow_lane *lane, int32_t partition);
 void ow_lane_stop(ow_lane *lane);
+/* Waits for the lane's thread and closes its connection. The lane's queue
+ * stays usable (empty) until ow_lane_destroy: leaving the group after the
+ * lanes stopped still drops revoked partitions from it. */
 void ow_lane_join(ow_lane *lane);
+void ow_lane_destroy(ow_lane *lane);
 
 #endif
