@@ -8,7 +8,8 @@
  *      build the response body;
  *   3. INSERT IGNORE every request row, final status and body included;
  *   4. read the request rows back by (user_id, key): a row with our id is
- *      ours; another id means the key was already recorded (by an earlier
+ *      ours (as many as step 3 inserted: ids from two processes can
+ *      collide); another id means the key was already recorded (by an earlier
  *      request or a concurrent transaction that committed while we waited on
  *      the unique key), so the item replays the stored body or reports
  *      IDEMPOTENCY_KEY_REUSED, and writes nothing;
@@ -141,6 +142,7 @@ typedef struct {
     size_t count;
     size_t n_orders; /* orders of items[first .. first+count) */
     size_t nslots;
+    size_t inserted; /* request rows the server reports as inserted (step 3) */
 } batch;
 
 static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
@@ -364,13 +366,17 @@ static int insert_requests_chunk(batch *bt, size_t from, unsigned bucket, ow_err
         ow_param_int(p, ow_result_code_status(it->code));
         ow_param_bytes(p, it->body.data, it->body.len);
     }
-    return ow_store_execute(bt->s, st, p, "insert requests", err);
+    rc = ow_store_execute(bt->s, st, p, "insert requests", err);
+    if (rc == OW_OK)
+        bt->inserted += (size_t)mysql_stmt_affected_rows(st);
+    return rc;
 }
 
 static int insert_requests(batch *bt, ow_error *err)
 {
     size_t done = 0;
 
+    bt->inserted = 0;
     while (done < bt->count) {
         unsigned bucket = bucket_floor(bt->count - done);
         int rc = insert_requests_chunk(bt, bt->first + done, bucket, err);
@@ -510,6 +516,8 @@ static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *
 
 static int select_requests(batch *bt, ow_error *err)
 {
+    size_t ours = 0;
+
     for (size_t done = 0; done < bt->count; done += OW_STMT_MAX_ROWS) {
         size_t rows = bt->count - done < OW_STMT_MAX_ROWS ? bt->count - done : OW_STMT_MAX_ROWS;
         int rc = select_requests_chunk(bt, bt->first + done, rows, err);
@@ -520,6 +528,7 @@ static int select_requests(batch *bt, ow_error *err)
     for (size_t i = bt->first; i < bt->first + bt->count; i++) {
         const ow_store_item *it = &bt->items[i];
 
+        ours += it->ours;
         /* Neither our row nor another: INSERT IGNORE skipped ours because its
          * id collided with another row's primary key. */
         if (it->ours == 0 && it->decision != OW_DECISION_REPLAY &&
@@ -527,6 +536,14 @@ static int select_requests(batch *bt, ow_error *err)
             bt->s->stats.id_collisions++;
             return FALLBACK;
         }
+    }
+    /* A row that carries our id is ours only if the server inserted it: a
+     * process that drew the same id for the same key in the same
+     * millisecond (same node number) wrote a row that looks like ours, and
+     * only the count of inserted rows tells them apart. */
+    if (ours != bt->inserted) {
+        bt->s->stats.id_collisions++;
+        return FALLBACK;
     }
     return OW_OK;
 }

@@ -513,6 +513,55 @@ static void test_lost_connection(void **state)
     ow_store_free(&s);
 }
 
+/* Two processes that draw the same node number in the same millisecond
+ * give two requests the same id. When both carry the same key, the second
+ * one's row is ignored by the unique key and the row it reads back has its
+ * own id: only the database's count of inserted rows shows that the row is
+ * not its own. Here two generators with a frozen clock and one node draw
+ * the same ids; the second request reuses the key with other content, and
+ * conflicts with the first's order, so it would write no order that could
+ * give the collision away. */
+static int64_t frozen_clock(void)
+{
+    return OW_IDGEN_EPOCH_MS + 1000;
+}
+
+static void test_same_id_same_key(void **state)
+{
+    ow_idgen ga, gb;
+    ow_store *a, *b;
+    testmsg first, second;
+    char *body;
+
+    (void)state;
+    ow_idgen_init(&ga, 7, frozen_clock);
+    ow_idgen_init(&gb, 7, frozen_clock);
+    a = testdb_store(&db, &ga, 5);
+    b = testdb_store(&db, &gb, 5);
+    testmsg_make(&first, "k-same-id", "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
+                                      "\"amount\":\"1.00\"}]}");
+    testmsg_make(&second, "k-same-id", "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
+                                       "\"amount\":\"2.00\"}]}");
+    assert_int_equal(testmsg_decide(a, &first), OW_DECISION_CREATED);
+    /* The first drew its order's id, then its request's; the second draws
+     * only a request id (its order conflicts): skip one so that it is the
+     * first's request id. */
+    ow_idgen_next(&gb);
+    assert_int_equal(testmsg_decide(b, &second), OW_DECISION_KEY_REUSED);
+    assert_int_equal(second.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
+    assert_true(ow_store_get_stats(b)->id_collisions >= 1); /* the ids did collide */
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE user_id=21"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE user_id=21"), 1);
+    body = stored_body(21, "k-same-id");
+    assert_int_equal(strlen(body), first.item.body.len);
+    assert_memory_equal(body, first.item.body.data, first.item.body.len);
+    free(body);
+    testmsg_free(&first);
+    testmsg_free(&second);
+    ow_store_free(&a);
+    ow_store_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +574,7 @@ int main(void)
         cmocka_unit_test_setup(test_in_progress_then_replay, setup),
         cmocka_unit_test_setup(test_three_sessions_first_rolls_back, setup),
         cmocka_unit_test_setup(test_lost_connection, setup),
+        cmocka_unit_test_setup(test_same_id_same_key, setup),
     };
     int rc;
 
