@@ -8,9 +8,10 @@
 #      initialised with a literal in the same file, or at a reviewed site
 #      whose text is assembled by rule D (listed below).
 #   D. Where SQL text is assembled (a buffer named sql, or b in build_sql),
-#      only literals, `sql_*` constants, the `head`/`tuple` parameters (which
-#      receive literals) and `d->rows` (a static table of literals) are
-#      appended; no formatted output (*appendf, snprintf) goes into it.
+#      only literals, `sql_*` constants, `head`/`tuple`/`tail` (taken from
+#      store.c's static table of literals, sql_shapes) and `d->rows` (a
+#      static table of literals) are appended; no formatted output
+#      (*appendf, snprintf) goes into it.
 # Data always travels as bound parameters. Run with --self-test to prove the
 # check fails on planted violations.
 set -euo pipefail
@@ -57,7 +58,7 @@ check() {  # DIR
   # D
   # The appended argument must start with a literal (possibly continued on the
   # next lines), be a literal-only ternary, or be one of the reviewed names.
-  local allowed='^("|[a-z_]+ [=!<>]=* [0-9]+ \? "[^"]*" : "[^"]*"\)|(sql_[a-z_]+|head|tuple|d->rows)\))'
+  local allowed='^("|[a-z_]+ [=!<>]=* [0-9]+ \? "[^"]*" : "[^"]*"\)|(sql_[a-z_]+|head|tuple|tail|d->rows)\))'
   while IFS= read -r line; do
     local what
     what=$(sed -nE 's/.*ow_buf_append[sc]?\((&?sql|b), (.*)$/\2/p' <<<"$line")
@@ -79,7 +80,8 @@ if [[ ${1:-} == --self-test ]]; then
   for plant in \
       's/ow_store_exec_static(s, "SAVEPOINT ow_item", err)/ow_store_exec_static(s, key, err)/' \
       's/rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", \&st, err);/rc = ow_store_prepare(s, text, \&st, err);/' \
-      's/append_tuples(b, rows, "(?,?,?,?,?,?,?)")/ow_buf_appendf(b, "(%s)", key)/' \
+      's/rc = ow_buf_appends(b, tuple);/rc = ow_buf_appendf(b, "(%s)", key);/' \
+      's/int rc = ow_buf_appends(b, head);/int rc = ow_buf_appends(b, key);/' \
       's/ow_buf_appends(sql, head);/ow_buf_appends(sql, key);/' \
       's/rc = ow_store_prepare(s, sql_cutoff, \&st, err);/rc = ow_store_prepare(s, user_text, \&st, err);/' ; do
     rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
@@ -95,7 +97,7 @@ if [[ ${1:-} == --self-test ]]; then
   rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
   printf 'void f(void *db, const char *k) { mysql_query(db, k); }\n' >>"$tmp/src/lane.c"
   if check "$tmp/src" 2>/dev/null; then echo "check-sql: self-test FAILED on a raw query" >&2; exit 1; fi
-  echo "check-sql: self-test passed (6 planted violations caught)"
+  echo "check-sql: self-test passed (7 planted violations caught)"
   exit 0
 fi
 

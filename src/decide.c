@@ -198,13 +198,9 @@ static int padded_in_list(ow_store *s, ow_sql_kind kind, size_t rows, MYSQL_STMT
                           size_t *padded, ow_error *err)
 {
     unsigned bucket = bucket_for(rows);
-    int rc = ow_store_stmt(s, kind, bucket, st, err);
 
     *padded = (size_t)1 << bucket;
-    if (rc != OW_OK)
-        return rc;
-    ow_params_reset(&s->params);
-    return ow_params_reserve(&s->params, 2 * *padded) == OW_OK ? OW_OK : oom(err);
+    return ow_store_stmt(s, kind, bucket, st, err);
 }
 
 /* Runs one padded chunk of the locking read over tuples [from, from+rows). */
@@ -351,9 +347,6 @@ static int insert_requests_chunk(batch *bt, size_t from, unsigned bucket, ow_err
 
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(p);
-    if (ow_params_reserve(p, 7 * rows) != OW_OK)
-        return oom(err);
     for (size_t i = from; i < from + rows; i++) {
         const ow_store_item *it = &bt->items[i];
         const char *status = it->decision == OW_DECISION_CREATED ? "SUCCEEDED" : "FAILED";
@@ -565,9 +558,6 @@ static int insert_orders_chunk(batch *bt, const order_slot *slots, unsigned buck
 
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(p);
-    if (ow_params_reserve(p, 8 * rows) != OW_OK)
-        return oom(err);
     for (size_t r = 0; r < rows; r++) {
         const ow_store_item *it = slots[r].it;
         const ow_order_item *o = &it->req->orders[slots[r].order];

@@ -280,10 +280,41 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
     return OW_OK;
 }
 
-/* "(?,?,?)" repeated rows times, comma separated. */
-static int append_tuples(ow_buf *b, size_t rows, const char *tuple)
+/* Each cached statement is head, tuple repeated for its rows (comma
+ * separated), tail. A row's parameters are the tuple's placeholders. */
+static const struct {
+    const char *head, *tuple, *tail;
+} sql_shapes[OW_SQL_KIND_COUNT] = {
+    [OW_SQL_LOCK_ORDERS] = {"SELECT id, order_no, user_id, external_order_no, amount, product_id, "
+                            "quantity FROM orders WHERE (user_id, external_order_no) IN (",
+                            "(?,?)", ") FOR UPDATE"},
+    [OW_SQL_INSERT_REQUESTS] = {"INSERT IGNORE INTO idempotency_requests (id, user_id, "
+                                "idempotency_key, request_digest, status, response_status, "
+                                "response_body) VALUES ",
+                                "(?,?,?,?,?,?,?)", ""},
+    [OW_SQL_SELECT_REQUESTS] = {"SELECT id, user_id, idempotency_key, request_digest, "
+                                "response_status, response_body FROM idempotency_requests "
+                                "WHERE (user_id, idempotency_key) IN (",
+                                "(?,?)", ")"},
+    [OW_SQL_INSERT_ORDERS] = {"INSERT INTO orders (id, order_no, user_id, external_order_no, "
+                              "amount, product_id, quantity, request_id) VALUES ",
+                              "(?,?,?,?,?,?,?,?)", ""},
+};
+
+static size_t row_params(ow_sql_kind kind)
 {
-    int rc = OW_OK;
+    size_t n = 0;
+
+    for (const char *c = sql_shapes[kind].tuple; *c != '\0'; c++)
+        n += *c == '?';
+    return n;
+}
+
+static int build_sql(ow_sql_kind kind, size_t rows, ow_buf *b)
+{
+    const char *head = sql_shapes[kind].head, *tuple = sql_shapes[kind].tuple;
+    const char *tail = sql_shapes[kind].tail;
+    int rc = ow_buf_appends(b, head);
 
     for (size_t i = 0; rc == OW_OK && i < rows; i++) {
         if (i > 0)
@@ -291,69 +322,31 @@ static int append_tuples(ow_buf *b, size_t rows, const char *tuple)
         if (rc == OW_OK)
             rc = ow_buf_appends(b, tuple);
     }
-    return rc;
-}
-
-static int build_sql(ow_sql_kind kind, size_t rows, ow_buf *b)
-{
-    int rc = OW_OK;
-
-    switch (kind) {
-    case OW_SQL_LOCK_ORDERS:
-        rc = ow_buf_appends(b, "SELECT id, order_no, user_id, external_order_no, amount, "
-                               "product_id, quantity FROM orders "
-                               "WHERE (user_id, external_order_no) IN (");
-        if (rc == OW_OK)
-            rc = append_tuples(b, rows, "(?,?)");
-        if (rc == OW_OK)
-            rc = ow_buf_appends(b, ") FOR UPDATE");
-        break;
-    case OW_SQL_INSERT_REQUESTS:
-        rc = ow_buf_appends(b, "INSERT IGNORE INTO idempotency_requests (id, user_id, "
-                               "idempotency_key, request_digest, status, response_status, "
-                               "response_body) VALUES ");
-        if (rc == OW_OK)
-            rc = append_tuples(b, rows, "(?,?,?,?,?,?,?)");
-        break;
-    case OW_SQL_SELECT_REQUESTS:
-        rc = ow_buf_appends(b, "SELECT id, user_id, idempotency_key, request_digest, "
-                               "response_status, response_body FROM idempotency_requests "
-                               "WHERE (user_id, idempotency_key) IN (");
-        if (rc == OW_OK)
-            rc = append_tuples(b, rows, "(?,?)");
-        if (rc == OW_OK)
-            rc = ow_buf_appendc(b, ')');
-        break;
-    case OW_SQL_INSERT_ORDERS:
-        rc = ow_buf_appends(b, "INSERT INTO orders (id, order_no, user_id, external_order_no, "
-                               "amount, product_id, quantity, request_id) VALUES ");
-        if (rc == OW_OK)
-            rc = append_tuples(b, rows, "(?,?,?,?,?,?,?,?)");
-        break;
-    default:
-        rc = OW_EINVAL;
-    }
-    return rc;
+    return rc == OW_OK ? ow_buf_appends(b, tail) : rc;
 }
 
 int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err)
 {
-    ow_buf sql;
-    int rc;
+    size_t rows = (size_t)1 << bucket;
+    int rc = OW_OK;
 
-    if (s->stmts[kind][bucket] != NULL) {
-        *out = s->stmts[kind][bucket];
-        return OW_OK;
+    if (s->stmts[kind][bucket] == NULL) {
+        ow_buf sql;
+
+        ow_buf_init(&sql);
+        if (build_sql(kind, rows, &sql) != OW_OK)
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        else
+            rc = ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err);
+        ow_buf_cleanup(&sql);
     }
-    ow_buf_init(&sql);
-    rc = build_sql(kind, (size_t)1 << bucket, &sql);
-    if (rc != OW_OK)
-        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    else
-        rc = ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err);
-    ow_buf_cleanup(&sql);
     *out = s->stmts[kind][bucket];
-    return rc;
+    if (rc != OW_OK)
+        return rc;
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, row_params(kind) * rows) != OW_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    return OW_OK;
 }
 
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err)

@@ -89,7 +89,8 @@ struct ow_store {
 int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
-/* A prepared statement from the cache: kind for 2^bucket rows. */
+/* A prepared statement from the cache: kind for 2^bucket rows, with
+ * s->params reset and room reserved for all its parameters. */
 int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err);
 /* Prepares arbitrary static SQL (not cached); caller closes it. */
 int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err);
