@@ -85,11 +85,16 @@ static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
     return rc;
 }
 
-static int record(ow_store *s, const ow_migration *m, ow_error *err)
+/* Records m as applied. The scripts are re-runnable, so two migrate runs
+ * may both apply one; the version's primary key keeps one record and *first
+ * says whether it is this run's. */
+static const char *const sql_record_migration =
+    "INSERT IGNORE INTO ow_schema_migrations (version, name) VALUES (?, ?)";
+
+static int record(ow_store *s, const ow_migration *m, int *first, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
-    int rc = ow_store_prepare(s, "INSERT INTO ow_schema_migrations (version, name) VALUES (?, ?)",
-                              &st, err);
+    int rc = ow_store_prepare(s, sql_record_migration, &st, err);
 
     if (rc != OW_OK)
         return rc;
@@ -101,6 +106,7 @@ static int record(ow_store *s, const ow_migration *m, ow_error *err)
     ow_param_int(&s->params, m->version);
     ow_param_bytes(&s->params, m->name, strlen(m->name));
     rc = ow_store_execute(s, st, &s->params, "record migration", err);
+    *first = rc == OW_OK && mysql_stmt_affected_rows(st) == 1;
     mysql_stmt_close(st);
     if (rc == OW_OK)
         rc = ow_store_commit(s, err);
@@ -127,8 +133,10 @@ int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err)
         }
         rc = run_script(s, m->sql, err);
         if (rc == OW_OK)
-            rc = record(s, m, err);
-        if (rc == OW_OK) {
+            rc = record(s, m, &done, err);
+        if (rc == OW_OK && !done) {
+            fprintf(log, "migrate: %s was applied by another run meanwhile\n", m->name);
+        } else if (rc == OW_OK) {
             fprintf(log, "migrate: applied %s\n", m->name);
             (*applied)++;
         }

@@ -4,6 +4,7 @@
  * lookup found / not found, purge in batches with orders kept, dry run,
  * and an audit in which every check fires, next to a clean one.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
 #include "ow/admin.h"
 #include "ow/digest.h"
+#include "ow/migrations.h"
 #include "ow/store.h"
 #include "testcli.h"
 #include "testdb.h"
@@ -518,6 +521,65 @@ static void test_audit_database_error(void **state)
     testcli_result_free(&r);
 }
 
+/* --- migrate ---------------------------------------------------------------- */
+
+typedef struct {
+    ow_store *store;
+    int applied;
+    int rc;
+    char msg[256];
+} migrate_run;
+
+static void *migrate_thread(void *p)
+{
+    migrate_run *r = p;
+    FILE *devnull = fopen("/dev/null", "w");
+    ow_error err;
+
+    r->rc = ow_store_migrate(r->store, devnull, &r->applied, &err);
+    if (r->rc != OW_OK)
+        snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
+    fclose(devnull);
+    return NULL;
+}
+
+/* Two replicas migrating one empty database at once (a deployment that runs
+ * migrate before each replica starts) both succeed, and every migration is
+ * recorded once, counted by exactly one of them. */
+static void test_migrate_concurrently(void **state)
+{
+    testdb fresh = db;
+    char sql[256];
+
+    (void)state;
+    snprintf(fresh.database, sizeof(fresh.database), "ow_it_migrate_%d", (int)getpid());
+    for (int round = 0; round < 10; round++) {
+        migrate_run runs[2];
+        pthread_t th[2];
+
+        snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", fresh.database);
+        testdb_exec(&db, sql);
+        snprintf(sql, sizeof(sql), "CREATE DATABASE %s", fresh.database);
+        testdb_exec(&db, sql);
+        for (int k = 0; k < 2; k++) {
+            memset(&runs[k], 0, sizeof(runs[k]));
+            runs[k].store = testdb_store(&fresh, &ids, 5);
+            assert_int_equal(pthread_create(&th[k], NULL, migrate_thread, &runs[k]), 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            pthread_join(th[k], NULL);
+            ow_store_free(&runs[k].store);
+            if (runs[k].rc != OW_OK)
+                fail_msg("round %d, run %d: %s", round, k, runs[k].msg);
+        }
+        assert_int_equal(runs[0].applied + runs[1].applied, (int)ow_migrations_count);
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s.ow_schema_migrations", fresh.database);
+        assert_int_equal(testdb_count(&db, sql), (long long)ow_migrations_count);
+    }
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", fresh.database);
+    testdb_exec(&db, sql);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +592,7 @@ int main(void)
         cmocka_unit_test_setup(test_audit_clean, setup),
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),
+        cmocka_unit_test(test_migrate_concurrently),
     };
     int rc;
 
