@@ -383,32 +383,6 @@ static int insert_requests(batch *bt, ow_error *err)
 
 /* --- Step 4: read back who owns each key --------------------------------- */
 
-/* Reads column 5 (response_body, len bytes) of the current row into the
- * scratch blob. */
-static int fetch_body(ow_store *s, MYSQL_STMT *st, unsigned long len, ow_error *err)
-{
-    ow_buf *blob = &s->scratch.blob;
-    MYSQL_BIND col;
-    unsigned long got = 0;
-
-    if (blob->cap < (size_t)len + 1) {
-        char *p = realloc(blob->data, (size_t)len + 1);
-
-        if (p == NULL)
-            return oom(err);
-        blob->data = p;
-        blob->cap = (size_t)len + 1;
-    }
-    if (len > 0) {
-        ow_result_bytes(&col, blob->data, len, &got, NULL);
-        if (mysql_stmt_fetch_column(st, &col, 5, 0) != 0)
-            return ow_store_fail(s, mysql_stmt_errno(st), "read response", err);
-    }
-    blob->len = len;
-    blob->data[len] = '\0';
-    return OW_OK;
-}
-
 static int apply_existing_row(batch *bt, ow_store_item *it, long long id,
                               const unsigned char *digest, long long status, ow_error *err)
 {
@@ -472,7 +446,8 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
                 memcmp(it->key, key, key_len) != 0)
                 continue;
             if (!have_body && id != it->request_id) {
-                rc = fetch_body(bt->s, st, body_len, err);
+                rc = ow_store_fetch_column(bt->s, st, 5, body_len, &bt->s->scratch.blob,
+                                           "read response", err);
                 have_body = 1;
             }
             if (rc == OW_OK)

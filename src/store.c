@@ -349,6 +349,25 @@ int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **o
     return OW_OK;
 }
 
+int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned long len, ow_buf *out,
+                          const char *what, ow_error *err)
+{
+    MYSQL_BIND b;
+    unsigned long got = 0;
+
+    ow_buf_reset(out);
+    if (ow_buf_reserve(out, len) != OW_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    if (len > 0) {
+        ow_result_bytes(&b, out->data, len, &got, NULL);
+        if (mysql_stmt_fetch_column(st, &b, col, 0) != 0)
+            return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    }
+    out->len = len;
+    out->data[len] = '\0';
+    return OW_OK;
+}
+
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err)
 {
     if (p != NULL && p->n > 0 && mysql_stmt_bind_param(st, p->b) != 0)

@@ -92,6 +92,10 @@ int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
 /* A prepared statement from the cache: kind for 2^bucket rows, with
  * s->params reset and room reserved for all its parameters. */
 int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err);
+/* Reads column col (len bytes, as the fetch reported it) of the current
+ * row into out, which is replaced and NUL-terminated. */
+int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned long len, ow_buf *out,
+                          const char *what, ow_error *err);
 /* Prepares arbitrary static SQL (not cached); caller closes it. */
 int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err);
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err);

@@ -185,29 +185,6 @@ static void bind_request_cols(request_cols *c, ow_admin_record *r)
     ow_result_bytes(&c->res[6], NULL, 0, &c->body_len, &c->nul[6]);
 }
 
-static int fetch_response_body(ow_store *s, MYSQL_STMT *st, unsigned long len, ow_buf *out,
-                               ow_error *err)
-{
-    MYSQL_BIND col;
-    unsigned long got = 0;
-    char *tmp;
-    int rc = OW_OK;
-
-    ow_buf_reset(out);
-    if (len == 0)
-        return ow_buf_append(out, "", 0) == OW_OK ? OW_OK : oom(err);
-    tmp = malloc(len);
-    if (tmp == NULL)
-        return oom(err);
-    ow_result_bytes(&col, tmp, len, &got, NULL);
-    if (mysql_stmt_fetch_column(st, &col, 6, 0) != 0)
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "read response body", err);
-    else if (ow_buf_append(out, tmp, len) != OW_OK)
-        rc = oom(err);
-    free(tmp);
-    return rc;
-}
-
 static void fill_record(const request_cols *c, ow_admin_record *r)
 {
     r->id = c->id;
@@ -247,7 +224,8 @@ static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_er
         rc = ow_store_fail(s, mysql_stmt_errno(st), "look up request", err);
     if (rc == OW_OK) {
         fill_record(&c, r);
-        rc = fetch_response_body(s, st, c.nul[6] ? 0 : c.body_len, &r->response, err);
+        rc = ow_store_fetch_column(s, st, 6, c.nul[6] ? 0 : c.body_len, &r->response,
+                                   "read response body", err);
     }
     mysql_stmt_free_result(st);
     return rc;

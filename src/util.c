@@ -43,7 +43,7 @@ void ow_buf_reset(ow_buf *b)
         b->data[0] = '\0';
 }
 
-static int buf_reserve(ow_buf *b, size_t extra)
+int ow_buf_reserve(ow_buf *b, size_t extra)
 {
     size_t need;
     size_t cap;
@@ -67,7 +67,7 @@ static int buf_reserve(ow_buf *b, size_t extra)
 
 int ow_buf_append(ow_buf *b, const void *p, size_t n)
 {
-    if (buf_reserve(b, n) != OW_OK)
+    if (ow_buf_reserve(b, n) != OW_OK)
         return OW_ENOMEM;
     if (n > 0)
         memcpy(b->data + b->len, p, n);
@@ -94,7 +94,7 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) != OW_OK)
+    if (n < 0 || ow_buf_reserve(b, (size_t)n) != OW_OK)
         return OW_ENOMEM;
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);

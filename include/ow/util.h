@@ -31,6 +31,8 @@ typedef struct {
 void ow_buf_init(ow_buf *b);
 void ow_buf_cleanup(ow_buf *b);
 void ow_buf_reset(ow_buf *b); /* keeps the allocation */
+/* Room for extra more bytes and a terminating NUL. */
+int ow_buf_reserve(ow_buf *b, size_t extra);
 int ow_buf_append(ow_buf *b, const void *p, size_t n);
 int ow_buf_appendc(ow_buf *b, char c);
 int ow_buf_appends(ow_buf *b, const char *s);
