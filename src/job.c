@@ -84,15 +84,21 @@ fail:
     return NULL;
 }
 
-void ow_job_free(ow_job *job)
+void ow_job_free_payload(ow_job *job)
 {
-    if (job == NULL)
-        return;
     if (job->valid)
         ow_store_item_cleanup(&job->item);
     ow_request_cleanup(&job->req);
     ow_buf_cleanup(&job->invalid_body);
     free(job->raw);
+    job->raw = NULL;
+}
+
+void ow_job_free(ow_job *job)
+{
+    if (job == NULL)
+        return;
+    ow_job_free_payload(job);
     free(job->key);
     free(job);
 }

@@ -269,12 +269,7 @@ static void release_payload(ow_job *job)
     int64_t before = (int64_t)job->bytes;
     size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
 
-    if (job->valid)
-        ow_store_item_cleanup(&job->item);
-    ow_request_cleanup(&job->req);
-    ow_buf_cleanup(&job->invalid_body);
-    free(job->raw);
-    job->raw = NULL;
+    ow_job_free_payload(job);
     job->bytes = sizeof(*job) + held;
     atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
 }

@@ -113,6 +113,9 @@ struct ow_worker {
 /* job.c */
 ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t epoch);
 void ow_job_free(ow_job *job);
+/* Frees the parsed request, the stored item and the raw bytes, keeping the
+ * job itself (its key, offset and acknowledgement count). */
+void ow_job_free_payload(ow_job *job);
 
 /* worker.c */
 /* Called when a job is over: done = its outputs were acknowledged. */
