@@ -375,23 +375,8 @@ static void test_retries_reuse_clash(void **state)
 
 static void test_offsets_committed_to_the_end(void **state)
 {
-    int64_t ends[PARTITIONS], committed[PARTITIONS];
-    int behind = 1;
-
     (void)state;
-    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
-    for (int waited = 0; waited < 60 && behind; waited++) {
-        behind = 0;
-        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed), 0);
-        for (int p = 0; p < PARTITIONS; p++)
-            behind |= ends[p] > 0 && committed[p] != ends[p];
-        if (behind)
-            usleep(500000);
-    }
-    for (int p = 0; p < PARTITIONS; p++)
-        if (ends[p] > 0 && committed[p] != ends[p])
-            fail_msg("partition %d: committed %lld, end %lld", p, (long long)committed[p],
-                     (long long)ends[p]);
+    teststack_await_committed(&ts, PARTITIONS, 30, "see the worker logs");
 }
 
 /* Waits until a worker's log says it started (its signal handlers are in

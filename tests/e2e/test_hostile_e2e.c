@@ -197,23 +197,11 @@ static void test_produce_every_row(void **state)
  * output topics read after this are complete. */
 static void test_offsets_committed_to_the_end(void **state)
 {
-    int64_t ends[PARTITIONS], committed[PARTITIONS];
-    int behind = 1;
+    char log[300];
 
     (void)state;
-    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
-    for (int waited = 0; waited < WAIT_S * 2 && behind; waited++) {
-        behind = 0;
-        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed), 0);
-        for (int p = 0; p < PARTITIONS; p++)
-            behind |= ends[p] > 0 && committed[p] != ends[p];
-        if (behind)
-            usleep(500000);
-    }
-    for (int p = 0; p < PARTITIONS; p++)
-        if (ends[p] > 0 && committed[p] != ends[p])
-            fail_msg("partition %d: committed %lld, end %lld (see %s/worker-hostile.log)", p,
-                     (long long)committed[p], (long long)ends[p], ts.logdir);
+    teststack_log(&ts, "worker-hostile.log", log, sizeof(log));
+    teststack_await_committed(&ts, PARTITIONS, WAIT_S, log);
 }
 
 static void check_result_body(const sent_row *r, const kit_msg *m)

@@ -132,8 +132,6 @@ static void test_metrics_after_a_known_mix(void **state)
 {
     rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
     static char body[65536];
-    int64_t ends[PARTITIONS], committed[PARTITIONS];
-    int caught_up = 0;
 
     (void)state;
     for (int i = 0; i < 10; i++) {
@@ -155,15 +153,7 @@ static void test_metrics_after_a_known_mix(void **state)
     assert_int_equal(kit_produce(p, ts.topic_in, -1, NULL, 0, "{}", 2), 0);
     assert_int_equal(kit_flush(p, 30000), 0);
     rd_kafka_destroy(p);
-    assert_int_equal(kit_end_offsets(ts.bootstrap, ts.topic_in, ends, PARTITIONS), PARTITIONS);
-    for (int waited = 0; waited < 120 && !caught_up; waited++) {
-        caught_up = kit_committed(ts.bootstrap, ts.group, ts.topic_in, PARTITIONS, committed) == 0;
-        for (int k = 0; caught_up && k < PARTITIONS; k++)
-            caught_up = committed[k] == ends[k];
-        if (!caught_up)
-            usleep(500000);
-    }
-    assert_true(caught_up);
+    teststack_await_committed(&ts, PARTITIONS, 60, "see metrics-good.log");
     assert_int_equal(http_get(good_port, "/metrics", body, sizeof(body)), 200);
     /* Exactly what this run produced (one replica, nothing redelivered). */
     assert_int_equal(metric(body, "order_worker_messages_consumed_total"), 19);

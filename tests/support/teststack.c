@@ -93,6 +93,29 @@ pid_t teststack_spawn(const testenv *e, const char *log_path)
     return pid;
 }
 
+void teststack_await_committed(const teststack *s, int partitions, int timeout_s,
+                               const char *hint)
+{
+    int64_t ends[64], committed[64];
+    int behind = 1;
+
+    assert_true(partitions <= 64);
+    assert_int_equal(kit_end_offsets(s->bootstrap, s->topic_in, ends, partitions), partitions);
+    for (int waited = 0; waited < timeout_s * 2 && behind; waited++) {
+        behind = 0;
+        assert_int_equal(kit_committed(s->bootstrap, s->group, s->topic_in, partitions, committed),
+                         0);
+        for (int p = 0; p < partitions; p++)
+            behind |= ends[p] > 0 && committed[p] != ends[p];
+        if (behind)
+            usleep(500000);
+    }
+    for (int p = 0; p < partitions; p++)
+        if (ends[p] > 0 && committed[p] != ends[p])
+            fail_msg("partition %d: committed %lld, end %lld (%s)", p, (long long)committed[p],
+                     (long long)ends[p], hint);
+}
+
 void teststack_log(const teststack *s, const char *name, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s", s->logdir, name);

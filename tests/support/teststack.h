@@ -48,6 +48,11 @@ void testenv_worker(testenv *e, const teststack *s);
 /* Starts `order-worker run` (OW_TEST_WORKER_BIN) with e, appending its log
  * to log_path; fails the test when it cannot. */
 pid_t teststack_spawn(const testenv *e, const char *log_path);
+/* Waits up to timeout_s for s's group to commit the end of every non-empty
+ * partition of the input topic (the topic has partitions); fails the test
+ * naming the first partition behind, and hint, when it does not. */
+void teststack_await_committed(const teststack *s, int partitions, int timeout_s,
+                               const char *hint);
 /* logdir/name into out. */
 void teststack_log(const teststack *s, const char *name, char *out, size_t size);
 
