@@ -85,7 +85,8 @@ struct ow_store {
 };
 
 /* Classifies the last error of the connection or statement. Lost-connection
- * errors also drop the connection so the next call reconnects. */
+ * errors also mark the connection broken, so that the next ow_store_connect
+ * replaces it (its statements stay valid until then). */
 int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
