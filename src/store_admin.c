@@ -1,145 +1,701 @@
-/* Store operations used by subcommands: migrations. */
+/*
+ * Operator operations on the store: lookup, purge and audit (ow/admin.h).
+ *
+ * Every statement is prepared and every value travels as a bound parameter;
+ * the only SQL text built at run time is made of the static fragments below
+ * (placeholder lists and the audit's COUNT/LIMIT wrappers). Reads that must
+ * agree with each other (a record and its orders; the audit's checks) run
+ * in one read-only REPEATABLE READ snapshot; a purge batch is one
+ * READ COMMITTED transaction of the session's usual kind.
+ */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "ow/migrations.h"
+#include "ow/admin.h"
+#include "ow/log.h"
 #include "store_internal.h"
 
-static const char *const create_migrations_table =
-    "CREATE TABLE IF NOT EXISTS ow_schema_migrations ("
-    " version INT NOT NULL PRIMARY KEY,"
-    " name VARCHAR(200) NOT NULL,"
-    " applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
-    ") ENGINE = InnoDB";
+#define ID_CHUNK 256 /* ids per UPDATE/DELETE statement of a purge batch */
 
-/* Runs one statement of static SQL text (from the embedded migrations). */
-static int run_static_prepared(ow_store *s, const char *sql, ow_error *err)
+static int oom(ow_error *err)
 {
-    MYSQL_STMT *st = NULL;
-    int rc = ow_store_prepare(s, sql, &st, err);
-
-    if (rc == OW_OK)
-        rc = ow_store_execute(s, st, NULL, "migration statement", err);
-    if (st != NULL)
-        mysql_stmt_close(st);
-    return rc;
+    return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
 }
 
-/* Splits text at lines that end in ';' and runs each statement. */
-static int run_script(ow_store *s, const char *text, ow_error *err)
+/* --- Small helpers ------------------------------------------------------- */
+
+void ow_timestamp_format(const ow_timestamp *t, char out[OW_TIMESTAMP_TEXT_MAX])
 {
-    ow_buf stmt;
-    const char *p = text;
-    int rc = OW_OK;
+    snprintf(out, OW_TIMESTAMP_TEXT_MAX, "%04u-%02u-%02u %02u:%02u:%02u.%06lu", t->year % 10000,
+             t->month % 100, t->day % 100, t->hour % 100, t->minute % 100, t->second % 100,
+             t->microsecond % 1000000);
+}
 
-    ow_buf_init(&stmt);
-    while (rc == OW_OK && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        size_t t = n;
-        const char *q = p;
+static void to_mysql_time(const ow_timestamp *t, MYSQL_TIME *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->year = t->year;
+    m->month = t->month;
+    m->day = t->day;
+    m->hour = t->hour;
+    m->minute = t->minute;
+    m->second = t->second;
+    m->second_part = t->microsecond;
+    m->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
 
-        while (*q == ' ' || *q == '\t')
-            q++;
-        while (t > 0 && (p[t - 1] == ' ' || p[t - 1] == '\t' || p[t - 1] == '\r'))
-            t--;
-        if (strncmp(q, "--", 2) != 0 && t > 0) {
-            if (ow_buf_append(&stmt, p, t) != OW_OK || ow_buf_appendc(&stmt, '\n') != OW_OK)
-                rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-            if (rc == OW_OK && p[t - 1] == ';') {
-                stmt.data[stmt.len - 2] = '\0'; /* drop ";\n" */
-                rc = run_static_prepared(s, stmt.data, err);
-                ow_buf_reset(&stmt);
-            }
-        }
-        p += n;
-        if (*p == '\n')
-            p++;
+static void from_mysql_time(const MYSQL_TIME *m, ow_timestamp *t)
+{
+    t->year = m->year;
+    t->month = m->month;
+    t->day = m->day;
+    t->hour = m->hour;
+    t->minute = m->minute;
+    t->second = m->second;
+    t->microsecond = m->second_part;
+}
+
+static void bind_time(MYSQL_BIND *b, MYSQL_TIME *t)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = t;
+}
+
+/* Binds a parameter or result column of type BIGINT to v. */
+static void bind_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull)
+{
+    ow_result_int(b, v, isnull);
+}
+
+/* Executes st with the given parameter binds (params may be NULL). */
+static int exec_binds(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *params, const char *what,
+                      ow_error *err)
+{
+    if (params != NULL && mysql_stmt_bind_param(st, params) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    if (mysql_stmt_execute(st) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    return OW_OK;
+}
+
+/* Fetches the one row of an executed statement whose result is one column. */
+static int fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char *what,
+                        ow_error *err)
+{
+    int frc;
+
+    if (mysql_stmt_bind_result(st, res) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+    frc = mysql_stmt_fetch(st);
+    if (frc == 1) {
+        unsigned e = mysql_stmt_errno(st);
+
+        mysql_stmt_free_result(st);
+        return ow_store_fail(s, e, what, err);
     }
-    ow_buf_cleanup(&stmt);
-    return rc;
+    mysql_stmt_free_result(st);
+    if (frc == MYSQL_NO_DATA)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: the query returned no row", what);
+    return OW_OK;
 }
 
-static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
+/* Runs sql (parameters in params, may be NULL) and reads one integer. */
+static int query_int(ow_store *s, const char *sql, MYSQL_BIND *params, int64_t *v, const char *what,
+                     ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     MYSQL_BIND res;
-    long long count = 0;
+    long long value = 0;
     ow_mybool nul = 0;
-    int rc = ow_store_prepare(s, "SELECT COUNT(*) FROM ow_schema_migrations WHERE version = ?", &st,
-                              err);
+    int rc = ow_store_prepare(s, sql, &st, err);
 
-    if (rc != OW_OK)
-        return rc;
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 1) != OW_OK) {
-        mysql_stmt_close(st);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    }
-    ow_param_int(&s->params, version);
-    rc = ow_store_execute(s, st, &s->params, "read migrations", err);
-    ow_result_int(&res, &count, &nul);
-    if (rc == OW_OK && (mysql_stmt_bind_result(st, &res) != 0 || mysql_stmt_fetch(st) != 0))
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "read migrations", err);
-    mysql_stmt_close(st);
-    *applied = count > 0;
-    return rc;
-}
-
-/* Records m as applied. The scripts are re-runnable, so two migrate runs
- * may both apply one; the version's primary key keeps one record and *first
- * says whether it is this run's. */
-static const char *const sql_record_migration =
-    "INSERT IGNORE INTO ow_schema_migrations (version, name) VALUES (?, ?)";
-
-static int record(ow_store *s, const ow_migration *m, int *first, ow_error *err)
-{
-    MYSQL_STMT *st = NULL;
-    int rc = ow_store_prepare(s, sql_record_migration, &st, err);
-
-    if (rc != OW_OK)
-        return rc;
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 2) != OW_OK) {
-        mysql_stmt_close(st);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    }
-    ow_param_int(&s->params, m->version);
-    ow_param_bytes(&s->params, m->name, strlen(m->name));
-    rc = ow_store_execute(s, st, &s->params, "record migration", err);
-    *first = rc == OW_OK && mysql_stmt_affected_rows(st) == 1;
-    mysql_stmt_close(st);
     if (rc == OW_OK)
-        rc = ow_store_commit(s, err);
+        rc = exec_binds(s, st, params, what, err);
+    bind_int(&res, &value, &nul);
+    if (rc == OW_OK)
+        rc = fetch_single(s, st, &res, what, err);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    *v = nul ? 0 : value;
     return rc;
 }
 
-int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err)
+/* Starts a read-only transaction that sees one consistent snapshot. The
+ * caller ends it with ow_store_rollback. */
+static int begin_snapshot(ow_store *s, ow_error *err)
 {
     int rc = ow_store_connect(s, err);
 
-    *applied = 0;
     if (rc == OW_OK)
-        rc = run_static_prepared(s, create_migrations_table, err);
-    for (unsigned i = 0; rc == OW_OK && i < ow_migrations_count; i++) {
-        const ow_migration *m = &ow_migrations[i];
-        int done = 0;
+        rc = ow_store_exec_static(s, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", err);
+    if (rc == OW_OK)
+        rc = ow_store_exec_static(s, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY", err);
+    return rc;
+}
 
-        rc = is_applied(s, m->version, &done, err);
-        if (rc != OW_OK)
-            break;
-        if (done) {
-            fprintf(log, "migrate: %s already applied\n", m->name);
-            continue;
-        }
-        rc = run_script(s, m->sql, err);
-        if (rc == OW_OK)
-            rc = record(s, m, &done, err);
-        if (rc == OW_OK && !done) {
-            fprintf(log, "migrate: %s was applied by another run meanwhile\n", m->name);
-        } else if (rc == OW_OK) {
-            fprintf(log, "migrate: applied %s\n", m->name);
-            (*applied)++;
-        }
+/* --- lookup -------------------------------------------------------------- */
+
+static const char *const sql_lookup_request =
+    "SELECT id, status, request_digest, response_status, created_at, updated_at, response_body "
+    "FROM idempotency_requests WHERE user_id = ? AND idempotency_key = ?";
+
+static const char *const sql_lookup_orders =
+    "SELECT id, order_no, external_order_no, amount, product_id, quantity FROM orders "
+    "WHERE request_id = ? ORDER BY id";
+
+void ow_admin_record_init(ow_admin_record *r)
+{
+    memset(r, 0, sizeof(*r));
+    ow_buf_init(&r->response);
+}
+
+void ow_admin_record_cleanup(ow_admin_record *r)
+{
+    ow_buf_cleanup(&r->response);
+    free(r->orders);
+    ow_admin_record_init(r);
+}
+
+/* The columns of sql_lookup_request, bound to a record. */
+typedef struct {
+    MYSQL_BIND res[7];
+    ow_mybool nul[7];
+    unsigned long status_len, digest_len, body_len;
+    long long id, response_status;
+    unsigned char digest[OW_DIGEST_LEN];
+    MYSQL_TIME created, updated;
+} request_cols;
+
+static void bind_request_cols(request_cols *c, ow_admin_record *r)
+{
+    memset(c, 0, sizeof(*c));
+    bind_int(&c->res[0], &c->id, &c->nul[0]);
+    ow_result_bytes(&c->res[1], r->status, sizeof(r->status) - 1, &c->status_len, &c->nul[1]);
+    ow_result_bytes(&c->res[2], c->digest, sizeof(c->digest), &c->digest_len, &c->nul[2]);
+    bind_int(&c->res[3], &c->response_status, &c->nul[3]);
+    c->res[4].buffer_type = MYSQL_TYPE_DATETIME;
+    c->res[4].buffer = &c->created;
+    c->res[4].is_null = &c->nul[4];
+    c->res[5].buffer_type = MYSQL_TYPE_DATETIME;
+    c->res[5].buffer = &c->updated;
+    c->res[5].is_null = &c->nul[5];
+    /* No buffer: the body's length is learned first, then it is fetched. */
+    ow_result_bytes(&c->res[6], NULL, 0, &c->body_len, &c->nul[6]);
+}
+
+static void fill_record(const request_cols *c, ow_admin_record *r)
+{
+    r->id = c->id;
+    r->status[c->status_len < sizeof(r->status) ? c->status_len : sizeof(r->status) - 1] = '\0';
+    r->response_status = c->response_status;
+    r->digest_hex[0] = '\0';
+    if (!c->nul[2] && c->digest_len == OW_DIGEST_LEN)
+        ow_hex(c->digest, OW_DIGEST_LEN, r->digest_hex);
+    if (!c->nul[4])
+        from_mysql_time(&c->created, &r->created_at);
+    if (!c->nul[5])
+        from_mysql_time(&c->updated, &r->updated_at);
+}
+
+/* Reads the request row; OW_ENOTFOUND when there is none. */
+static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_error *err)
+{
+    request_cols c;
+    int frc;
+    int rc = OW_OK;
+
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, 2) != OW_OK)
+        return oom(err);
+    ow_param_int(&s->params, r->user_id);
+    ow_param_bytes(&s->params, r->key, r->key_len);
+    rc = ow_store_execute(s, st, &s->params, "look up request", err);
+    if (rc != OW_OK)
+        return rc;
+    bind_request_cols(&c, r);
+    if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), "look up request", err);
+    frc = mysql_stmt_fetch(st);
+    if (frc == MYSQL_NO_DATA)
+        rc = OW_ENOTFOUND;
+    else if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+        rc = ow_store_fail(s, mysql_stmt_errno(st), "look up request", err);
+    if (rc == OW_OK) {
+        fill_record(&c, r);
+        rc = ow_store_fetch_column(s, st, 6, c.nul[6] ? 0 : c.body_len, &r->response,
+                                   "read response body", err);
     }
+    mysql_stmt_free_result(st);
+    return rc;
+}
+
+static int grow_orders(ow_admin_record *r, size_t *cap)
+{
+    size_t cap2 = *cap != 0 ? *cap * 2 : 16;
+    ow_admin_order *p;
+
+    if (r->n_orders < *cap)
+        return OW_OK;
+    p = realloc(r->orders, cap2 * sizeof(*p));
+    if (p == NULL)
+        return OW_ENOMEM;
+    r->orders = p;
+    *cap = cap2;
+    return OW_OK;
+}
+
+/* The columns of sql_lookup_orders, bound to one order. */
+typedef struct {
+    MYSQL_BIND res[6];
+    ow_mybool nul[6];
+    unsigned long order_no_len, ext_len, amount_len;
+    long long id, product_id, quantity;
+    ow_admin_order o;
+} order_cols;
+
+static void bind_order_cols(order_cols *c)
+{
+    memset(c, 0, sizeof(*c));
+    bind_int(&c->res[0], &c->id, &c->nul[0]);
+    ow_result_bytes(&c->res[1], c->o.order_no, sizeof(c->o.order_no) - 1, &c->order_no_len,
+                    &c->nul[1]);
+    ow_result_bytes(&c->res[2], c->o.external_order_no, sizeof(c->o.external_order_no) - 1,
+                    &c->ext_len, &c->nul[2]);
+    ow_result_bytes(&c->res[3], c->o.amount, sizeof(c->o.amount) - 1, &c->amount_len, &c->nul[3]);
+    bind_int(&c->res[4], &c->product_id, &c->nul[4]);
+    bind_int(&c->res[5], &c->quantity, &c->nul[5]);
+}
+
+static size_t clamp_len(unsigned long len, size_t cap)
+{
+    return len < cap ? (size_t)len : cap - 1;
+}
+
+static void take_order(order_cols *c, ow_admin_order *o)
+{
+    c->o.id = c->id;
+    c->o.order_no[clamp_len(c->order_no_len, sizeof(c->o.order_no))] = '\0';
+    c->o.ext_len = clamp_len(c->ext_len, sizeof(c->o.external_order_no));
+    c->o.external_order_no[c->o.ext_len] = '\0';
+    c->o.amount[clamp_len(c->amount_len, sizeof(c->o.amount))] = '\0';
+    c->o.product_id = c->nul[4] ? 0 : c->product_id;
+    c->o.quantity = c->quantity;
+    *o = c->o;
+}
+
+static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_error *err)
+{
+    order_cols c;
+    size_t cap = 0;
+    int frc;
+    int rc;
+
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, 1) != OW_OK)
+        return oom(err);
+    ow_param_int(&s->params, r->id);
+    rc = ow_store_execute(s, st, &s->params, "look up orders", err);
+    if (rc != OW_OK)
+        return rc;
+    bind_order_cols(&c);
+    if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
+    for (;;) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        if (grow_orders(r, &cap) != OW_OK) {
+            rc = oom(err);
+            break;
+        }
+        take_order(&c, &r->orders[r->n_orders++]);
+    }
+    if (rc == OW_OK && frc != MYSQL_NO_DATA)
+        rc = ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
+    mysql_stmt_free_result(st);
+    return rc;
+}
+
+int ow_admin_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_len,
+                    ow_admin_record *out, ow_error *err)
+{
+    MYSQL_STMT *req = NULL;
+    MYSQL_STMT *orders = NULL;
+    int rc;
+
+    ow_admin_record_cleanup(out);
+    if (key_len == 0 || key_len > OW_KEY_MAX)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "key: must be 1 to %d bytes",
+                            OW_KEY_MAX);
+    out->user_id = user_id;
+    memcpy(out->key, key, key_len);
+    out->key_len = key_len;
+    rc = begin_snapshot(s, err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql_lookup_request, &req, err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql_lookup_orders, &orders, err);
+    if (rc == OW_OK)
+        rc = lookup_request(s, req, out, err);
+    if (rc == OW_OK)
+        rc = lookup_orders(s, orders, out, err);
+    if (req != NULL)
+        mysql_stmt_close(req);
+    if (orders != NULL)
+        mysql_stmt_close(orders);
+    ow_store_rollback(s);
+    return rc;
+}
+
+/* --- purge --------------------------------------------------------------- */
+
+static const char *const sql_cutoff = "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS DATETIME(6))";
+static const char *const sql_count_old =
+    "SELECT COUNT(*) FROM idempotency_requests WHERE created_at < ?";
+static const char *const sql_select_old =
+    "SELECT id FROM idempotency_requests WHERE created_at < ? ORDER BY created_at, id LIMIT ?";
+static const char *const sql_detach_head =
+    "UPDATE orders SET request_id = NULL WHERE request_id IN (";
+static const char *const sql_delete_head = "DELETE FROM idempotency_requests WHERE id IN (";
+
+int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND param, res;
+    MYSQL_TIME t;
+    long long secs = older_than_s;
+    ow_mybool nul = 0;
+    int rc = ow_store_connect(s, err);
+
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql_cutoff, &st, err);
+    bind_int(&param, &secs, NULL);
+    if (rc == OW_OK)
+        rc = exec_binds(s, st, &param, "compute cutoff", err);
+    memset(&t, 0, sizeof(t));
+    bind_time(&res, &t);
+    res.is_null = &nul;
+    if (rc == OW_OK)
+        rc = fetch_single(s, st, &res, "compute cutoff", err);
+    if (rc == OW_OK && nul)
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                          "the cutoff is before the earliest date the database can hold");
+    if (rc == OW_OK)
+        from_mysql_time(&t, cutoff);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_store_rollback(s);
+    return rc;
+}
+
+int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count, ow_error *err)
+{
+    MYSQL_BIND param;
+    MYSQL_TIME t;
+    int rc = ow_store_connect(s, err);
+
+    *count = 0;
+    to_mysql_time(cutoff, &t);
+    bind_time(&param, &t);
+    if (rc == OW_OK)
+        rc = query_int(s, sql_count_old, &param, count, "count old requests", err);
+    ow_store_rollback(s);
+    return rc;
+}
+
+static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit, long long *ids,
+                          size_t *n, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND params[2], res;
+    MYSQL_TIME t;
+    long long lim = (long long)limit, id = 0;
+    ow_mybool nul = 0;
+    int frc = 0;
+    int rc = ow_store_prepare(s, sql_select_old, &st, err);
+
+    *n = 0;
+    to_mysql_time(cutoff, &t);
+    bind_time(&params[0], &t);
+    bind_int(&params[1], &lim, NULL);
+    bind_int(&res, &id, &nul);
+    if (rc == OW_OK)
+        rc = exec_binds(s, st, params, "select old requests", err);
+    if (rc == OW_OK && mysql_stmt_bind_result(st, &res) != 0)
+        rc = ow_store_fail(s, mysql_stmt_errno(st), "select old requests", err);
+    while (rc == OW_OK) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0)
+            break;
+        if (*n < limit)
+            ids[(*n)++] = id;
+    }
+    if (rc == OW_OK && frc != MYSQL_NO_DATA)
+        rc = ow_store_fail(s, mysql_stmt_errno(st), "select old requests", err);
+    if (st != NULL) {
+        mysql_stmt_free_result(st);
+        mysql_stmt_close(st);
+    }
+    return rc;
+}
+
+/* head + ID_CHUNK placeholders + ")". */
+static int build_in_list(const char *head, ow_buf *sql)
+{
+    int rc = ow_buf_appends(sql, head);
+
+    for (size_t i = 0; rc == OW_OK && i < ID_CHUNK; i++)
+        rc = ow_buf_appends(sql, i == 0 ? "?" : ",?");
+    if (rc == OW_OK)
+        rc = ow_buf_appendc(sql, ')');
+    return rc;
+}
+
+/* Runs head "(?,...)" over ids[0..n) in chunks of ID_CHUNK; the last chunk
+ * repeats its last id to fill the list, which changes nothing it matches.
+ * Adds the affected rows to *affected. */
+static int run_in_chunks(ow_store *s, const char *head, const long long *ids, size_t n,
+                         int64_t *affected, const char *what, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    ow_buf sql;
+    int rc;
+
+    ow_buf_init(&sql);
+    rc = build_in_list(head, &sql) == OW_OK ? OW_OK : oom(err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql.data, &st, err);
+    for (size_t done = 0; rc == OW_OK && done < n; done += ID_CHUNK) {
+        ow_params_reset(&s->params);
+        if (ow_params_reserve(&s->params, ID_CHUNK) != OW_OK) {
+            rc = oom(err);
+            break;
+        }
+        for (size_t i = 0; i < ID_CHUNK; i++)
+            ow_param_int(&s->params, ids[done + i < n ? done + i : n - 1]);
+        rc = ow_store_execute(s, st, &s->params, what, err);
+        if (rc == OW_OK)
+            *affected += (int64_t)mysql_stmt_affected_rows(st);
+    }
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_buf_cleanup(&sql);
+    return rc;
+}
+
+int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
+                         ow_error *err)
+{
+    long long *ids = NULL;
+    size_t n = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (limit == 0 || limit > OW_PURGE_BATCH_MAX)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "batch: must be 1 to %d",
+                            OW_PURGE_BATCH_MAX);
+    ids = malloc(limit * sizeof(*ids));
+    if (ids == NULL)
+        return oom(err);
+    rc = ow_store_connect(s, err);
+    if (rc == OW_OK)
+        rc = select_old_ids(s, cutoff, limit, ids, &n, err);
+    if (rc == OW_OK && n > 0)
+        rc = run_in_chunks(s, sql_detach_head, ids, n, &out->orders_detached, "detach orders", err);
+    if (rc == OW_OK && n > 0)
+        rc = run_in_chunks(s, sql_delete_head, ids, n, &out->requests_deleted, "delete requests",
+                           err);
+    if (rc == OW_OK)
+        rc = ow_store_commit(s, err);
+    if (rc != OW_OK) {
+        ow_store_rollback(s);
+        memset(out, 0, sizeof(*out));
+    }
+    out->requests_selected = rc == OW_OK ? (int64_t)n : 0;
+    free(ids);
+    return rc;
+}
+
+/* --- audit --------------------------------------------------------------- */
+
+/* Each check is a SELECT with one row per finding and three columns named
+ * a (BIGINT), b (bytes or NULL) and c (BIGINT), ordered for stable
+ * examples. Its findings are the rows; its examples the first rows. */
+typedef struct {
+    const char *name;
+    const char *rows;
+    const char *label[3]; /* label[1] NULL: column b is not shown */
+    int mask_b;           /* column b holds a key or an order number: mask it */
+} audit_def;
+
+static const audit_def audit_defs[OW_AUDIT_CHECK_COUNT] = {
+    [OW_AUDIT_DUPLICATE_REQUESTS] =
+        {"duplicate request keys",
+         "SELECT user_id AS a, idempotency_key AS b, COUNT(*) AS c FROM idempotency_requests "
+         "GROUP BY user_id, idempotency_key HAVING COUNT(*) > 1 ORDER BY a, b",
+         {"user_id", "key", "records"},
+         1},
+    [OW_AUDIT_DUPLICATE_ORDERS] =
+        {"duplicate orders",
+         "SELECT user_id AS a, external_order_no AS b, COUNT(*) AS c FROM orders "
+         "GROUP BY user_id, external_order_no HAVING COUNT(*) > 1 ORDER BY a, b",
+         {"user_id", "external_order_no", "orders"},
+         1},
+    [OW_AUDIT_ORDERS_WITHOUT_SUCCESS] =
+        {"orders without a SUCCEEDED request",
+         "SELECT o.id AS a, r.status AS b, o.request_id AS c FROM orders o "
+         "LEFT JOIN idempotency_requests r ON r.id = o.request_id "
+         "WHERE o.request_id IS NOT NULL AND (r.id IS NULL OR r.status <> 'SUCCEEDED') "
+         "ORDER BY a",
+         {"order_id", "request_status", "request_id"},
+         0},
+    [OW_AUDIT_FAILED_OWNERS] =
+        {"FAILED requests owning orders",
+         "SELECT r.id AS a, NULL AS b, COUNT(*) AS c FROM idempotency_requests r "
+         "JOIN orders o ON o.request_id = r.id WHERE r.status = 'FAILED' GROUP BY r.id "
+         "ORDER BY a",
+         {"request_id", NULL, "orders"},
+         0},
+    [OW_AUDIT_NOT_FINAL] =
+        {"requests not in a final state",
+         "SELECT id AS a, status AS b, response_status AS c FROM idempotency_requests "
+         "WHERE status NOT IN ('SUCCEEDED', 'FAILED') "
+         "OR (status = 'SUCCEEDED' AND response_status <> 201) "
+         "OR (status = 'FAILED' AND response_status <> 409) "
+         "OR LENGTH(response_body) = 0 ORDER BY a",
+         {"request_id", "status", "response_status"},
+         0},
+};
+
+/* The bytes of column b, printable: masked when they are a key, else
+ * quoted with anything but printable ASCII as '?'. */
+static void show_b(const audit_def *d, const char *b, size_t len, int isnull, char *out,
+                   size_t outsz)
+{
+    size_t k = 0;
+
+    if (isnull) {
+        snprintf(out, outsz, "NULL");
+        return;
+    }
+    if (d->mask_b) {
+        ow_log_mask_key(b, len, out);
+        return;
+    }
+    out[k++] = '"';
+    for (size_t i = 0; i < len && k + 2 < outsz; i++)
+        out[k++] = (b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"') ? b[i] : '?';
+    out[k++] = '"';
+    out[k] = '\0';
+}
+
+static void format_example(const audit_def *d, long long a, const char *b, size_t blen, int bnull,
+                           long long c, char out[OW_AUDIT_EXAMPLE_MAX])
+{
+    char shown[OW_LOG_MASK_MAX + 64];
+
+    if (d->label[1] == NULL) {
+        snprintf(out, OW_AUDIT_EXAMPLE_MAX, "%s=%lld %s=%lld", d->label[0], a, d->label[2], c);
+        return;
+    }
+    show_b(d, b, blen, bnull, shown, sizeof(shown));
+    snprintf(out, OW_AUDIT_EXAMPLE_MAX, "%s=%lld %s=%s %s=%lld", d->label[0], a, d->label[1], shown,
+             d->label[2], c);
+}
+
+static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_audit_check *chk,
+                          ow_error *err)
+{
+    MYSQL_BIND res[3];
+    ow_mybool nul[3] = {0};
+    long long a = 0, c = 0;
+    char b[OW_KEY_MAX + 1];
+    unsigned long blen = 0;
+    unsigned e;
+    int frc = 0;
+
+    bind_int(&res[0], &a, &nul[0]);
+    ow_result_bytes(&res[1], b, sizeof(b), &blen, &nul[1]);
+    bind_int(&res[2], &c, &nul[2]);
+    if (mysql_stmt_bind_result(st, res) != 0)
+        return ow_store_fail(s, mysql_stmt_errno(st), "audit examples", err);
+    while (chk->n_examples < OW_AUDIT_EXAMPLES) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        format_example(d, nul[0] ? 0 : a, b, blen < sizeof(b) ? blen : sizeof(b), nul[1],
+                       nul[2] ? 0 : c, chk->examples[chk->n_examples]);
+        chk->n_examples++;
+    }
+    e = frc == 1 ? mysql_stmt_errno(st) : 0;
+    mysql_stmt_free_result(st);
+    if (frc == 1)
+        return ow_store_fail(s, e, "audit examples", err);
+    return OW_OK;
+}
+
+static int audit_examples(ow_store *s, const audit_def *d, ow_audit_check *chk, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND param;
+    long long limit = OW_AUDIT_EXAMPLES;
+    ow_buf sql;
+    int rc;
+
+    ow_buf_init(&sql);
+    rc = ow_buf_appends(&sql, d->rows) == OW_OK && ow_buf_appends(&sql, " LIMIT ?") == OW_OK
+             ? OW_OK
+             : oom(err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql.data, &st, err);
+    bind_int(&param, &limit, NULL);
+    if (rc == OW_OK)
+        rc = exec_binds(s, st, &param, "audit examples", err);
+    if (rc == OW_OK)
+        rc = fetch_examples(s, d, st, chk, err);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_buf_cleanup(&sql);
+    return rc;
+}
+
+static int audit_check(ow_store *s, const audit_def *d, ow_audit_check *chk, ow_error *err)
+{
+    ow_buf sql;
+    int rc;
+
+    chk->name = d->name;
+    ow_buf_init(&sql);
+    rc = ow_buf_appends(&sql, "SELECT COUNT(*) FROM (") == OW_OK &&
+                 ow_buf_appends(&sql, d->rows) == OW_OK &&
+                 ow_buf_appends(&sql, ") AS findings") == OW_OK
+             ? OW_OK
+             : oom(err);
+    if (rc == OW_OK)
+        rc = query_int(s, sql.data, NULL, &chk->findings, "audit count", err);
+    if (rc == OW_OK && chk->findings > 0)
+        rc = audit_examples(s, d, chk, err);
+    ow_buf_cleanup(&sql);
+    return rc;
+}
+
+int ow_admin_audit(ow_store *s, ow_audit_report *out, ow_error *err)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < OW_AUDIT_CHECK_COUNT; i++)
+        out->checks[i].name = audit_defs[i].name;
+    rc = begin_snapshot(s, err);
+    if (rc == OW_OK)
+        rc = query_int(s, "SELECT COUNT(*) FROM idempotency_requests", NULL, &out->requests,
+                       "count requests", err);
+    if (rc == OW_OK)
+        rc = query_int(s, "SELECT COUNT(*) FROM orders", NULL, &out->orders, "count orders", err);
+    for (size_t i = 0; rc == OW_OK && i < OW_AUDIT_CHECK_COUNT; i++)
+        rc = audit_check(s, &audit_defs[i], &out->checks[i], err);
+    ow_store_rollback(s);
     return rc;
 }

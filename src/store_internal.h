@@ -1,4 +1,4 @@
-/* Private to the store modules (store.c, decide.c, store_admin.c). */
+/* Private to the store modules (store.c, decide.c, store_migrate.c, store_admin.c). */
 #ifndef OW_STORE_INTERNAL_H
 #define OW_STORE_INTERNAL_H
 
