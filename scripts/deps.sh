@@ -66,10 +66,12 @@ install_packages() {
   fi
 
   say "apt: installing ${#missing[@]} missing package(s): ${missing[*]}"
-  as_root apt-get update -q >/dev/null \
+  # Another apt run (a second checkout's deps.sh) may hold the dpkg lock:
+  # wait for it rather than fail.
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null \
     || die "apt-get update failed"
   as_root env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" \
     || die "apt-get install failed for: ${missing[*]}"
 
   for p in "${missing[@]}"; do
