@@ -1,7 +1,10 @@
 #include "ow/response.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ow/digest.h"
 #include "ow/error.h"
 
 static const struct {
@@ -216,5 +219,93 @@ int ow_response_invalid(const char *key, size_t key_len, int has_user, int64_t u
         rc = ow_buf_appendf(out, ",\"errors_omitted\":%zu", errs->omitted);
     if (rc == OW_OK)
         rc = ow_buf_appendc(out, '}');
+    return rc;
+}
+
+/* The worst 400 body: every error slot used, every byte of its field and
+ * message escaped to six, and errors omitted beyond them. */
+static int worst_invalid(ow_buf *out)
+{
+    ow_field_errors errs;
+
+    ow_field_errors_init(&errs);
+    errs.count = OW_FIELD_ERRORS_MAX;
+    errs.omitted = SIZE_MAX;
+    for (size_t i = 0; i < errs.count; i++) {
+        ow_field_error *e = &errs.items[i];
+
+        memset(e->field, 0x01, sizeof(e->field) - 1);
+        e->field[sizeof(e->field) - 1] = '\0';
+        memset(e->message, 0x01, sizeof(e->message) - 1);
+        e->message[sizeof(e->message) - 1] = '\0';
+    }
+    return ow_response_invalid(NULL, 0, 1, INT64_MAX, &errs, out);
+}
+
+/* A request whose every order has the longest body: an order number of
+ * quotes (each escaped to two bytes) and the largest numbers. */
+static int worst_request(size_t n, ow_request *req, ow_order_ref **refs, ow_conflict **conflicts)
+{
+    req->user_id = INT64_MAX;
+    req->n_orders = n;
+    req->orders = calloc(n > 0 ? n : 1, sizeof(*req->orders));
+    *refs = calloc(n > 0 ? n : 1, sizeof(**refs));
+    *conflicts = calloc(n > 0 ? n : 1, sizeof(**conflicts));
+    if (req->orders == NULL || *refs == NULL || *conflicts == NULL)
+        return OW_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        ow_order_item *o = &req->orders[i];
+
+        memset(o->external_order_no, '"', OW_EXT_NO_MAX);
+        o->ext_len = OW_EXT_NO_MAX;
+        o->amount_cents = OW_AMOUNT_MAX_CENTS;
+        o->product_id = INT64_MAX;
+        o->quantity = OW_QUANTITY_MAX;
+        (*refs)[i].order_id = INT64_MAX;
+        memset((*refs)[i].order_no, 'W', OW_ORDER_NO_MAX);
+        (*conflicts)[i].index = i;
+        (*conflicts)[i].fields = OW_DIFF_AMOUNT | OW_DIFF_PRODUCT_ID | OW_DIFF_QUANTITY;
+    }
+    return OW_OK;
+}
+
+static void keep_max(ow_buf *b, size_t *max)
+{
+    if (b->len > *max)
+        *max = b->len;
+    b->len = 0;
+}
+
+int ow_response_max_len(size_t max_orders, size_t *len)
+{
+    static const char digest[OW_DIGEST_HEX_LEN + 1] =
+        "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
+    char key[OW_KEY_MAX];
+    ow_response_ctx ctx = {INT64_MAX, key, sizeof(key), digest};
+    ow_request req = {0};
+    ow_order_ref *refs = NULL;
+    ow_conflict *conflicts = NULL;
+    ow_buf b;
+    int rc;
+
+    memset(key, 'k', sizeof(key)); /* key characters need no escaping */
+    ow_buf_init(&b);
+    *len = 0;
+    rc = worst_request(max_orders, &req, &refs, &conflicts);
+    if (rc == OW_OK && (rc = ow_response_created(&ctx, &req, refs, &b)) == OW_OK)
+        keep_max(&b, len);
+    if (rc == OW_OK &&
+        (rc = ow_response_order_conflict(&ctx, &req, conflicts, max_orders, &b)) == OW_OK)
+        keep_max(&b, len);
+    if (rc == OW_OK && (rc = ow_response_key_reused(&ctx, &b)) == OW_OK)
+        keep_max(&b, len);
+    if (rc == OW_OK && (rc = ow_response_in_progress(&ctx, INT64_MAX, &b)) == OW_OK)
+        keep_max(&b, len);
+    if (rc == OW_OK && (rc = worst_invalid(&b)) == OW_OK)
+        keep_max(&b, len);
+    ow_buf_cleanup(&b);
+    free(req.orders);
+    free(refs);
+    free(conflicts);
     return rc;
 }

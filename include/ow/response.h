@@ -61,6 +61,14 @@ int ow_response_in_progress(const ow_response_ctx *ctx, int64_t retry_after_ms, 
 int ow_response_invalid(const char *key, size_t key_len, int has_user, int64_t user_id,
                         const ow_field_errors *errs, ow_buf *out);
 
+/* The largest body any request of at most max_orders orders can get, in
+ * bytes: computed by building the worst case (every order number made of
+ * characters that JSON escapes, the largest ids and amounts, every field in
+ * conflict) with the functions above, so it follows their format. The
+ * worker refuses at start a configuration whose largest result would not
+ * fit the result topic's message limit (issue 9, defect 2). */
+int ow_response_max_len(size_t max_orders, size_t *len);
+
 /* Appends s as a JSON string (quotes included); bytes >= 0x80 are copied as
  * they are, so s must be valid UTF-8. */
 int ow_json_write_string(ow_buf *out, const char *s, size_t len);

@@ -171,6 +171,67 @@ static void test_codes(void **state)
     assert_string_equal(ow_result_code_name(OW_CODE_REQUEST_IN_PROGRESS), "REQUEST_IN_PROGRESS");
 }
 
+/* Random requests of n orders: their 201 and 409 bodies never exceed the
+ * bound (issue 9, defect 2: the bound decides which configurations start). */
+static void check_bound_holds(size_t n, uint64_t *seed)
+{
+    static const char chars[] = "\"\\AZaz09-_ ~!";
+    ow_request req = {INT64_MAX, n, calloc(n, sizeof(ow_order_item))};
+    ow_order_ref *refs = calloc(n, sizeof(*refs));
+    ow_conflict *conf = calloc(n, sizeof(*conf));
+    ow_response_ctx ctx = {INT64_MAX, "k", 1, digest};
+    size_t bound = 0;
+    ow_buf b;
+
+    assert_non_null(req.orders);
+    assert_non_null(refs);
+    assert_non_null(conf);
+    for (size_t i = 0; i < n; i++) {
+        ow_order_item *o = &req.orders[i];
+
+        *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        o->ext_len = 1 + (size_t)(*seed >> 33) % OW_EXT_NO_MAX;
+        for (size_t k = 0; k < o->ext_len; k++)
+            o->external_order_no[k] = chars[(*seed >> (k % 50)) % (sizeof(chars) - 1)];
+        o->amount_cents = (int64_t)(*seed >> 24);
+        o->quantity = 1;
+        refs[i].order_id = (int64_t)(*seed >> 1);
+        strcpy(refs[i].order_no, "OW-0000000000001");
+        refs[i].existing = (int)(*seed & 1);
+        conf[i].index = i;
+        conf[i].fields = 1 + (unsigned)(*seed % 7);
+    }
+    assert_int_equal(ow_response_max_len(n, &bound), OW_OK);
+    ow_buf_init(&b);
+    assert_int_equal(ow_response_created(&ctx, &req, refs, &b), OW_OK);
+    assert_true(b.len <= bound);
+    b.len = 0;
+    assert_int_equal(ow_response_order_conflict(&ctx, &req, conf, n, &b), OW_OK);
+    assert_true(b.len <= bound);
+    ow_buf_cleanup(&b);
+    free(req.orders);
+    free(refs);
+    free(conf);
+}
+
+static void test_max_len_bounds_every_body(void **state)
+{
+    uint64_t seed = 7;
+    size_t a = 0, b = 0, big = 0;
+
+    (void)state;
+    for (size_t n = 1; n <= 300; n += 37)
+        check_bound_holds(n, &seed);
+    /* Past the constant 400 body (about 37 kB), it grows with every order. */
+    assert_int_equal(ow_response_max_len(1000, &a), OW_OK);
+    assert_int_equal(ow_response_max_len(1001, &b), OW_OK);
+    assert_true(b > a);
+    /* The response the issue saw for 10,000 orders of 64-byte order
+     * numbers (1,949,062 bytes) is within the bound for 10,000 orders. */
+    assert_int_equal(ow_response_max_len(10000, &big), OW_OK);
+    assert_true(big >= 1949062);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_key_reused_and_in_progress),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_codes),
+        cmocka_unit_test(test_max_len_bounds_every_body),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
