@@ -8,10 +8,12 @@
 #      initialised with a literal in the same file, or at a reviewed site
 #      whose text is assembled by rule D (listed below).
 #   D. Where SQL text is assembled (a buffer named sql, or b in build_sql),
-#      only literals, `sql_*` constants, `head`/`tuple`/`tail` (taken from
-#      store.c's static table of literals, sql_shapes) and `d->rows` (a
-#      static table of literals) are appended; no formatted output
-#      (*appendf, snprintf) goes into it.
+#      only literals, `sql_*` constants, `head`/`tuple`/`tail` or
+#      `shape->head`/`->tuple`/`->tail` (from statement shapes, rule E) and
+#      `d->rows` (a static table of literals) are appended; no formatted
+#      output (*appendf, snprintf) goes into it.
+#   E. A statement shape (`static const ow_sql_shape`, cached by
+#      ow_store_stmt) holds a slot number and string literals, nothing else.
 # Data always travels as bound parameters. Run with --self-test to prove the
 # check fails on planted violations.
 set -euo pipefail
@@ -47,7 +49,7 @@ check() {  # DIR
       continue
     fi
     case "$line" in
-      */store.c:*'ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err)'*) ;;
+      */store.c:*'rc = ow_store_prepare(s, sql.data, slot, err)'*) ;;        # ow_sql_shape (rule E)
       */store_migrate.c:*'ow_store_prepare(s, sql, &st, err)'*) ;;      # embedded migrations
       */store_admin.c:*'int rc = ow_store_prepare(s, sql, &st, err)'*) ;; # query_int
       */store_admin.c:*'rc = ow_store_prepare(s, sql.data, &st, err)'*) ;; # rule D builders
@@ -58,7 +60,7 @@ check() {  # DIR
   # D
   # The appended argument must start with a literal (possibly continued on the
   # next lines), be a literal-only ternary, or be one of the reviewed names.
-  local allowed='^("|[a-z_]+ [=!<>]=* [0-9]+ \? "[^"]*" : "[^"]*"\)|(sql_[a-z_]+|head|tuple|tail|d->rows)\))'
+  local allowed='^("|[a-z_]+ [=!<>]=* [0-9]+ \? "[^"]*" : "[^"]*"\)|(sql_[a-z_]+|head|tuple|tail|shape->(head|tuple|tail)|d->rows)\))'
   while IFS= read -r line; do
     local what
     what=$(sed -nE 's/.*ow_buf_append[sc]?\((&?sql|b), (.*)$/\2/p' <<<"$line")
@@ -71,6 +73,16 @@ check() {  # DIR
     echo "check-sql: formatted output into an SQL buffer" >&2
     bad=1
   fi
+  # E
+  # A statement shape (ow_sql_shape) is a slot number and string literals.
+  local residue
+  residue=$(awk '/static const ow_sql_shape [a-z_]+ = \{/ {f = 1} f {print} f && /\};/ {f = 0}' \
+              "$dir"/*.c |
+            sed -E 's/"([^"\\]|\\.)*"//g; s/static const ow_sql_shape [a-z_]+ = \{//; s/[0-9]+//g; s/[{},;[:space:]]//g')
+  if [[ -n $residue ]]; then
+    echo "check-sql: a statement shape holds something other than literals: $residue" >&2
+    bad=1
+  fi
   return $bad
 }
 
@@ -80,8 +92,9 @@ if [[ ${1:-} == --self-test ]]; then
   for plant in \
       's/ow_store_exec_static(s, "SAVEPOINT ow_item", err)/ow_store_exec_static(s, key, err)/' \
       's/rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", \&st, err);/rc = ow_store_prepare(s, text, \&st, err);/' \
-      's/rc = ow_buf_appends(b, tuple);/rc = ow_buf_appendf(b, "(%s)", key);/' \
-      's/int rc = ow_buf_appends(b, head);/int rc = ow_buf_appends(b, key);/' \
+      's/rc = ow_buf_appends(b, shape->tuple);/rc = ow_buf_appendf(b, "(%s)", key);/' \
+      's/int rc = ow_buf_appends(b, shape->head);/int rc = ow_buf_appends(b, key);/' \
+      's/    "(?,?)", ") FOR UPDATE"};/    key, ") FOR UPDATE"};/' \
       's/ow_buf_appends(sql, head);/ow_buf_appends(sql, key);/' \
       's/rc = ow_store_prepare(s, sql_cutoff, \&st, err);/rc = ow_store_prepare(s, user_text, \&st, err);/' ; do
     rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
@@ -97,7 +110,7 @@ if [[ ${1:-} == --self-test ]]; then
   rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
   printf 'void f(void *db, const char *k) { mysql_query(db, k); }\n' >>"$tmp/src/lane.c"
   if check "$tmp/src" 2>/dev/null; then echo "check-sql: self-test FAILED on a raw query" >&2; exit 1; fi
-  echo "check-sql: self-test passed (7 planted violations caught)"
+  echo "check-sql: self-test passed (8 planted violations caught)"
   exit 0
 fi
 

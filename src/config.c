@@ -51,7 +51,8 @@ static const config_row config_table[] = {
     {"request.max_bytes", CT_INT, 64, 16777216, "1048576", 0, ROW_OFF(request_max_bytes),
      "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
     {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
-     "Largest accepted number of orders in one batch."},
+     "Largest accepted number of orders in one batch. The worker refuses to start when the "
+     "largest result this allows would not fit the producer's message.max.bytes."},
     {"request.in_progress_wait_s", CT_INT, 1, 3600, "5", 0, ROW_OFF(request_in_progress_wait_s),
      "Seconds to wait for a concurrent request with the same key before publishing "
      "REQUEST_IN_PROGRESS (the database lock wait timeout)."},
@@ -75,7 +76,8 @@ static const config_row config_table[] = {
      ROW_OFF(rebalance_drain_timeout_ms),
      "On revoke, how long to wait for in-flight messages of the revoked partitions."},
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
-     "On SIGTERM/SIGINT, how long to wait for in-flight work and result delivery."},
+     "On SIGTERM/SIGINT, the bound of the whole stop: in-flight work, result delivery, the "
+     "final commit and leaving the group."},
     {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
      "Least severe level logged: error, warn, info or debug."},
     {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),

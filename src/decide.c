@@ -20,7 +20,8 @@
  * whole transaction back and the batch is redone one item at a time, each
  * item under its own SAVEPOINT, where each outcome belongs to one item.
  * A deadlock (1213) rolls back the transaction in the server; the caller
- * backs off and calls again with one_at_a_time set.
+ * backs off and calls again, and that call runs one item at a time (the
+ * store remembers why it failed: no caller branches on MySQL's numbers).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +29,31 @@
 #include "ow/log.h"
 #include "store_internal.h"
 
+/* The statements of the set-based path, cached per row bucket by the
+ * connection (ow_store_stmt). */
+static const ow_sql_shape lock_orders_sql = {
+    0,
+    "SELECT id, order_no, user_id, external_order_no, amount, product_id, quantity FROM orders "
+    "WHERE (user_id, external_order_no) IN (",
+    "(?,?)", ") FOR UPDATE"};
+static const ow_sql_shape insert_requests_sql = {
+    1,
+    "INSERT IGNORE INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
+    "status, response_status, response_body) VALUES ",
+    "(?,?,?,?,?,?,?)", ""};
+static const ow_sql_shape select_requests_sql = {
+    2,
+    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body FROM "
+    "idempotency_requests WHERE (user_id, idempotency_key) IN (",
+    "(?,?)", ")"};
+static const ow_sql_shape insert_orders_sql = {
+    3,
+    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
+    "request_id) VALUES ",
+    "(?,?,?,?,?,?,?,?)", ""};
+
 #define FALLBACK 1      /* positive: a race; redo one item at a time */
 #define ITEM_ATTEMPTS 5 /* tries of one item before giving up the batch */
-
-static int oom(ow_error *err)
-{
-    return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -76,11 +95,6 @@ static unsigned bucket_floor(size_t rows)
 
 /* --- Index of existing orders ------------------------------------------- */
 
-static uint64_t order_hash(long long user_id, const char *ext, size_t len)
-{
-    return ow_hash64(ext, len) ^ ((uint64_t)user_id * 0x9e3779b97f4a7c15ULL);
-}
-
 static size_t index_slots(size_t max_rows);
 
 static int index_reset(ow_scratch *sc, size_t max_rows)
@@ -108,7 +122,7 @@ static size_t index_slots(size_t max_rows)
 static const ow_existing *index_find(const ow_scratch *sc, size_t nslots, long long user_id,
                                      const char *ext, size_t len)
 {
-    size_t i = (size_t)order_hash(user_id, ext, len) & (nslots - 1);
+    size_t i = (size_t)ow_order_hash(user_id, ext, len) & (nslots - 1);
 
     while (sc->slots[i] != SIZE_MAX) {
         const ow_existing *e = &sc->rows[sc->slots[i]];
@@ -127,7 +141,7 @@ static void index_add(ow_scratch *sc, size_t nslots, size_t max_rows, const ow_e
     if (sc->n_rows == max_rows || index_find(sc, nslots, row->user_id, row->ext, row->ext_len))
         return;
     sc->rows[sc->n_rows] = *row;
-    i = (size_t)order_hash(row->user_id, row->ext, row->ext_len) & (nslots - 1);
+    i = (size_t)ow_order_hash(row->user_id, row->ext, row->ext_len) & (nslots - 1);
     while (sc->slots[i] != SIZE_MAX)
         i = (i + 1) & (nslots - 1);
     sc->slots[i] = sc->n_rows++;
@@ -194,13 +208,13 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
  * to the next power of two, with room for its parameters. The caller binds
  * padded pairs, repeating the last one, which fills the list without
  * changing what it matches. */
-static int padded_in_list(ow_store *s, ow_sql_kind kind, size_t rows, MYSQL_STMT **st,
+static int padded_in_list(ow_store *s, const ow_sql_shape *shape, size_t rows, MYSQL_STMT **st,
                           size_t *padded, ow_error *err)
 {
     unsigned bucket = bucket_for(rows);
 
     *padded = (size_t)1 << bucket;
-    return ow_store_stmt(s, kind, bucket, st, err);
+    return ow_store_stmt(s, shape, bucket, st, err);
 }
 
 /* Runs one padded chunk of the locking read over tuples [from, from+rows). */
@@ -210,7 +224,7 @@ static int lock_chunk(batch *bt, const ow_order_item **its, const long long *use
     size_t padded = 0;
     MYSQL_STMT *st = NULL;
     ow_params *p = &bt->s->params;
-    int rc = padded_in_list(bt->s, OW_SQL_LOCK_ORDERS, rows, &st, &padded, err);
+    int rc = padded_in_list(bt->s, &lock_orders_sql, rows, &st, &padded, err);
 
     if (rc != OW_OK)
         return rc;
@@ -234,7 +248,7 @@ static int lock_orders(batch *bt, ow_error *err)
     int rc = OW_OK;
 
     if (index_reset(&bt->s->scratch, bt->n_orders) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     bt->nslots = index_slots(bt->n_orders);
     for (size_t i = bt->first; rc == OW_OK && i < bt->first + bt->count; i++) {
         const ow_request *req = bt->items[i].req;
@@ -288,7 +302,7 @@ static int plan_item(batch *bt, size_t i, ow_error *err)
 
     if (grow((void **)&sc->conflicts, &sc->conflicts_cap, req->n_orders, sizeof(*sc->conflicts)) !=
         OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     for (size_t j = 0; j < req->n_orders; j++) {
         const ow_order_item *o = &req->orders[j];
         const ow_existing *e =
@@ -322,7 +336,7 @@ static int plan_item(batch *bt, size_t i, ow_error *err)
         it->code = OW_CODE_CREATED;
         rc = ow_response_created(&ctx, req, refs, &it->body);
     }
-    return rc == OW_OK ? OW_OK : oom(err);
+    return rc == OW_OK ? OW_OK : ow_store_oom(err);
 }
 
 static int plan(batch *bt, ow_error *err)
@@ -343,7 +357,7 @@ static int insert_requests_chunk(batch *bt, size_t from, unsigned bucket, ow_err
     size_t rows = (size_t)1 << bucket;
     ow_params *p = &bt->s->params;
     MYSQL_STMT *st = NULL;
-    int rc = ow_store_stmt(bt->s, OW_SQL_INSERT_REQUESTS, bucket, &st, err);
+    int rc = ow_store_stmt(bt->s, &insert_requests_sql, bucket, &st, err);
 
     if (rc != OW_OK)
         return rc;
@@ -400,12 +414,12 @@ static int apply_existing_row(batch *bt, ow_store_item *it, long long id,
         it->decision = OW_DECISION_REPLAY;
         it->code = status == 201 ? OW_CODE_CREATED : OW_CODE_ORDER_ALREADY_EXISTS;
         it->replayed = 1;
-        return ow_buf_append(&it->body, blob->data, blob->len) == OW_OK ? OW_OK : oom(err);
+        return ow_buf_append(&it->body, blob->data, blob->len) == OW_OK ? OW_OK : ow_store_oom(err);
     }
     it->decision = OW_DECISION_KEY_REUSED;
     it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
     response_ctx(it, &ctx);
-    return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : oom(err);
+    return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
 }
 
 static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
@@ -466,7 +480,7 @@ static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *
     size_t padded = 0;
     ow_params *p = &bt->s->params;
     MYSQL_STMT *st = NULL;
-    int rc = padded_in_list(bt->s, OW_SQL_SELECT_REQUESTS, rows, &st, &padded, err);
+    int rc = padded_in_list(bt->s, &select_requests_sql, rows, &st, &padded, err);
 
     if (rc != OW_OK)
         return rc;
@@ -529,7 +543,7 @@ static int insert_orders_chunk(batch *bt, const order_slot *slots, unsigned buck
     ow_scratch *sc = &bt->s->scratch;
     ow_params *p = &bt->s->params;
     MYSQL_STMT *st = NULL;
-    int rc = ow_store_stmt(bt->s, OW_SQL_INSERT_ORDERS, bucket, &st, err);
+    int rc = ow_store_stmt(bt->s, &insert_orders_sql, bucket, &st, err);
 
     if (rc != OW_OK)
         return rc;
@@ -626,7 +640,7 @@ static int in_progress(ow_store *s, ow_store_item *it, ow_error *err)
     it->replayed = 0;
     response_ctx(it, &ctx);
     if (ow_response_in_progress(&ctx, (int64_t)s->lock_wait_timeout_s * 1000, &it->body) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     return OW_OK;
 }
 
@@ -689,14 +703,14 @@ static int prepare_scratch(ow_store *s, ow_store_item *items, size_t n, ow_error
     size_t total = 0;
 
     if (grow((void **)&sc->ref_start, &sc->ref_start_cap, n, sizeof(*sc->ref_start)) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     for (size_t i = 0; i < n; i++) {
         sc->ref_start[i] = total;
         total += items[i].req->n_orders;
         items[i].decision = OW_DECISION_NONE;
     }
     if (grow((void **)&sc->refs, &sc->refs_cap, total, sizeof(*sc->refs)) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     return OW_OK;
 }
 
@@ -710,14 +724,19 @@ static void clear_decisions(ow_store_item *items, size_t n)
     }
 }
 
-int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+/* After a deadlock or a lock wait the next call goes one item at a time. */
+static int remember_race(ow_store *s, int rc, const ow_error *err)
 {
-    int rc;
+    s->next_one_at_a_time =
+        rc != OW_OK && (err->code == OW_ER_LOCK_DEADLOCK || err->code == OW_ER_LOCK_WAIT_TIMEOUT);
+    return rc;
+}
 
-    ow_error_clear(err);
-    if (n == 0)
-        return OW_OK;
-    rc = ow_store_connect(s, err);
+static int decide_batch(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time,
+                        ow_error *err)
+{
+    int rc = ow_store_connect(s, err);
+
     if (rc == OW_OK)
         rc = prepare_scratch(s, items, n, err);
     if (rc != OW_OK)
@@ -745,6 +764,15 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     if (rc != OW_OK)
         clear_decisions(items, n);
     return rc;
+}
+
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+{
+    ow_error_clear(err);
+    if (n == 0)
+        return OW_OK;
+    one_at_a_time |= s->next_one_at_a_time;
+    return remember_race(s, decide_batch(s, items, n, one_at_a_time, err), err);
 }
 
 void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)

@@ -5,8 +5,9 @@
 
 #include "ow/digest.h"
 #include "ow/log.h"
+#include "ow/metrics.h"
 #include "ow/response.h"
-#include "worker_internal.h"
+#include "pipeline_internal.h"
 
 static void describe_errors(ow_job *job, const ow_field_errors *errs)
 {
@@ -17,8 +18,8 @@ static void describe_errors(ow_job *job, const ow_field_errors *errs)
 }
 
 /* An invalid message keeps its original bytes for the dead-letter topic. */
-static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field_errors *errs,
-                        int key_ok)
+static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_message_t *m,
+                        const ow_field_errors *errs, int key_ok)
 {
     job->valid = 0;
     describe_errors(job, errs);
@@ -26,9 +27,11 @@ static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field
     /* An empty value keeps a non-NULL pointer: producing NULL would turn it
      * into a null value (a tombstone) in the dead-letter topic. */
     if (m->payload != NULL) {
-        /* A copy larger than a broker accepts would never be acknowledged
-         * and would stall the partition: keep a prefix and say so. */
-        size_t keep = m->len < OW_DLQ_MAX_BYTES ? m->len : OW_DLQ_MAX_BYTES;
+        /* A copy larger than the producer and the topic accept would never
+         * be acknowledged and would stall the partition: keep what fits
+         * beside the (cut) key and say so (issue 9, defect 1). */
+        size_t room = lim->output_max - job->out_key_len;
+        size_t keep = m->len < room ? m->len : room;
 
         job->raw = malloc(keep > 0 ? keep : 1);
         if (job->raw == NULL)
@@ -41,7 +44,8 @@ static int make_invalid(ow_job *job, const rd_kafka_message_t *m, const ow_field
                                job->req.user_id, errs, &job->invalid_body);
 }
 
-ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t epoch)
+ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m,
+                            const ow_ticket *t)
 {
     ow_job *job = calloc(1, sizeof(*job));
     ow_field_errors errs;
@@ -50,9 +54,9 @@ ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t 
 
     if (job == NULL)
         return NULL;
-    job->partition = m->partition;
-    job->offset = m->offset;
-    job->epoch = epoch;
+    job->t.partition = t->partition;
+    job->t.epoch = t->epoch;
+    job->t.offset = t->offset;
     job->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
     ow_buf_init(&job->invalid_body);
     if (m->key != NULL) {
@@ -62,11 +66,12 @@ ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t 
         memcpy(job->key, m->key, m->key_len);
         job->key[m->key_len] = '\0';
         job->key_len = m->key_len;
+        job->out_key_len = m->key_len < OW_OUTPUT_KEY_MAX ? m->key_len : OW_OUTPUT_KEY_MAX;
     }
     job->key_hash = ow_hash64(job->key != NULL ? job->key : "", job->key_len);
     ow_field_errors_init(&errs);
     key_ok = ow_request_check_key(job->key, job->key_len, &errs) == OW_OK;
-    rc = ow_request_parse(m->payload, m->len, &w->limits, &job->req, &errs);
+    rc = ow_request_parse(m->payload, m->len, &lim->request, &job->req, &errs);
     if (rc == OW_ENOMEM)
         goto fail;
     if (rc == OW_OK && key_ok) {
@@ -74,7 +79,7 @@ ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t 
         ow_store_item_init(&job->item, &job->req, job->key, job->key_len);
         if (ow_digest_compute(&job->req, job->item.digest, job->item.digest_hex) != OW_OK)
             goto fail;
-    } else if (make_invalid(job, m, &errs, key_ok) != OW_OK) {
+    } else if (make_invalid(job, lim, m, &errs, key_ok) != OW_OK) {
         goto fail;
     }
     job->bytes = sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
@@ -101,4 +106,32 @@ void ow_job_free(ow_job *job)
     ow_job_free_payload(job);
     free(job->key);
     free(job);
+}
+
+/* Takes a finished job off the in-flight counts and frees it. */
+static void release(ow_job *job, int done)
+{
+    if (!done)
+        OW_COUNT(dropped, 1);
+    atomic_fetch_sub(&ow_stats.inflight_messages, 1);
+    atomic_fetch_sub(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    ow_job_free(job);
+}
+
+void ow_job_end(ow_ledger *l, ow_job *job, int done)
+{
+    ow_ledger_finish(l, &job->t, done);
+    release(job, done);
+}
+
+void ow_job_ack(ow_ledger *l, ow_job *job, int n, int ok)
+{
+    int done = 0;
+
+    if (!ow_ledger_ack(l, &job->t, n, ok, &done))
+        return;
+    if (done && job->timestamp_ms > 0)
+        ow_histogram_observe(&ow_stats.e2e_latency,
+                             (ow_clock_wall_ms() - job->timestamp_ms) * 1000);
+    release(job, done);
 }

@@ -11,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ow/kafka.h"
+#include "lane_internal.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
-#include "worker_internal.h"
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
@@ -74,8 +73,7 @@ static int hset_add(hset *s, uint64_t h)
 
 static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
 {
-    return ow_hash64(o->external_order_no, o->ext_len) ^
-           ((uint64_t)user_id * 0x9e3779b97f4a7c15ULL);
+    return ow_order_hash(user_id, o->external_order_no, o->ext_len);
 }
 
 typedef struct {
@@ -145,7 +143,7 @@ static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
  * Returns the earliest not_before of a skipped waiting job, or 0. */
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
-    size_t max = (size_t)l->w->cfg->batch_max_messages;
+    size_t max = (size_t)l->env->cfg->batch_max_messages;
     size_t scanned = 0;
     int64_t now = ow_clock_mono_ms();
     int64_t wake = 0;
@@ -160,7 +158,7 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
         ow_job *next = job->next;
         int take = 1;
 
-        if (ow_worker_job_stale(l->w, job)) {
+        if (ow_ledger_stale(l->env->ledger, &job->t)) {
             unlink_job(l, prev, job);
             job->next = *stale;
             *stale = job;
@@ -193,118 +191,6 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
     return wake;
 }
 
-/* --- Producing ---------------------------------------------------------- */
-
-/* Tags a REQUEST_IN_PROGRESS result: its delivery finishes no job. */
-static char in_progress_token;
-void *const ow_in_progress_token = &in_progress_token;
-
-static void source_headers(rd_kafka_headers_t *h, ow_worker *w, const ow_job *job)
-{
-    rd_kafka_header_add(h, "source-topic", -1, w->cfg->topic_input, -1);
-    ow_kafka_header_int(h, "source-partition", job->partition);
-    ow_kafka_header_int(h, "source-offset", job->offset);
-}
-
-/* Produces one message, waiting while the local queue is full. The value
- * is copied. Returns 0 or a negative code when it had to give up. */
-static int produce(ow_lane *l, const char *topic, const void *key, size_t key_len,
-                   const void *value, size_t len, rd_kafka_headers_t *h, void *opaque)
-{
-    ow_worker *w = l->w;
-
-    for (;;) {
-        rd_kafka_resp_err_t e =
-            rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
-                              RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-                              RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
-
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return OW_OK; /* h is owned by the message now */
-        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&w->fatal) ||
-            (atomic_load(&w->stopping) && ow_clock_mono_ms() > w->deadline_ms)) {
-            OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
-                   OW_F_STR("error", rd_kafka_err2str(e)));
-            rd_kafka_headers_destroy(h);
-            if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-                ow_worker_set_fatal(w, "a result could not be produced");
-            return OW_EFATAL;
-        }
-        ow_sleep_ms(5, NULL);
-    }
-}
-
-static int publish_result(ow_lane *l, ow_job *job, const void *body, size_t len, int replayed,
-                          void *opaque)
-{
-    rd_kafka_headers_t *h = rd_kafka_headers_new(6);
-
-    if (job->valid || job->has_user)
-        ow_kafka_header_int(h, "user-id", job->req.user_id);
-    rd_kafka_header_add(h, "replayed", -1, replayed ? "true" : "false", -1);
-    source_headers(h, l->w, job);
-    return produce(l, l->w->cfg->topic_results, job->key, job->key_len, body, len, h, opaque);
-}
-
-static int publish_dead_letter(ow_lane *l, ow_job *job)
-{
-    rd_kafka_headers_t *h = rd_kafka_headers_new(8);
-
-    rd_kafka_header_add(h, "error-code", -1, "INVALID_REQUEST", -1);
-    rd_kafka_header_add(h, "error-message", -1, job->first_error, -1);
-    ow_kafka_header_int(h, "error-count", (long long)job->n_errors);
-    source_headers(h, l->w, job);
-    ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
-    if (job->raw_len < job->raw_original_len)
-        ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
-    return produce(l, l->w->cfg->topic_dlq, job->key, job->key_len, job->raw, job->raw_len, h, job);
-}
-
-/* Once its outputs are handed to the producer (which copied them), a job
- * only waits for acknowledgements: free its payload and count what the
- * producer now holds instead. */
-static void release_payload(ow_job *job)
-{
-    int64_t before = (int64_t)job->bytes;
-    size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
-
-    ow_job_free_payload(job);
-    job->bytes = sizeof(*job) + held;
-    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
-}
-
-/* Produces a finished job's outputs; the last delivery report finishes it.
- * The lane holds one extra reference while it produces, so that a quick
- * delivery report cannot free the job under it. */
-static void publish(ow_lane *l, ow_job *job)
-{
-    int planned = job->valid ? 1 : 1 + (job->key_len > 0);
-    int produced = 0;
-    int rc = OW_OK;
-
-    atomic_store(&job->pending_acks, planned + 1);
-    if (job->valid) {
-        rc = publish_result(l, job, job->item.body.data, job->item.body.len, job->item.replayed,
-                            job);
-        produced += rc == OW_OK;
-    } else {
-        if (job->key_len > 0) {
-            rc = publish_result(l, job, job->invalid_body.data, job->invalid_body.len, 0, job);
-            produced += rc == OW_OK;
-        }
-        if (rc == OW_OK) {
-            rc = publish_dead_letter(l, job);
-            produced += rc == OW_OK;
-        }
-    }
-    release_payload(job);
-    /* Outputs that were never produced will never be acknowledged. */
-    if (produced < planned)
-        ow_worker_ack(l->w, job, planned - produced, 0);
-    ow_worker_ack(l->w, job, 1, 1); /* the lane's own reference */
-}
-
 /* --- Deciding ----------------------------------------------------------- */
 
 /* Drops the batch's valid jobs that went stale while the batch was retried. */
@@ -313,7 +199,7 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
     size_t k = 0;
 
     for (size_t i = 0; i < nv; i++) {
-        if (ow_worker_job_stale(l->w, b->valid[i])) {
+        if (ow_ledger_stale(l->env->ledger, &b->valid[i]->t)) {
             b->valid[i]->item = b->items[i];
             b->valid[i]->dropped = 1;
             continue;
@@ -326,19 +212,22 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
 }
 
 /* Decides the batch's valid jobs, retrying transient failures until they
- * succeed, the worker stops, or a fatal error. Returns 0 when decided. */
+ * succeed, the worker stops, or a fatal error. Which failures are
+ * transient, and how a retry runs (one message at a time after a race),
+ * is the store's business: the lane only backs off. Returns 0 when
+ * decided. */
 static int decide(ow_lane *l, batch *b, size_t *nv)
 {
-    ow_worker *w = l->w;
-    int one_at_a_time = 0;
+    const ow_config *cfg = l->env->cfg;
+    ow_runstate *rs = l->env->rs;
     int64_t t0 = ow_clock_mono_us();
 
     for (unsigned attempt = 0;; attempt++) {
         ow_error err;
-        int rc = ow_store_decide(l->store, b->items, *nv, one_at_a_time, &err);
+        int rc = ow_store_decide(l->store, b->items, *nv, 0, &err);
 
         l->last_db_ms = ow_clock_mono_ms();
-        ow_worker_db_seen(w, rc == OW_OK || ow_store_connected(l->store));
+        atomic_store(&rs->db_ok, rc == OW_OK || ow_store_connected(l->store));
         if (rc == OW_OK) {
             ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0);
             OW_COUNT(transactions, 1);
@@ -348,22 +237,19 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
         if (err.cls != OW_ERRCLASS_RETRIABLE) {
             OW_LOG(OW_LOG_ERROR, "db_fatal", OW_F_INT("lane", l->index), OW_F_INT("code", err.code),
                    OW_F_STR("error", err.msg));
-            ow_worker_set_fatal(w, "database error that retrying cannot fix");
+            ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
             return OW_EFATAL;
         }
         /* Stopping: abandon the batch now; it is redelivered later. */
-        if (atomic_load(&w->stopping))
+        if (atomic_load(&rs->stopping))
             return OW_EFATAL;
-        if (err.code == 1213 || err.code == 1205)
-            one_at_a_time = 1;
         OW_LOG(attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", OW_F_INT("lane", l->index),
                OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err.code),
                OW_F_STR("error", err.msg));
         ow_sleep_ms(
-            ow_backoff_ms(w->cfg->retry_backoff_ms, w->cfg->retry_backoff_max_ms, attempt, &l->rng),
-            &w->stop_sleep);
-        if (atomic_load(&w->fatal) ||
-            (atomic_load(&w->stopping) && ow_clock_mono_ms() > w->deadline_ms))
+            ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
+            &rs->stop_sleep);
+        if (ow_runstate_give_up(rs))
             return OW_EFATAL;
         *nv = drop_stale(l, b, *nv);
         if (*nv == 0)
@@ -394,22 +280,21 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
         ow_job *job = b->jobs[i];
 
         if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
-            ow_worker_finish_job(l->w, job, 0);
+            ow_job_end(l->env->ledger, job, 0);
             continue;
         }
         if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
             /* Tell the sender, then retry; the offset stays uncommitted. */
-            publish_result(l, job, job->item.body.data, job->item.body.len, 0,
-                           ow_in_progress_token);
+            ow_output_in_progress(l->env->out, job);
             /* A revoked partition's next owner retries it instead. */
-            if (ow_worker_job_stale(l->w, job)) {
-                ow_worker_finish_job(l->w, job, 0);
+            if (ow_ledger_stale(l->env->ledger, &job->t)) {
+                ow_job_end(l->env->ledger, job, 0);
                 continue;
             }
             job->in_progress_rounds++;
-            job->not_before_ms = ow_clock_mono_ms() + l->w->cfg->retry_backoff_ms;
+            job->not_before_ms = ow_clock_mono_ms() + l->env->cfg->retry_backoff_ms;
             OW_LOG(OW_LOG_INFO, "request_in_progress", OW_F_KEY("key", job->key, job->key_len),
-                   OW_F_INT("partition", job->partition), OW_F_INT("offset", job->offset),
+                   OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
                    OW_F_INT("rounds", job->in_progress_rounds));
             if (rq_last == NULL)
                 rq_first = job;
@@ -421,12 +306,12 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             continue;
         }
         OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
-               OW_F_INT("partition", job->partition), OW_F_INT("offset", job->offset),
+               OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
                OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)
                                            : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
                OW_F_INT("replayed", job->valid && job->item.replayed),
                OW_F_STR("error", job->valid ? NULL : job->first_error));
-        publish(l, job);
+        ow_output_publish(l->env->out, job);
     }
     requeue_front(l, rq_first, rq_last, rq_n);
 }
@@ -455,12 +340,12 @@ static void run_batch(ow_lane *l, batch *b)
 
 /* --- Thread -------------------------------------------------------------- */
 
-static void finish_list(ow_worker *w, ow_job *job)
+static void finish_list(ow_ledger *ledger, ow_job *job)
 {
     while (job != NULL) {
         ow_job *next = job->next;
 
-        ow_worker_finish_job(w, job, 0);
+        ow_job_end(ledger, job, 0);
         job = next;
     }
 }
@@ -497,7 +382,7 @@ static void idle_ping(ow_lane *l)
         return;
     pthread_mutex_unlock(&l->mu);
     ok = ow_store_ping(l->store, &err) == OW_OK;
-    ow_worker_db_seen(l->w, ok);
+    atomic_store(&l->env->rs->db_ok, ok);
     if (!ok)
         OW_LOG(OW_LOG_DEBUG, "db_ping_failed", OW_F_INT("lane", l->index),
                OW_F_STR("error", err.msg));
@@ -508,9 +393,9 @@ static void idle_ping(ow_lane *l)
 /* When a batch could grow, give producers batch.max_wait_ms to add to it. */
 static void linger(ow_lane *l)
 {
-    int64_t wait = l->w->cfg->batch_max_wait_ms;
+    int64_t wait = l->env->cfg->batch_max_wait_ms;
 
-    if (wait <= 0 || l->queued >= (size_t)l->w->cfg->batch_max_messages)
+    if (wait <= 0 || l->queued >= (size_t)l->env->cfg->batch_max_messages)
         return;
     pthread_mutex_unlock(&l->mu);
     ow_sleep_ms(wait, NULL);
@@ -523,8 +408,8 @@ static void *lane_main(void *arg)
     batch b;
     int64_t wake = 0;
 
-    if (batch_init(&b, (size_t)l->w->cfg->batch_max_messages) != OW_OK) {
-        ow_worker_set_fatal(l->w, "out of memory");
+    if (batch_init(&b, (size_t)l->env->cfg->batch_max_messages) != OW_OK) {
+        ow_runstate_set_fatal(l->env->rs, "out of memory");
         batch_free(&b);
         return NULL;
     }
@@ -540,7 +425,7 @@ static void *lane_main(void *arg)
         linger(l);
         wake = take_batch(l, &b, &stale);
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->w, stale);
+        finish_list(l->env->ledger, stale);
         if (b.n > 0) {
             run_batch(l, &b);
             wake = 0;
@@ -556,25 +441,25 @@ static void *lane_main(void *arg)
         l->head = l->tail = NULL;
         l->queued = 0;
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->w, rest);
+        finish_list(l->env->ledger, rest);
     }
     batch_free(&b);
     return NULL;
 }
 
-int ow_lane_start(ow_lane *l, ow_worker *w, unsigned index, ow_error *err)
+int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *err)
 {
     ow_store_params p;
 
-    ow_store_params_from_config(w->cfg, &p);
+    ow_store_params_from_config(env->cfg, &p);
     memset(l, 0, sizeof(*l));
-    l->w = w;
+    l->env = env;
     l->index = index;
     l->rng = (uint64_t)ow_clock_mono_us() * 2654435761u + index + 1;
     l->last_db_ms = ow_clock_mono_ms();
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
-    l->store = ow_store_new(&p, &w->ids);
+    l->store = ow_store_new(&p, env->ids);
     if (l->store == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
@@ -606,7 +491,7 @@ void ow_lane_drop_partition(ow_lane *l, int32_t partition)
     for (ow_job *job = l->head; job != NULL;) {
         ow_job *next = job->next;
 
-        if (job->partition == partition) {
+        if (job->t.partition == partition) {
             unlink_job(l, prev, job);
             job->next = dropped;
             dropped = job;
@@ -616,7 +501,7 @@ void ow_lane_drop_partition(ow_lane *l, int32_t partition)
         job = next;
     }
     pthread_mutex_unlock(&l->mu);
-    finish_list(l->w, dropped);
+    finish_list(l->env->ledger, dropped);
 }
 
 void ow_lane_stop(ow_lane *l)

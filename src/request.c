@@ -7,6 +7,7 @@
 
 #include "ow/error.h"
 #include "ow/json.h"
+#include "ow/util.h"
 
 #define JSON_MAX_DEPTH 32
 
@@ -451,4 +452,9 @@ void ow_request_cleanup(ow_request *req)
     req->orders = NULL;
     req->n_orders = 0;
     req->user_id = 0;
+}
+
+uint64_t ow_order_hash(int64_t user_id, const char *ext, size_t len)
+{
+    return ow_hash64(ext, len) ^ ((uint64_t)user_id * 0x9e3779b97f4a7c15ULL);
 }

@@ -66,7 +66,7 @@ void ow_store_free(ow_store **store)
 
 void ow_store_disconnect(ow_store *s)
 {
-    for (int k = 0; k < OW_SQL_KIND_COUNT; k++) {
+    for (int k = 0; k < OW_STMT_SLOTS; k++) {
         for (int b = 0; b < OW_STMT_BUCKETS; b++) {
             if (s->stmts[k][b] != NULL)
                 mysql_stmt_close(s->stmts[k][b]);
@@ -177,7 +177,7 @@ static int set_lock_wait(ow_store *s, ow_error *err)
             ow_param_int(&s->params, s->lock_wait_timeout_s);
             rc = ow_store_execute(s, st, &s->params, "set lock wait timeout", err);
         } else {
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+            rc = ow_store_oom(err);
         }
     }
     if (st != NULL)
@@ -280,72 +280,56 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
     return OW_OK;
 }
 
-/* Each cached statement is head, tuple repeated for its rows (comma
- * separated), tail. A row's parameters are the tuple's placeholders. */
-static const struct {
-    const char *head, *tuple, *tail;
-} sql_shapes[OW_SQL_KIND_COUNT] = {
-    [OW_SQL_LOCK_ORDERS] = {"SELECT id, order_no, user_id, external_order_no, amount, product_id, "
-                            "quantity FROM orders WHERE (user_id, external_order_no) IN (",
-                            "(?,?)", ") FOR UPDATE"},
-    [OW_SQL_INSERT_REQUESTS] = {"INSERT IGNORE INTO idempotency_requests (id, user_id, "
-                                "idempotency_key, request_digest, status, response_status, "
-                                "response_body) VALUES ",
-                                "(?,?,?,?,?,?,?)", ""},
-    [OW_SQL_SELECT_REQUESTS] = {"SELECT id, user_id, idempotency_key, request_digest, "
-                                "response_status, response_body FROM idempotency_requests "
-                                "WHERE (user_id, idempotency_key) IN (",
-                                "(?,?)", ")"},
-    [OW_SQL_INSERT_ORDERS] = {"INSERT INTO orders (id, order_no, user_id, external_order_no, "
-                              "amount, product_id, quantity, request_id) VALUES ",
-                              "(?,?,?,?,?,?,?,?)", ""},
-};
+int ow_store_oom(ow_error *err)
+{
+    return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+}
 
-static size_t row_params(ow_sql_kind kind)
+static size_t row_params(const ow_sql_shape *shape)
 {
     size_t n = 0;
 
-    for (const char *c = sql_shapes[kind].tuple; *c != '\0'; c++)
+    for (const char *c = shape->tuple; *c != '\0'; c++)
         n += *c == '?';
     return n;
 }
 
-static int build_sql(ow_sql_kind kind, size_t rows, ow_buf *b)
+static int build_sql(const ow_sql_shape *shape, size_t rows, ow_buf *b)
 {
-    const char *head = sql_shapes[kind].head, *tuple = sql_shapes[kind].tuple;
-    const char *tail = sql_shapes[kind].tail;
-    int rc = ow_buf_appends(b, head);
+    int rc = ow_buf_appends(b, shape->head);
 
     for (size_t i = 0; rc == OW_OK && i < rows; i++) {
         if (i > 0)
             rc = ow_buf_appendc(b, ',');
         if (rc == OW_OK)
-            rc = ow_buf_appends(b, tuple);
+            rc = ow_buf_appends(b, shape->tuple);
     }
-    return rc == OW_OK ? ow_buf_appends(b, tail) : rc;
+    return rc == OW_OK ? ow_buf_appends(b, shape->tail) : rc;
 }
 
-int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err)
+int ow_store_stmt(ow_store *s, const ow_sql_shape *shape, unsigned bucket, MYSQL_STMT **out,
+                  ow_error *err)
 {
     size_t rows = (size_t)1 << bucket;
+    MYSQL_STMT **slot = &s->stmts[shape->slot][bucket];
     int rc = OW_OK;
 
-    if (s->stmts[kind][bucket] == NULL) {
+    if (*slot == NULL) {
         ow_buf sql;
 
         ow_buf_init(&sql);
-        if (build_sql(kind, rows, &sql) != OW_OK)
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        if (build_sql(shape, rows, &sql) != OW_OK)
+            rc = ow_store_oom(err);
         else
-            rc = ow_store_prepare(s, sql.data, &s->stmts[kind][bucket], err);
+            rc = ow_store_prepare(s, sql.data, slot, err);
         ow_buf_cleanup(&sql);
     }
-    *out = s->stmts[kind][bucket];
+    *out = *slot;
     if (rc != OW_OK)
         return rc;
     ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, row_params(kind) * rows) != OW_OK)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    if (ow_params_reserve(&s->params, row_params(shape) * rows) != OW_OK)
+        return ow_store_oom(err);
     return OW_OK;
 }
 
@@ -357,7 +341,7 @@ int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned lo
 
     ow_buf_reset(out);
     if (ow_buf_reserve(out, len) != OW_OK)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        return ow_store_oom(err);
     if (len > 0) {
         ow_result_bytes(&b, out->data, len, &got, NULL);
         if (mysql_stmt_fetch_column(st, &b, col, 0) != 0)

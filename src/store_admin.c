@@ -18,11 +18,6 @@
 
 #define ID_CHUNK 256 /* ids per UPDATE/DELETE statement of a purge batch */
 
-static int oom(ow_error *err)
-{
-    return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-}
-
 /* --- Small helpers ------------------------------------------------------- */
 
 void ow_timestamp_format(const ow_timestamp *t, char out[OW_TIMESTAMP_TEXT_MAX])
@@ -208,7 +203,7 @@ static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_er
 
     ow_params_reset(&s->params);
     if (ow_params_reserve(&s->params, 2) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     ow_param_int(&s->params, r->user_id);
     ow_param_bytes(&s->params, r->key, r->key_len);
     rc = ow_store_execute(s, st, &s->params, "look up request", err);
@@ -294,7 +289,7 @@ static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_err
 
     ow_params_reset(&s->params);
     if (ow_params_reserve(&s->params, 1) != OW_OK)
-        return oom(err);
+        return ow_store_oom(err);
     ow_param_int(&s->params, r->id);
     rc = ow_store_execute(s, st, &s->params, "look up orders", err);
     if (rc != OW_OK)
@@ -307,7 +302,7 @@ static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_err
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
             break;
         if (grow_orders(r, &cap) != OW_OK) {
-            rc = oom(err);
+            rc = ow_store_oom(err);
             break;
         }
         take_order(&c, &r->orders[r->n_orders++]);
@@ -464,13 +459,13 @@ static int run_in_chunks(ow_store *s, const char *head, const long long *ids, si
     int rc;
 
     ow_buf_init(&sql);
-    rc = build_in_list(head, &sql) == OW_OK ? OW_OK : oom(err);
+    rc = build_in_list(head, &sql) == OW_OK ? OW_OK : ow_store_oom(err);
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql.data, &st, err);
     for (size_t done = 0; rc == OW_OK && done < n; done += ID_CHUNK) {
         ow_params_reset(&s->params);
         if (ow_params_reserve(&s->params, ID_CHUNK) != OW_OK) {
-            rc = oom(err);
+            rc = ow_store_oom(err);
             break;
         }
         for (size_t i = 0; i < ID_CHUNK; i++)
@@ -498,7 +493,7 @@ int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, 
                             OW_PURGE_BATCH_MAX);
     ids = malloc(limit * sizeof(*ids));
     if (ids == NULL)
-        return oom(err);
+        return ow_store_oom(err);
     rc = ow_store_connect(s, err);
     if (rc == OW_OK)
         rc = select_old_ids(s, cutoff, limit, ids, &n, err);
@@ -647,7 +642,7 @@ static int audit_examples(ow_store *s, const audit_def *d, ow_audit_check *chk, 
     ow_buf_init(&sql);
     rc = ow_buf_appends(&sql, d->rows) == OW_OK && ow_buf_appends(&sql, " LIMIT ?") == OW_OK
              ? OW_OK
-             : oom(err);
+             : ow_store_oom(err);
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql.data, &st, err);
     bind_int(&param, &limit, NULL);
@@ -672,7 +667,7 @@ static int audit_check(ow_store *s, const audit_def *d, ow_audit_check *chk, ow_
                  ow_buf_appends(&sql, d->rows) == OW_OK &&
                  ow_buf_appends(&sql, ") AS findings") == OW_OK
              ? OW_OK
-             : oom(err);
+             : ow_store_oom(err);
     if (rc == OW_OK)
         rc = query_int(s, sql.data, NULL, &chk->findings, "audit count", err);
     if (rc == OW_OK && chk->findings > 0)

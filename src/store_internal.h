@@ -16,14 +16,17 @@ typedef bool ow_mybool;
 
 #define OW_STMT_BUCKETS 9 /* statements for 1, 2, 4, ... 256 rows */
 #define OW_STMT_MAX_ROWS 256
+#define OW_STMT_SLOTS 8 /* shapes the cache can hold */
 
-typedef enum {
-    OW_SQL_LOCK_ORDERS = 0, /* SELECT ... FROM orders WHERE (user, ext) IN (...) FOR UPDATE */
-    OW_SQL_INSERT_REQUESTS, /* INSERT IGNORE INTO idempotency_requests VALUES (...)... */
-    OW_SQL_SELECT_REQUESTS, /* SELECT ... FROM idempotency_requests WHERE (user, key) IN (...) */
-    OW_SQL_INSERT_ORDERS,   /* INSERT INTO orders VALUES (...)... */
-    OW_SQL_KIND_COUNT
-} ow_sql_kind;
+/* A statement shape, owned by the module whose SQL it is (issue 10): head,
+ * the tuple repeated for each row (comma separated), tail. A row's
+ * parameters are the tuple's placeholders. The connection caches one
+ * prepared statement per shape (slot < OW_STMT_SLOTS, unique per shape)
+ * and row bucket. Static text only: scripts/check-sql.sh checks it. */
+typedef struct {
+    unsigned slot;
+    const char *head, *tuple, *tail;
+} ow_sql_shape;
 
 /* Bound parameters for one execution, with storage that outlives the binds. */
 typedef struct {
@@ -76,11 +79,14 @@ struct ow_store {
     /* The connection failed: its handles stay valid (callers may still hold
      * a statement) until the next ow_store_connect replaces it. */
     int broken;
-    MYSQL_STMT *stmts[OW_SQL_KIND_COUNT][OW_STMT_BUCKETS];
+    MYSQL_STMT *stmts[OW_STMT_SLOTS][OW_STMT_BUCKETS];
     ow_params params;
     ow_scratch scratch;
     ow_idgen *ids;
     uint64_t rng;
+    /* The last decide failed on a deadlock or a lock wait: the next one
+     * runs one item at a time, each under its own savepoint. */
+    int next_one_at_a_time;
     ow_store_stats stats;
 };
 
@@ -90,9 +96,12 @@ struct ow_store {
 int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
-/* A prepared statement from the cache: kind for 2^bucket rows, with
+/* Fills err for an allocation that failed (FATAL) and returns its code. */
+int ow_store_oom(ow_error *err);
+/* A prepared statement from the cache: shape for 2^bucket rows, with
  * s->params reset and room reserved for all its parameters. */
-int ow_store_stmt(ow_store *s, ow_sql_kind kind, unsigned bucket, MYSQL_STMT **out, ow_error *err);
+int ow_store_stmt(ow_store *s, const ow_sql_shape *shape, unsigned bucket, MYSQL_STMT **out,
+                  ow_error *err);
 /* Reads column col (len bytes, as the fetch reported it) of the current
  * row into out, which is replaced and NUL-terminated. */
 int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned long len, ow_buf *out,

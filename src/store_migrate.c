@@ -44,7 +44,7 @@ static int run_script(ow_store *s, const char *text, ow_error *err)
             t--;
         if (strncmp(q, "--", 2) != 0 && t > 0) {
             if (ow_buf_append(&stmt, p, t) != OW_OK || ow_buf_appendc(&stmt, '\n') != OW_OK)
-                rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+                rc = ow_store_oom(err);
             if (rc == OW_OK && p[t - 1] == ';') {
                 stmt.data[stmt.len - 2] = '\0'; /* drop ";\n" */
                 rc = run_static_prepared(s, stmt.data, err);
@@ -73,7 +73,7 @@ static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
     ow_params_reset(&s->params);
     if (ow_params_reserve(&s->params, 1) != OW_OK) {
         mysql_stmt_close(st);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        return ow_store_oom(err);
     }
     ow_param_int(&s->params, version);
     rc = ow_store_execute(s, st, &s->params, "read migrations", err);
@@ -101,7 +101,7 @@ static int record(ow_store *s, const ow_migration *m, int *first, ow_error *err)
     ow_params_reset(&s->params);
     if (ow_params_reserve(&s->params, 2) != OW_OK) {
         mysql_stmt_close(st);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        return ow_store_oom(err);
     }
     ow_param_int(&s->params, m->version);
     ow_param_bytes(&s->params, m->name, strlen(m->name));

@@ -1,64 +1,59 @@
 /*
- * The consumer thread: group membership, dispatch to lanes, offsets,
- * backpressure and shutdown. Delivery reports arrive on the producer's
- * poller thread and store offsets directly (rd_kafka_offsets_store is
- * thread-safe); the partition table is shared under parts_mu.
+ * The consumer thread: group membership, dispatch to lanes, backpressure
+ * and the worker's lifecycle. Which offsets may be stored is the ledger's
+ * business (ow/ledger.h), producing and acknowledging outputs the output
+ * stage's (output_internal.h), deciding the lanes' (lane_internal.h).
+ * Delivery reports arrive on the producer's poller thread; the ledger
+ * stores offsets from there (rd_kafka_offsets_store is thread-safe).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "lane_internal.h"
+#include "ow/http.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
 #include "ow/worker.h"
-#include "worker_internal.h"
 
-/* --- Partitions ---------------------------------------------------------- */
+typedef struct {
+    const ow_config *cfg;
+    rd_kafka_t *consumer;
+    rd_kafka_t *producer;
+    ow_runstate rs;
+    ow_ledger ledger;
+    ow_output out;
+    int out_ready;
+    ow_lane_env env;
+    ow_lane *lanes;
+    size_t n_lanes;
+    ow_idgen ids;
+    ow_job_limits limits;
 
-/* The state of a partition, growing the table when needed; parts_mu held. */
-static ow_part *part_get(ow_worker *w, int32_t partition)
+    pthread_t poller;
+    int poller_started;
+    _Atomic int poller_stop;
+    int paused;
+
+    int subscribed;
+    _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
+    int consumer_unsafe;       /* closing it could abort (see leave_group) */
+    int consumer_closed;       /* the group was left cleanly */
+
+    /* Readiness, for /readyz. */
+    _Atomic int assigned;   /* partitions currently assigned */
+    _Atomic int outputs_ok; /* the output topics were found (issue 9, defect 6) */
+    ow_http *http;
+} ow_worker;
+
+/* --- Offsets ------------------------------------------------------------ */
+
+/* The ledger's store function: called with the ledger's lock held when a
+ * partition's done watermark moves. */
+static void store_offset(void *opaque, int32_t partition, int64_t offset)
 {
-    if (partition < 0)
-        return NULL;
-    if ((size_t)partition >= w->n_parts) {
-        size_t n = (size_t)partition + 16;
-        ow_part *p = realloc(w->parts, n * sizeof(*p));
-
-        if (p == NULL)
-            return NULL;
-        memset(p + w->n_parts, 0, (n - w->n_parts) * sizeof(*p));
-        w->parts = p;
-        w->n_parts = n;
-    }
-    return &w->parts[partition];
-}
-
-int ow_worker_job_stale(ow_worker *w, const ow_job *job)
-{
-    int stale;
-
-    pthread_mutex_lock(&w->parts_mu);
-    stale = (size_t)job->partition >= w->n_parts || w->parts[job->partition].epoch != job->epoch ||
-            !w->parts[job->partition].assigned || w->parts[job->partition].revoking;
-    pthread_mutex_unlock(&w->parts_mu);
-    return stale;
-}
-
-void ow_worker_set_fatal(ow_worker *w, const char *why)
-{
-    if (atomic_exchange(&w->fatal, 1) == 0)
-        OW_LOG(OW_LOG_ERROR, "worker_fatal", OW_F_STR("reason", why));
-    w->stop_sleep = 1;
-}
-
-void ow_worker_db_seen(ow_worker *w, int ok)
-{
-    atomic_store(&w->db_ok, ok);
-}
-
-static void store_offset(ow_worker *w, int32_t partition, int64_t offset)
-{
+    ow_worker *w = opaque;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_resp_err_t e;
 
@@ -72,42 +67,82 @@ static void store_offset(ow_worker *w, int32_t partition, int64_t offset)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
-void ow_worker_finish_job(ow_worker *w, ow_job *job, int done)
+/* Every commit's result, periodic or explicit (issue 9, defect 9). */
+static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
+                        const char *when)
 {
-    ow_part *p;
-    int64_t commit = -1;
-
-    pthread_mutex_lock(&w->parts_mu);
-    p = (size_t)job->partition < w->n_parts ? &w->parts[job->partition] : NULL;
-    /* A job from an earlier epoch belongs to an assignment that is over. */
-    if (p != NULL && p->epoch == job->epoch && p->track != NULL) {
-        if (done && ow_offset_track_done(p->track, job->offset) == OW_OK &&
-            ow_offset_track_advance(p->track, &commit))
-            store_offset(w, job->partition, commit);
-        if (p->active > 0)
-            p->active--;
+    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return 1; /* nothing was stored since the last commit */
+    for (int i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != NULL && i < offsets->cnt; i++)
+        err = offsets->elems[i].err;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        OW_COUNT(commits, 1);
+        return 1;
     }
-    pthread_cond_broadcast(&w->parts_cv);
-    pthread_mutex_unlock(&w->parts_mu);
-    if (!done)
-        OW_COUNT(dropped, 1);
-    atomic_fetch_sub(&ow_stats.inflight_messages, 1);
-    atomic_fetch_sub(&ow_stats.inflight_bytes, (int64_t)job->bytes);
-    ow_job_free(job);
+    OW_COUNT(commit_failures, 1);
+    OW_LOG(OW_LOG_WARN, "commit_failed", OW_F_STR("when", when),
+           OW_F_STR("error", rd_kafka_err2str(err)));
+    return 0;
 }
 
-void ow_worker_ack(ow_worker *w, ow_job *job, int n, int ok)
+static void on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                               rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
-    if (!ok)
-        atomic_store(&job->failed, 1);
-    if (atomic_fetch_sub(&job->pending_acks, n) == n) {
-        int done = !atomic_load(&job->failed);
+    (void)rk;
+    (void)opaque;
+    count_commit(err, offsets, "periodic");
+}
 
-        if (done && job->timestamp_ms > 0)
-            ow_histogram_observe(&ow_stats.e2e_latency,
-                                 (ow_clock_wall_ms() - job->timestamp_ms) * 1000);
-        ow_worker_finish_job(w, job, done);
+typedef struct {
+    const char *when;
+    int answered;
+} commit_wait;
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    commit_wait *cw = opaque;
+
+    (void)rk;
+    count_commit(err, offsets, cw->when);
+    cw->answered = 1;
+}
+
+/* Commits the stored offsets, waiting for the answer until deadline_ms at
+ * most: with the group coordinator away a synchronous commit would wait
+ * for its own 45 s timeout (issue 9, defect 3). What is not committed is
+ * redelivered later, which the contract allows. */
+static void commit_stored(ow_worker *w, const char *why, int64_t deadline_ms)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(w->consumer);
+    commit_wait *cw = calloc(1, sizeof(*cw));
+    rd_kafka_resp_err_t e;
+
+    if (q == NULL || cw == NULL) {
+        if (q != NULL)
+            rd_kafka_queue_destroy(q);
+        free(cw);
+        return;
     }
+    cw->when = why;
+    e = rd_kafka_commit_queue(w->consumer, NULL, q, on_commit, cw);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        count_commit(e, NULL, why);
+        cw->answered = 1;
+    }
+    while (!cw->answered && ow_clock_mono_ms() < deadline_ms) {
+        int64_t left = deadline_ms - ow_clock_mono_ms();
+
+        rd_kafka_queue_poll_callback(q, (int)(left < 100 ? (left > 0 ? left : 0) : 100));
+    }
+    if (!cw->answered)
+        OW_LOG(OW_LOG_WARN, "commit_unanswered", OW_F_STR("when", why),
+               OW_F_STR("error", "no answer from the group coordinator in time; what is not "
+                                 "committed is redelivered"));
+    rd_kafka_queue_destroy(q);
+    /* An answer that comes after the queue is gone is dropped with it; the
+     * callback never runs, so cw may go now. */
+    free(cw);
 }
 
 /* --- Producer callbacks (poller thread) --------------------------------- */
@@ -115,31 +150,9 @@ void ow_worker_ack(ow_worker *w, ow_job *job, int n, int ok)
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     ow_worker *w = opaque;
-    ow_job *job = m->_private;
-    int is_dlq = strcmp(rd_kafka_topic_name(m->rkt), w->cfg->topic_dlq) == 0;
 
     (void)rk;
-    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
-        /* Purged at shutdown (abandon_outputs): the job ends not done. */
-        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)));
-    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        /* message.timeout.ms is infinite, so only permanent errors get here. */
-        OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
-               OW_F_STR("error", rd_kafka_err2str(m->err)));
-        ow_worker_set_fatal(w, "a result was not acknowledged by the broker");
-    } else if (job == ow_in_progress_token) {
-        OW_COUNT(results[OW_CODE_REQUEST_IN_PROGRESS], 1);
-    } else if (is_dlq) {
-        OW_COUNT(dead_lettered, 1);
-    } else if (job->valid) {
-        OW_COUNT(results[job->item.code], 1);
-        if (job->item.replayed)
-            OW_COUNT(replays, 1);
-    } else {
-        OW_COUNT(results[OW_CODE_INVALID_REQUEST], 1);
-    }
-    if (job != ow_in_progress_token && job != NULL)
-        ow_worker_ack(w, job, 1, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    ow_output_delivered(&w->out, m);
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -152,7 +165,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         rd_kafka_fatal_error(rk, why, sizeof(why));
         OW_LOG(OW_LOG_ERROR, "kafka_fatal", OW_F_STR("client", rd_kafka_name(rk)),
                OW_F_STR("error", why));
-        ow_worker_set_fatal(w, "fatal Kafka client error");
+        ow_runstate_set_fatal(&w->rs, "fatal Kafka client error");
         return;
     }
     OW_LOG(OW_LOG_WARN, "kafka_error", OW_F_STR("client", rd_kafka_name(rk)),
@@ -164,67 +177,45 @@ static void *poller_main(void *arg)
 {
     ow_worker *w = arg;
 
-    while (!atomic_load(&w->poller_stop))
+    while (!atomic_load(&w->poller_stop)) {
         rd_kafka_poll(w->producer, 100);
+        ow_output_pump(&w->out);
+    }
     return NULL;
 }
 
 /* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
 
-/* Starts a new epoch for a partition: jobs dispatched before it can no
- * longer store an offset. With track, the partition gets a fresh tracker
- * (OW_ENOMEM when it cannot be allocated); without, it keeps none. Called
- * with parts_mu held. */
-static int part_new_epoch(ow_part *p, int track)
-{
-    ow_offset_track_free(&p->track);
-    p->track = track ? ow_offset_track_new() : NULL;
-    p->epoch++;
-    p->active = 0;
-    p->first_offset = -1;
-    return track && p->track == NULL ? OW_ENOMEM : OW_OK;
-}
-
 static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     rd_kafka_error_t *e;
 
-    pthread_mutex_lock(&w->parts_mu);
     for (int i = 0; i < parts->cnt; i++) {
-        ow_part *p = part_get(w, parts->elems[i].partition);
-
-        if (p == NULL) {
-            ow_worker_set_fatal(w, "out of memory");
-            continue;
-        }
-        p->assigned = 1;
-        p->revoking = 0;
-        if (part_new_epoch(p, 1) != OW_OK)
-            ow_worker_set_fatal(w, "out of memory");
+        if (ow_ledger_assign(&w->ledger, parts->elems[i].partition) != OW_OK)
+            ow_runstate_set_fatal(&w->rs, "out of memory");
     }
-    pthread_mutex_unlock(&w->parts_mu);
     atomic_fetch_add(&w->assigned, parts->cnt);
     atomic_store(&w->ever_assigned, 1);
     e = rd_kafka_incremental_assign(w->consumer, parts);
     if (e != NULL) {
         OW_LOG(OW_LOG_ERROR, "assign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
         rd_kafka_error_destroy(e);
-        ow_worker_set_fatal(w, "incremental assign failed");
+        ow_runstate_set_fatal(&w->rs, "incremental assign failed");
         return;
     }
     if (w->paused)
         rd_kafka_pause_partitions(w->consumer, parts);
 }
 
-static int all_drained(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
+/* The end of a wait during a revoke: the drain timeout, and at shutdown no
+ * later than the stop's deadline. */
+static int64_t revoke_deadline(const ow_worker *w)
 {
-    for (int i = 0; i < parts->cnt; i++) {
-        int32_t n = parts->elems[i].partition;
+    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
 
-        if ((size_t)n < w->n_parts && w->parts[n].active > 0)
-            return 0;
-    }
-    return 1;
+    if (atomic_load(&w->rs.stopping) && w->rs.deadline_ms < deadline)
+        deadline = w->rs.deadline_ms;
+    return deadline;
 }
 
 /* Waits (bounded) until the revoked partitions have nothing in flight, so
@@ -233,35 +224,17 @@ static int all_drained(ow_worker *w, const rd_kafka_topic_partition_list_t *part
 static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
     int64_t start = ow_clock_mono_ms();
-    int64_t deadline = start + w->cfg->rebalance_drain_timeout_ms;
+    int64_t deadline = revoke_deadline(w);
+    int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
 
-    /* The revoke that closing the consumer triggers at shutdown comes after
-     * the flush, when the delivery poller has stopped: nothing in flight can
-     * be acknowledged any more, so the stop's deadline bounds the wait. */
-    if (atomic_load(&w->stopping) && w->deadline_ms < deadline)
-        deadline = w->deadline_ms;
-    pthread_mutex_lock(&w->parts_mu);
-    while (!all_drained(w, parts) && ow_clock_mono_ms() < deadline && !atomic_load(&w->fatal)) {
-        struct timespec ts;
-
-        ow_deadline_after_ms(50, &ts);
-        pthread_cond_timedwait(&w->parts_cv, &w->parts_mu, &ts);
-    }
-    if (!all_drained(w, parts))
+    if (ids == NULL)
+        return;
+    for (int i = 0; i < parts->cnt; i++)
+        ids[i] = parts->elems[i].partition;
+    if (!ow_ledger_wait_drained(&w->ledger, ids, (size_t)parts->cnt, deadline, &w->rs.fatal))
         OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
                OW_F_INT("timeout_ms", deadline > start ? deadline - start : 0));
-    pthread_mutex_unlock(&w->parts_mu);
-}
-
-static void commit_stored(ow_worker *w, const char *why)
-{
-    rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
-
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-        OW_COUNT(commits, 1);
-    else if (e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-        OW_LOG(OW_LOG_WARN, "commit_failed", OW_F_STR("when", why),
-               OW_F_STR("error", rd_kafka_err2str(e)));
+    free(ids);
 }
 
 static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
@@ -269,14 +242,8 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
     int lost = rd_kafka_assignment_lost(w->consumer);
     rd_kafka_error_t *e;
 
-    pthread_mutex_lock(&w->parts_mu);
-    for (int i = 0; i < parts->cnt; i++) {
-        ow_part *p = part_get(w, parts->elems[i].partition);
-
-        if (p != NULL)
-            p->revoking = 1;
-    }
-    pthread_mutex_unlock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++)
+        ow_ledger_revoke_begin(&w->ledger, parts->elems[i].partition);
     for (int i = 0; i < parts->cnt; i++) {
         for (size_t k = 0; k < w->n_lanes; k++)
             ow_lane_drop_partition(&w->lanes[k], parts->elems[i].partition);
@@ -284,19 +251,10 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
     /* A lost assignment may already belong to another member: commit nothing. */
     if (!lost) {
         drain(w, parts);
-        commit_stored(w, "revoke");
+        commit_stored(w, "revoke", revoke_deadline(w));
     }
-    pthread_mutex_lock(&w->parts_mu);
-    for (int i = 0; i < parts->cnt; i++) {
-        ow_part *p = part_get(w, parts->elems[i].partition);
-
-        if (p == NULL)
-            continue;
-        p->assigned = 0;
-        p->revoking = 0;
-        part_new_epoch(p, 0);
-    }
-    pthread_mutex_unlock(&w->parts_mu);
+    for (int i = 0; i < parts->cnt; i++)
+        ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
     atomic_fetch_sub(&w->assigned, parts->cnt);
     e = rd_kafka_incremental_unassign(w->consumer, parts);
     if (e != NULL) {
@@ -325,56 +283,26 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* --- Consumer thread ----------------------------------------------------- */
 
-/* Tracks a consumed offset. An offset at or below the last one tracked
- * means the partition went back within one assignment (an offset reset
- * after its log was truncated or recreated): a new epoch starts, so that
- * what is in flight from before can no longer move this partition's
- * offset and the rewound messages are tracked afresh, none skipped. Called
- * with parts_mu held; fails only when out of memory. */
-static int track_offset(ow_part *p, const rd_kafka_message_t *m)
-{
-    int rc = ow_offset_track_add(p->track, m->offset);
-
-    if (rc == OW_EINVAL) {
-        OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
-               OW_F_INT("offset", m->offset));
-        rc = part_new_epoch(p, 1);
-        if (rc == OW_OK)
-            rc = ow_offset_track_add(p->track, m->offset);
-    }
-    return rc;
-}
-
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
-    ow_part *p;
-    uint32_t epoch = 0;
-    int ok = 0;
+    ow_ticket t;
+    int rewound = 0;
+    int rc = ow_ledger_track(&w->ledger, m->partition, m->offset, &t, &rewound);
     ow_job *job;
 
-    pthread_mutex_lock(&w->parts_mu);
-    p = part_get(w, m->partition);
-    if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
-        if (track_offset(p, m) != OW_OK) {
-            pthread_mutex_unlock(&w->parts_mu);
-            ow_worker_set_fatal(w, "out of memory");
-            return;
-        }
-        if (p->first_offset < 0)
-            p->first_offset = m->offset;
-        p->active++;
-        epoch = p->epoch;
-        ok = 1;
-    }
-    pthread_mutex_unlock(&w->parts_mu);
-    if (!ok) {
+    if (rewound)
+        OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
+               OW_F_INT("offset", m->offset));
+    if (rc == OW_ENOTFOUND) {
         OW_LOG(OW_LOG_WARN, "message_ignored", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));
         return;
     }
-    job = ow_job_from_message(w, m, epoch);
+    job = rc == OW_OK ? ow_job_from_message(&w->limits, m, &t) : NULL;
     if (job == NULL) {
-        ow_worker_set_fatal(w, "out of memory");
+        if (rc == OW_OK)
+            ow_ledger_finish(&w->ledger, &t, 0);
+        ow_runstate_set_fatal(&w->rs, "out of memory");
         return;
     }
     OW_COUNT(consumed, 1);
@@ -420,7 +348,7 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         dispatch(w, m);
     } else if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
-        ow_worker_set_fatal(w, "fatal consumer error");
+        ow_runstate_set_fatal(&w->rs, "fatal consumer error");
     } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
                OW_F_INT("partition", m->partition));
@@ -430,29 +358,36 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
 
 /* --- Operations endpoint ------------------------------------------------ */
 
+typedef struct {
+    ow_worker *w;
+    ow_buf *out;
+} lag_ctx;
+
+static void lag_line(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    lag_ctx *c = opaque;
+    int64_t lo = -1, hi = -1;
+    int64_t at = stored;
+
+    rd_kafka_get_watermark_offsets(c->w->consumer, c->w->cfg->topic_input, partition, &lo, &hi);
+    if (at < 0)
+        at = first >= 0 ? first : hi;
+    ow_buf_appendf(c->out, "order_worker_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
+                   c->w->cfg->topic_input, (int)partition,
+                   (long long)(hi >= at && at >= 0 ? hi - at : 0));
+}
+
 /* Consumer lag per assigned partition: the partition's end offset (as last
  * seen by the fetcher) minus the offset this replica has stored. */
 static void metrics_extra(ow_buf *out, void *opaque)
 {
     ow_worker *w = opaque;
+    lag_ctx c = {w, out};
 
     ow_buf_appendf(out, "# HELP order_worker_consumer_lag Messages between the stored offset and "
                         "the end of each assigned partition.\n"
                         "# TYPE order_worker_consumer_lag gauge\n");
-    pthread_mutex_lock(&w->parts_mu);
-    for (size_t i = 0; i < w->n_parts; i++) {
-        int64_t lo = -1, hi = -1, at;
-
-        if (!w->parts[i].assigned || w->parts[i].track == NULL)
-            continue;
-        rd_kafka_get_watermark_offsets(w->consumer, w->cfg->topic_input, (int32_t)i, &lo, &hi);
-        at = ow_offset_track_committed(w->parts[i].track);
-        if (at < 0)
-            at = w->parts[i].first_offset >= 0 ? w->parts[i].first_offset : hi;
-        ow_buf_appendf(out, "order_worker_consumer_lag{topic=\"%s\",partition=\"%zu\"} %lld\n",
-                       w->cfg->topic_input, i, (long long)(hi >= at && at >= 0 ? hi - at : 0));
-    }
-    pthread_mutex_unlock(&w->parts_mu);
+    ow_ledger_each_assigned(&w->ledger, lag_line, &c);
     ow_buf_appendf(out,
                    "# HELP order_worker_assigned_partitions Input partitions assigned to this "
                    "replica.\n# TYPE order_worker_assigned_partitions gauge\n"
@@ -461,7 +396,7 @@ static void metrics_extra(ow_buf *out, void *opaque)
                    "# TYPE order_worker_database_up gauge\norder_worker_database_up %d\n"
                    "# HELP order_worker_input_paused 1 while backpressure pauses the input.\n"
                    "# TYPE order_worker_input_paused gauge\norder_worker_input_paused %d\n",
-                   atomic_load(&w->assigned), atomic_load(&w->db_ok), w->paused);
+                   atomic_load(&w->assigned), atomic_load(&w->rs.db_ok), w->paused);
 }
 
 static int broker_reachable(ow_worker *w)
@@ -480,7 +415,7 @@ static int ready(ow_buf *why, void *opaque)
     ow_worker *w = opaque;
     int ok = 1;
 
-    if (!atomic_load(&w->db_ok)) {
+    if (!atomic_load(&w->rs.db_ok)) {
         ow_buf_appends(why, "database unreachable\n");
         ok = 0;
     }
@@ -492,7 +427,11 @@ static int ready(ow_buf *why, void *opaque)
         ow_buf_appends(why, "no partitions assigned\n");
         ok = 0;
     }
-    if (atomic_load(&w->stopping) || atomic_load(&w->fatal)) {
+    if (!atomic_load(&w->outputs_ok)) {
+        ow_buf_appends(why, "output topics not checked yet\n");
+        ok = 0;
+    }
+    if (atomic_load(&w->rs.stopping) || atomic_load(&w->rs.fatal)) {
         ow_buf_appends(why, "stopping\n");
         ok = 0;
     }
@@ -534,6 +473,7 @@ static int create_clients(ow_worker *w, ow_error *err)
     rd_kafka_conf_set_opaque(cc, w);
     rd_kafka_conf_set_error_cb(cc, on_error);
     rd_kafka_conf_set_rebalance_cb(cc, on_rebalance);
+    rd_kafka_conf_set_offset_commit_cb(cc, on_periodic_commit);
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr));
     if (w->consumer == NULL) {
         rd_kafka_conf_destroy(cc);
@@ -565,7 +505,7 @@ static int check_database(ow_worker *w, ow_error *err)
 {
     int rc = ow_store_ping(w->lanes[0].store, err);
 
-    ow_worker_db_seen(w, rc == OW_OK);
+    atomic_store(&w->rs.db_ok, rc == OW_OK);
     if (rc != OW_OK && err->cls == OW_ERRCLASS_RETRIABLE) {
         OW_LOG(OW_LOG_WARN, "database_unreachable", OW_F_STR("error", err->msg));
         ow_error_clear(err);
@@ -574,17 +514,105 @@ static int check_database(ow_worker *w, ow_error *err)
     return rc;
 }
 
-static int start(ow_worker *w, ow_error *err)
+/* A topic the broker calls unknown for this long is missing: a topic just
+ * created can be unknown to a broker for a moment (seen in the end-to-end
+ * tests against Kafka 4.1, which create their topics right before). */
+#define TOPIC_MISSING_MS 10000
+
+/* Asks the broker for one output topic through the producer, which is what
+ * producing to it would do (a broker that creates topics on first use
+ * creates it here). Returns OW_OK, OW_ERETRY (no answer yet), OW_ENOTFOUND
+ * (unknown for now) or OW_EFATAL, with err naming the key and the topic. */
+static int check_topic(ow_worker *w, const char *key, const char *topic, ow_error *err)
+{
+    rd_kafka_topic_t *t = rd_kafka_topic_new(w->producer, topic, NULL);
+    const rd_kafka_metadata_t *md = NULL;
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__TRANSPORT;
+    int rc = OW_ERETRY;
+
+    if (t != NULL)
+        e = rd_kafka_metadata(w->producer, 0, t, &md, 2000);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1) {
+        rd_kafka_resp_err_t te = md->topics[0].err;
+
+        if (te == RD_KAFKA_RESP_ERR_NO_ERROR && md->topics[0].partition_cnt > 0)
+            rc = OW_OK;
+        else if (te == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+            rc = OW_ENOTFOUND;
+        else if (te == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                 te == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION)
+            rc = OW_EFATAL;
+        if (rc == OW_ENOTFOUND || rc == OW_EFATAL)
+            ow_error_set(err, OW_ERRCLASS_FATAL, (int)te, "%s: topic %s: %s", key, topic,
+                         rd_kafka_err2str(te));
+    }
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    if (t != NULL)
+        rd_kafka_topic_destroy(t);
+    return rc;
+}
+
+/* Both output topics, then their size limits (output_internal.h). */
+static int check_output_topics(ow_worker *w, ow_error *err)
+{
+    int rc = check_topic(w, "topic.results", w->cfg->topic_results, err);
+
+    if (rc == OW_OK)
+        rc = check_topic(w, "topic.dlq", w->cfg->topic_dlq, err);
+    if (rc == OW_OK)
+        rc = ow_output_check_topic(&w->out, "topic.results", w->cfg->topic_results, err);
+    if (rc == OW_OK)
+        rc = ow_output_check_topic(&w->out, "topic.dlq", w->cfg->topic_dlq, err);
+    return rc;
+}
+
+/* Issue 9, defect 6: a missing output topic is found before anything is
+ * consumed, not after a decision committed. A broker that does not answer
+ * is waited for (the worker is not ready meanwhile). */
+static int check_outputs(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)
+{
+    int64_t missing_since = -1;
+    int logged = 0;
+
+    while (!*stop && !atomic_load(&w->rs.fatal)) {
+        int rc = check_output_topics(w, err);
+
+        if (rc == OW_OK) {
+            atomic_store(&w->outputs_ok, 1);
+            return OW_OK;
+        }
+        if (rc == OW_ENOTFOUND && missing_since < 0)
+            missing_since = ow_clock_mono_ms();
+        if (rc == OW_ENOTFOUND && ow_clock_mono_ms() - missing_since >= TOPIC_MISSING_MS)
+            return OW_EFATAL;
+        if (rc != OW_ERETRY && rc != OW_ENOTFOUND)
+            return rc;
+        if (!logged++)
+            OW_LOG(OW_LOG_WARN, "output_topics_unavailable",
+                   OW_F_STR("error", rc == OW_ENOTFOUND ? err->msg : "broker unreachable"));
+        ow_error_clear(err);
+        ow_sleep_ms(500, &w->rs.stop_sleep);
+    }
+    return OW_OK;
+}
+
+static int start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)
 {
     int rc = create_clients(w, err);
 
+    if (rc == OW_OK)
+        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
     if (rc != OW_OK)
         return rc;
+    w->out_ready = 1;
+    w->limits.output_max = w->out.output_max;
+    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, &w->out, &w->ledger};
     w->lanes = calloc((size_t)w->cfg->worker_lanes, sizeof(*w->lanes));
     if (w->lanes == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     for (size_t i = 0; i < (size_t)w->cfg->worker_lanes; i++) {
-        rc = ow_lane_start(&w->lanes[i], w, (unsigned)i, err);
+        rc = ow_lane_start(&w->lanes[i], &w->env, (unsigned)i, err);
         if (rc != OW_OK)
             return rc;
         w->n_lanes++;
@@ -596,6 +624,8 @@ static int start(ow_worker *w, ow_error *err)
     if (rc == OW_OK)
         rc = start_http(w, err);
     if (rc == OW_OK)
+        rc = check_outputs(w, stop, err);
+    if (rc == OW_OK && !*stop)
         rc = subscribe(w, err);
     return rc;
 }
@@ -612,17 +642,39 @@ static int assignment_empty(rd_kafka_t *rk)
     return empty;
 }
 
+/* Closes the consumer (leaves the group) within the stop's deadline; a
+ * close that does not finish in time is given up and the handle later
+ * destroyed without it (the group then drops this member after its
+ * session timeout). */
+static void close_consumer(ow_worker *w)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(w->consumer);
+    rd_kafka_error_t *e = q != NULL ? rd_kafka_consumer_close_queue(w->consumer, q) : NULL;
+
+    if (q == NULL)
+        return;
+    if (e != NULL) {
+        OW_LOG(OW_LOG_WARN, "close_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+    } else {
+        while (!rd_kafka_consumer_closed(w->consumer) && ow_clock_mono_ms() < w->rs.deadline_ms)
+            rd_kafka_queue_poll_callback(q, 50);
+        w->consumer_closed = rd_kafka_consumer_closed(w->consumer);
+    }
+    if (!w->consumer_closed)
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "stop deadline"));
+    rd_kafka_queue_destroy(q);
+}
+
 /* Leaves the group. librdkafka 2.0's consumer_close can hang when a
  * cooperative assignment arrives while it closes (librdkafka issue #4527),
  * so unsubscribe first and serve the rebalance callbacks (which commit and
  * unassign) until the assignment is empty; messages still fetched are
- * dropped unprocessed, their offsets never stored. */
+ * dropped unprocessed, their offsets never stored. Everything here ends by
+ * the stop's deadline (issue 9, defect 3). */
 static void leave_group(ow_worker *w)
 {
-    /* Within the stop's deadline, but give the revoke a moment even when
-     * the deadline already passed. */
-    int64_t floor = ow_clock_mono_ms() + 2000;
-    int64_t deadline = w->deadline_ms > floor ? w->deadline_ms : floor;
+    int64_t deadline = w->rs.deadline_ms;
     int idle = 0;
 
     /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
@@ -644,6 +696,10 @@ static void leave_group(ow_worker *w)
         w->consumer_unsafe = 1;
         return;
     }
+    if (ow_clock_mono_ms() >= deadline) {
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "stop deadline"));
+        return;
+    }
     rd_kafka_unsubscribe(w->consumer);
     while (ow_clock_mono_ms() < deadline && idle < 3) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
@@ -652,7 +708,7 @@ static void leave_group(ow_worker *w)
             rd_kafka_message_destroy(m);
         idle = assignment_empty(w->consumer) ? idle + 1 : 0;
     }
-    rd_kafka_consumer_close(w->consumer);
+    close_consumer(w);
 }
 
 /* Gives up the outputs that the shutdown flush could not deliver (their
@@ -664,18 +720,28 @@ static void abandon_outputs(ow_worker *w)
     OW_LOG(OW_LOG_WARN, "flush_incomplete",
            OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
     rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_flush(w->producer, 1000); /* serves the purged reports */
+    rd_kafka_flush(w->producer, 100); /* serves the purged reports */
+}
+
+/* The part of the stop's budget kept for committing and leaving the group
+ * after the flush: a quarter, at most 2 s. */
+static int64_t leave_reserve_ms(const ow_config *cfg)
+{
+    int64_t r = cfg->shutdown_timeout_ms / 4;
+
+    return r < 2000 ? r : 2000;
 }
 
 /* Stops taking messages, lets lanes finish what they started, flushes
- * results, commits what is acknowledged and leaves the group. */
+ * results, commits what is acknowledged and leaves the group, all within
+ * shutdown.timeout_ms (issue 9, defect 3). */
 static void shut_down(ow_worker *w)
 {
     int64_t left;
 
-    w->deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
-    atomic_store(&w->stopping, 1);
-    w->stop_sleep = 1; /* wakes lanes sleeping between database retries */
+    w->rs.deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
+    atomic_store(&w->rs.stopping, 1);
+    w->rs.stop_sleep = 1; /* wakes lanes sleeping between database retries */
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_stop(&w->lanes[i]);
     for (size_t i = 0; i < w->n_lanes; i++)
@@ -684,12 +750,16 @@ static void shut_down(ow_worker *w)
     if (w->poller_started)
         pthread_join(w->poller, NULL);
     w->poller_started = 0;
-    left = w->deadline_ms - ow_clock_mono_ms();
-    if (w->producer != NULL &&
-        rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        abandon_outputs(w);
+    left = w->rs.deadline_ms - leave_reserve_ms(w->cfg) - ow_clock_mono_ms();
+    if (w->producer != NULL && w->out_ready) {
+        ow_output_pump(&w->out);
+        if (rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            abandon_outputs(w);
+    }
     if (w->consumer != NULL) {
-        commit_stored(w, "shutdown");
+        /* Half of what is left, so that leaving the group has the rest. */
+        left = w->rs.deadline_ms - ow_clock_mono_ms();
+        commit_stored(w, "shutdown", ow_clock_mono_ms() + (left > 0 ? left / 2 : 0));
         leave_group(w);
     }
 }
@@ -697,18 +767,22 @@ static void shut_down(ow_worker *w)
 static void destroy(ow_worker *w)
 {
     ow_http_stop(&w->http);
-    if (w->consumer != NULL && !w->consumer_unsafe)
-        rd_kafka_destroy(w->consumer);
+    /* A member of the group that could not leave it by the deadline is not
+     * destroyed: librdkafka's destroy would wait for the coordinator all
+     * the same (6 s more with every broker down, seen in the mock test).
+     * The process exits next; the group drops the member after its session
+     * timeout. A consumer that never subscribed has no group to leave. */
+    if (w->consumer != NULL && !w->consumer_unsafe && (w->consumer_closed || !w->subscribed))
+        rd_kafka_destroy_flags(w->consumer,
+                               w->consumer_closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     if (w->producer != NULL)
         rd_kafka_destroy(w->producer);
-    for (size_t i = 0; i < w->n_parts; i++)
-        ow_offset_track_free(&w->parts[i].track);
-    free(w->parts);
+    ow_ledger_destroy(&w->ledger);
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_destroy(&w->lanes[i]);
     free(w->lanes);
-    pthread_mutex_destroy(&w->parts_mu);
-    pthread_cond_destroy(&w->parts_cv);
+    if (w->out_ready)
+        ow_output_destroy(&w->out);
 }
 
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
@@ -719,17 +793,17 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
 
     memset(&w, 0, sizeof(w));
     w.cfg = cfg;
-    w.limits.max_bytes = (size_t)cfg->request_max_bytes;
-    w.limits.max_orders = (size_t)cfg->request_max_orders;
+    w.limits.request.max_bytes = (size_t)cfg->request_max_bytes;
+    w.limits.request.max_orders = (size_t)cfg->request_max_orders;
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
-    pthread_mutex_init(&w.parts_mu, NULL);
-    pthread_cond_init(&w.parts_cv, NULL);
-    rc = start(&w, err);
+    ow_ledger_init(&w.ledger, store_offset, &w);
+    rc = start(&w, stop, err);
     if (rc == OW_OK) {
         OW_LOG(OW_LOG_INFO, "worker_started", OW_F_STR("topic", cfg->topic_input),
                OW_F_STR("group", cfg->kafka_group_id), OW_F_INT("lanes", cfg->worker_lanes),
-               OW_F_INT("batch_max_messages", cfg->batch_max_messages));
-        while (!*stop && !atomic_load(&w.fatal)) {
+               OW_F_INT("batch_max_messages", cfg->batch_max_messages),
+               OW_F_INT("result_max_bytes", (int64_t)w.out.output_max));
+        while (!*stop && !atomic_load(&w.rs.fatal)) {
             /* While paused, look again soon: the pause ends as soon as
              * acknowledgements bring the in-flight count down. */
             rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : 100);
@@ -739,9 +813,9 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
             backpressure(&w);
         }
     }
-    OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.fatal)));
+    OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.rs.fatal)));
     shut_down(&w);
-    if (rc == OW_OK && atomic_load(&w.fatal))
+    if (rc == OW_OK && atomic_load(&w.rs.fatal))
         rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
     destroy(&w);
     OW_LOG(OW_LOG_INFO, "worker_stopped", OW_F_INT("clean", rc == OW_OK));

@@ -21,13 +21,17 @@
     X(replays, "order_worker_replays_total",                                                       \
       "Results that published a stored response again (replayed: true).")                          \
     X(dead_lettered, "order_worker_dead_lettered_total",                                           \
-      "Invalid messages copied to the dead-letter topic.")                                         \
+      "Dead-letter copies of invalid messages, and notices of outputs too large, acknowledged.")   \
+    X(outputs_too_large, "order_worker_outputs_too_large_total",                                   \
+      "Outputs refused for their size and replaced by an OUTPUT_TOO_LARGE dead-letter notice.")    \
     X(transactions, "order_worker_db_transactions_total", "Database transactions run.")            \
     X(batch_fallbacks, "order_worker_batch_fallbacks_total",                                       \
       "Micro-batches redone one message at a time after a race.")                                  \
     X(offsets_stored, "order_worker_offsets_stored_total",                                         \
       "Offset advances stored after every result below them was acknowledged.")                    \
-    X(commits, "order_worker_offset_commits_total", "Offset commits to the group.")                \
+    X(commits, "order_worker_offset_commits_total", "Offset commits the group acknowledged.")      \
+    X(commit_failures, "order_worker_offset_commit_failures_total",                                \
+      "Offset commits that failed (the offsets are committed again later).")                       \
     X(rebalances, "order_worker_rebalances_total", "Partition assignments and revocations.")       \
     X(paused, "order_worker_backpressure_pauses_total",                                            \
       "Times the input partitions were paused because too much was in flight.")                    \

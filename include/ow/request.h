@@ -63,6 +63,10 @@ int ow_request_parse(const void *value, size_t len, const ow_request_limits *lim
 
 void ow_request_cleanup(ow_request *req);
 
+/* A hash of an order's unique key (user_id, external_order_no), for the
+ * in-memory sets that mirror that key (a lane's batch, the decide index). */
+uint64_t ow_order_hash(int64_t user_id, const char *ext, size_t len);
+
 /* Parses an amount: the raw lexeme of a JSON number or the bytes of a JSON
  * string, "0".."9999999999.99", at most two decimals, no sign, no exponent.
  * Returns 0 or OW_EINVAL with a reason in why (static text). */

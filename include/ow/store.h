@@ -94,9 +94,10 @@ void ow_store_item_cleanup(ow_store_item *it);
 /* Decides items[0..n) in one transaction. On success every item has a
  * decision and a body. On error nothing was committed and no item has a
  * decision. one_at_a_time runs each item under its own savepoint with
- * single-row statements (used after a deadlock); otherwise set-based
- * statements run first and fall back to that mode by themselves when the
- * database reports a race. */
+ * single-row statements; otherwise set-based statements run first and fall
+ * back to that mode by themselves when the database reports a race. A call
+ * after one that failed on a deadlock or a lock wait runs in that mode too,
+ * so a caller only retries RETRIABLE errors after a backoff. */
 int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);

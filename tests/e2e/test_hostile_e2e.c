@@ -10,7 +10,10 @@
  *     (the one valid control row: 201 CREATED); a message with an empty key
  *     or none has no result;
  *   - every invalid message has exactly one dead-letter copy with the same
- *     key and value bytes and the error and source headers;
+ *     key and value bytes and the error and source headers; a key longer
+ *     than OUTPUT_KEY_MAX or a value that would not fit the producer's
+ *     limit beside it is cut, with its original length in a header, and
+ *     every output fits the limit (issue 9, defect 1);
  *   - the database holds the control's request and order and nothing else;
  *   - SIGTERM stops the worker with status 0.
  * The worker runs with request.max_bytes = HOSTILE_MAX_BYTES, the limit the
@@ -36,10 +39,13 @@
 
 #define PARTITIONS 4
 #define WAIT_S 120
+#define OUTPUT_KEY_MAX 1024       /* src/pipeline_internal.h */
+#define PRODUCER_LIMIT 1000000    /* the worker producer's message.max.bytes */
 
 /* A row as produced, and where it landed in the input topic. */
 typedef struct {
     const hostile_case *c;
+    unsigned char *key;
     unsigned char *value;
     size_t len;
     int32_t partition;
@@ -86,8 +92,10 @@ static int teardown(void **state)
         kit_wait(worker, 5000);
     }
     testdb_drop(&ts.db);
-    for (size_t i = 0; rows != NULL && i < hostile_count; i++)
+    for (size_t i = 0; rows != NULL && i < hostile_count; i++) {
+        free(rows[i].key);
         free(rows[i].value);
+    }
     free(rows);
     kit_msgs_free(&results);
     kit_msgs_free(&dead_letters);
@@ -96,12 +104,12 @@ static int teardown(void **state)
 
 /* --- Matching ----------------------------------------------------------- */
 
-static int same_key(const hostile_case *c, const kit_msg *m)
+static int same_key(const sent_row *r, const kit_msg *m)
 {
-    if (!c->has_key)
+    if (!r->c->has_key)
         return m->key == NULL;
-    return m->key != NULL && m->key_len == c->key_len &&
-           (c->key_len == 0 || memcmp(m->key, c->key, c->key_len) == 0);
+    return m->key != NULL && m->key_len == r->c->key_len &&
+           (r->c->key_len == 0 || memcmp(m->key, r->key, r->c->key_len) == 0);
 }
 
 /* Rows always have a value, possibly empty: an empty value must not come
@@ -110,6 +118,20 @@ static int same_value(const sent_row *r, const kit_msg *m)
 {
     return !m->value_null && m->len == r->len &&
            (r->len == 0 || memcmp(m->value, r->value, r->len) == 0);
+}
+
+static int64_t header_int(const kit_msg *m, const char *name);
+
+/* An output's key: the message's, cut to OUTPUT_KEY_MAX bytes with the
+ * original length in key-truncated-from when it was longer. */
+static int output_key_ok(const sent_row *r, const kit_msg *m)
+{
+    size_t want = r->c->key_len < OUTPUT_KEY_MAX ? r->c->key_len : OUTPUT_KEY_MAX;
+
+    if (r->c->key_len <= OUTPUT_KEY_MAX)
+        return same_key(r, m) && header_int(m, "key-truncated-from") == -1;
+    return m->key != NULL && m->key_len == want && memcmp(m->key, r->key, want) == 0 &&
+           header_int(m, "key-truncated-from") == (int64_t)r->c->key_len;
 }
 
 static int64_t header_int(const kit_msg *m, const char *name)
@@ -158,7 +180,9 @@ static void read_at_least(const char *topic, size_t want, kit_msgs *out)
  * partition and offset (the source headers of the outputs name them). */
 static void test_produce_every_row(void **state)
 {
-    rd_kafka_t *producer = kit_producer(ts.bootstrap, NULL);
+    /* The rows with huge keys are larger than a producer's default limit,
+     * not than the broker's. */
+    rd_kafka_t *producer = kit_producer(ts.bootstrap, "message.max.bytes=1048000");
     kit_msgs inputs = {0};
 
     (void)state;
@@ -167,9 +191,11 @@ static void test_produce_every_row(void **state)
         const hostile_case *c = &hostile_cases[i];
 
         rows[i].c = c;
+        rows[i].key = hostile_key(c);
         rows[i].value = hostile_value(c, &rows[i].len);
+        assert_non_null(rows[i].key);
         assert_non_null(rows[i].value);
-        assert_int_equal(kit_produce(producer, ts.topic_in, -1, c->has_key ? c->key : NULL,
+        assert_int_equal(kit_produce(producer, ts.topic_in, -1, c->has_key ? rows[i].key : NULL,
                                      c->key_len, rows[i].value, rows[i].len),
                          0);
     }
@@ -181,7 +207,7 @@ static void test_produce_every_row(void **state)
         size_t found = 0;
 
         for (size_t k = 0; k < inputs.n; k++) {
-            if (!same_key(rows[i].c, &inputs.v[k]) || !same_value(&rows[i], &inputs.v[k]))
+            if (!same_key(&rows[i], &inputs.v[k]) || !same_value(&rows[i], &inputs.v[k]))
                 continue;
             rows[i].partition = inputs.v[k].partition;
             rows[i].offset = inputs.v[k].offset;
@@ -248,7 +274,7 @@ static void test_one_result_per_keyed_message(void **state)
             fail_msg("%s: %zu results", r->c->name, n);
         if (n == 0)
             continue;
-        if (!same_key(r->c, m))
+        if (!output_key_ok(r, m))
             fail_msg("%s: the result's key differs from the message's", r->c->name);
         assert_true(kit_header(m, "replayed", replayed, sizeof(replayed)));
         assert_string_equal(replayed, "false");
@@ -256,12 +282,29 @@ static void test_one_result_per_keyed_message(void **state)
     }
 }
 
+/* The copy's value: the message's bytes, or their first bytes with the
+ * original length in dlq-truncated-from when the whole would not fit. */
+static int dead_letter_value_ok(const sent_row *r, const kit_msg *m)
+{
+    if (m->len == r->len)
+        return same_value(r, m) && header_int(m, "dlq-truncated-from") == -1;
+    return !m->value_null && m->len < r->len && memcmp(m->value, r->value, m->len) == 0 &&
+           header_int(m, "dlq-truncated-from") == (int64_t)r->len;
+}
+
 static void check_dead_letter(const sent_row *r, const kit_msg *m)
 {
     char text[128];
 
-    if (!same_key(r->c, m) || !same_value(r, m))
+    if (!output_key_ok(r, m) || !dead_letter_value_ok(r, m))
         fail_msg("%s: the dead-letter copy differs from the message", r->c->name);
+    /* Whatever came in, what goes out fits the producer's limit, headers and
+     * framing included (1 kB is far more than they take). */
+    if (m->key_len + m->len + 1024 > PRODUCER_LIMIT)
+        fail_msg("%s: a dead-letter copy of %zu bytes", r->c->name, m->key_len + m->len);
+    /* And a copy that fits whole (2 kB kept for headers) is not cut. */
+    if (m->key_len + r->len + 2048 <= PRODUCER_LIMIT && m->len != r->len)
+        fail_msg("%s: cut to %zu of %zu bytes though it fits", r->c->name, m->len, r->len);
     assert_true(kit_header(m, "error-code", text, sizeof(text)));
     assert_string_equal(text, "INVALID_REQUEST");
     assert_true(kit_header(m, "source-topic", text, sizeof(text)));

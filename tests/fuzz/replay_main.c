@@ -82,15 +82,20 @@ static int replay_path(const char *path)
 static unsigned char *encode_row(const hostile_case *c, size_t *len)
 {
     size_t vlen = 0;
+    /* The layout has one byte for the key's length: longer keys (the
+     * generated ones, all invalid) are cut, and stay invalid. */
+    size_t klen = c->key_len < FUZZ_NO_KEY ? c->key_len : FUZZ_NO_KEY - 1;
+    unsigned char *key = hostile_key(c);
     unsigned char *value = hostile_value(c, &vlen);
-    unsigned char *buf = value != NULL ? malloc(1 + c->key_len + vlen) : NULL;
+    unsigned char *buf = value != NULL && key != NULL ? malloc(1 + klen + vlen) : NULL;
 
     if (buf != NULL) {
-        buf[0] = c->has_key ? (unsigned char)c->key_len : FUZZ_NO_KEY;
-        memcpy(buf + 1, c->key != NULL ? c->key : "", c->key_len);
-        memcpy(buf + 1 + c->key_len, value, vlen);
-        *len = 1 + c->key_len + vlen;
+        buf[0] = c->has_key ? (unsigned char)klen : FUZZ_NO_KEY;
+        memcpy(buf + 1, key, klen);
+        memcpy(buf + 1 + klen, value, vlen);
+        *len = 1 + klen + vlen;
     }
+    free(key);
     free(value);
     return buf;
 }

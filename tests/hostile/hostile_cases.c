@@ -14,6 +14,8 @@
 #define KEYROW(name, k, field, why) {name, 1, BYTES(k), HOSTILE_LITERAL, 0, BYTES(VALID), field, why}
 /* A row whose value comes from a generator. */
 #define GENROW(name, gen, n, field, why) {name, 1, BYTES("hostile:" name), gen, n, NULL, 0, field, why}
+/* A row with a generated key of klen bytes and a padded valid value of n. */
+#define BIGKEYROW(name, klen, n) {name, 1, NULL, klen, HOSTILE_PADDED, n, NULL, 0, "key", NULL, 1}
 
 #define ITEM "{\"external_order_no\":\"H-1\",\"amount\":\"19.90\"}"
 #define BATCH(orders) "{\"user_id\":42,\"orders\":[" orders "]}"
@@ -70,6 +72,13 @@ const hostile_case hostile_cases[] = {
     ROW("bom", "\xef\xbb\xbf" VALID, "value", "byte order mark"),
     ROW("empty-value", "", "value", "is empty"),
     ROW("whitespace-only", " \t\r\n ", "value", "empty input"),
+    /* Keys far beyond the key limit (issue 9, defect 1): a 990,000-byte key
+     * with 20 kB, a 17,000-byte key with 983,000 bytes (the threshold the
+     * issue computed), and a key and a value that both must be cut for the
+     * dead-letter copy to fit. */
+    BIGKEYROW("key.huge", 990000, 20000),
+    BIGKEYROW("key.threshold", 17000, 983000),
+    BIGKEYROW("key.and-value-cut", 2000, 1040000),
     GENROW("too-large", HOSTILE_PADDED, HOSTILE_MAX_BYTES + 1, "value",
            "is 262145 bytes; the limit is 262144"),
     ROW("json-null", "null", "value", "must be a JSON object"),
@@ -185,6 +194,25 @@ static unsigned char *make_padded(size_t total, size_t *len)
     memcpy(v + total - 2, "\"}", 2);
     *len = total;
     return v;
+}
+
+unsigned char *hostile_key(const hostile_case *c)
+{
+    unsigned char *k = malloc(c->key_len > 0 ? c->key_len : 1);
+    int n;
+
+    if (k == NULL)
+        return NULL;
+    if (!c->key_gen) {
+        if (c->key_len > 0)
+            memcpy(k, c->key, c->key_len);
+        return k;
+    }
+    memset(k, 'K', c->key_len);
+    n = snprintf((char *)k, c->key_len, "hostile:%s:", c->name);
+    if (n > 0 && (size_t)n < c->key_len)
+        k[n] = 'K'; /* snprintf's NUL */
+    return k;
 }
 
 unsigned char *hostile_value(const hostile_case *c, size_t *len)

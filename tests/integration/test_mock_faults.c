@@ -11,7 +11,10 @@
  *   2. the group coordinator moving between brokers while the worker
  *      commits every 200 ms, with OffsetCommit errors;
  *   3. broker 3 down while results are in flight;
- *   4. SIGTERM while broker 3 is down.
+ *   4. SIGTERM while broker 3 is down;
+ *   5. a permanent produce error;
+ *   6. SIGTERM while every broker is down, group coordinator included
+ *      (issue 9, defect 3: the final commit must not wait for it).
  *
  * Safety, checked over and over while the fault is active and afterwards:
  * no committed offset ever passes a message whose outputs (its result when
@@ -932,6 +935,56 @@ static int setup_fatal(void **state)
     return scenario_setup(state, "fatal");
 }
 
+/*
+ * 6. SIGTERM with the whole cluster down: no commit, no leave and no close
+ * can be answered, and shutdown.timeout_ms still bounds the exit (issue 9,
+ * defect 3: it took 90 s). Whatever was not committed is redelivered to
+ * the next worker, which the liveness check then sees answered.
+ */
+#define ALL_DOWN_SLACK_MS 1500
+
+static void test_stop_with_cluster_down(void **state)
+{
+    scenario *s = *state;
+    int64_t committed[IN_PARTS];
+    int64_t took;
+    int status;
+
+    s->shutdown_timeout_ms = STOP_TIMEOUT_MS;
+    produce_inputs(s, 30);
+    start_worker(s);
+    await_first_output(s);
+    s->in_fault = 1;
+    for (int32_t b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_down(s->mc, b), 0);
+    sleep_ms(500);
+    took = now_ms();
+    assert_int_equal(kill(s->worker, SIGTERM), 0);
+    status = kit_wait(s->worker, 120000);
+    took = now_ms() - took;
+    s->worker = 0;
+    if (status != 0)
+        fail_msg("down: the worker exited with %d after SIGTERM (see %s)", status, s->log);
+    if (took > STOP_TIMEOUT_MS + ALL_DOWN_SLACK_MS)
+        fail_msg("down: SIGTERM took %lld ms with shutdown.timeout_ms = %d and every broker "
+                 "down (see %s)",
+                 (long long)took, STOP_TIMEOUT_MS, s->log);
+    for (int32_t b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, b), 0);
+    read_committed(s, committed);
+    print_message("all-down: SIGTERM with every broker down took %.1f s (limit %d ms); "
+                  "committed %lld/%lld/%lld\n",
+                  (double)took / 1000.0, STOP_TIMEOUT_MS, (long long)committed[0],
+                  (long long)committed[1], (long long)committed[2]);
+    start_worker(s);
+    finish(s);
+}
+
+static int setup_all_down(void **state)
+{
+    return scenario_setup(state, "alldown");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -941,6 +994,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_broker_down, setup_down, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_stop_during_outage, setup_stop, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_fatal_produce_error, setup_fatal, scenario_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_with_cluster_down, setup_all_down,
+                                        scenario_teardown),
     };
 
     if (getenv("OW_MOCK_FILTER") != NULL)

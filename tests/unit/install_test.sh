@@ -29,4 +29,15 @@ fi
 if printf '%s\n' "$out" | grep -q 'order-worker.service'; then
   echo "FAIL: systemd-analyze verify complained"; echo "$out"; exit 1
 fi
+# systemd must not SIGKILL a stop that shutdown.timeout_ms still bounds
+# (issue 9, defect 3): the unit's stop timeout stays above the shipped
+# configuration's, with 5 s to spare for the process to exit.
+stop_s=$(sed -nE 's/^TimeoutStopSec=([0-9]+)s$/\1/p' "$unit")
+conf_ms=$(sed -nE 's/^shutdown\.timeout_ms *= *([0-9]+)$/\1/p' "$root/etc/order-worker/order-worker.conf")
+[ -n "$conf_ms" ] || conf_ms=$("$root/bin/order-worker" config --help 2>/dev/null |
+  sed -nE 's/.*shutdown\.timeout_ms.*default "?([0-9]+).*/\1/p' | head -n 1)
+if [ -z "$stop_s" ] || [ -z "$conf_ms" ] || [ $((stop_s * 1000)) -lt $((conf_ms + 5000)) ]; then
+  echo "FAIL: TimeoutStopSec=${stop_s:-?}s does not leave 5 s above shutdown.timeout_ms=${conf_ms:-?}"
+  exit 1
+fi
 echo "OK: installed tree complete; systemd-analyze verify accepts order-worker.service"

@@ -37,6 +37,13 @@ int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz);
 
 /* Creates a topic (replication 1); an existing topic is not an error. */
 int kit_create_topic(const char *bootstrap, const char *topic, int partitions);
+/* The same with one topic-level config (e.g. max.message.bytes). */
+int kit_create_topic_with(const char *bootstrap, const char *topic, int partitions,
+                          const char *config, const char *value);
+/* Sets one topic-level config (AlterConfigs: the topic's other dynamic
+ * configs go back to their defaults). */
+int kit_alter_topic_config(const char *bootstrap, const char *topic, const char *config,
+                           const char *value);
 /* A producer for the kit (idempotent, acks=all). */
 rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf);
 /* Produces one message asynchronously; key may be NULL. partition -1 = by key. */

@@ -78,6 +78,12 @@ static int auto_create(rd_kafka_t *rk, const char *topic, int wanted)
 
 int kit_create_topic(const char *bootstrap, const char *topic, int partitions)
 {
+    return kit_create_topic_with(bootstrap, topic, partitions, NULL, NULL);
+}
+
+int kit_create_topic_with(const char *bootstrap, const char *topic, int partitions,
+                          const char *config, const char *value)
+{
     char errstr[256];
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
     rd_kafka_NewTopic_t *nt;
@@ -88,6 +94,8 @@ int kit_create_topic(const char *bootstrap, const char *topic, int partitions)
     if (rk == NULL)
         return -1;
     nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof(errstr));
+    if (config != NULL)
+        rd_kafka_NewTopic_set_config(nt, config, value);
     q = rd_kafka_queue_new(rk);
     rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
     ev = rd_kafka_queue_poll(q, 10000);
@@ -112,6 +120,42 @@ int kit_create_topic(const char *bootstrap, const char *topic, int partitions)
         rd_kafka_event_destroy(ev);
     }
     rd_kafka_NewTopic_destroy(nt);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int kit_alter_topic_config(const char *bootstrap, const char *topic, const char *config,
+                           const char *value)
+{
+    char errstr[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    rd_kafka_ConfigResource_t *res;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    int rc = -1;
+
+    if (rk == NULL)
+        return -1;
+    res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    rd_kafka_ConfigResource_set_config(res, config, value);
+    q = rd_kafka_queue_new(rk);
+    rd_kafka_AlterConfigs(rk, &res, 1, NULL, q);
+    ev = rd_kafka_queue_poll(q, 10000);
+    if (ev != NULL) {
+        const rd_kafka_AlterConfigs_result_t *r = rd_kafka_event_AlterConfigs_result(ev);
+        size_t n = 0;
+        const rd_kafka_ConfigResource_t **rs =
+            r != NULL ? rd_kafka_AlterConfigs_result_resources(r, &n) : NULL;
+
+        if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && n == 1 &&
+            rd_kafka_ConfigResource_error(rs[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            rc = 0;
+        else
+            fprintf(stderr, "kit: alter topic %s: %s\n", topic, rd_kafka_event_error_string(ev));
+        rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_ConfigResource_destroy(res);
     rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
     return rc;

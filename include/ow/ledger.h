@@ -1,0 +1,101 @@
+/*
+ * The partition ledger: the one home of the rule "an offset is stored only
+ * after every output of every earlier message was acknowledged" (issue 10).
+ *
+ * Each consumed message gets a ticket when it is tracked. A ticket belongs
+ * to its partition's epoch; an epoch ends on every assign, revoke and
+ * rewind, and a ticket of an ended epoch is stale: it can no longer move
+ * the partition's offset. Outputs are counted on the ticket; when the last
+ * one is acknowledged the ticket is finished, and when that makes the
+ * partition's contiguous done watermark move, the ledger calls its store
+ * function with the new offset. A failed output finishes its ticket as not
+ * done, which holds the watermark back for the rest of the epoch.
+ *
+ * Thread-safe: the consumer thread tracks and rebalances, lanes check
+ * staleness, delivery reports acknowledge. The ledger owns its lock; the
+ * store function is called with it held and must not call back. No Kafka:
+ * unit-tested alone (tests/unit/test_ledger.c).
+ */
+#ifndef OW_LEDGER_H
+#define OW_LEDGER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ow/offsets.h"
+
+/* One tracked message. Embedded in the pipeline's job. */
+typedef struct {
+    int32_t partition;
+    uint32_t epoch;
+    int64_t offset;
+    _Atomic int pending; /* outputs not yet acknowledged */
+    _Atomic int failed;  /* an output failed: the offset must never be stored */
+} ow_ticket;
+
+typedef void (*ow_ledger_store_fn)(void *opaque, int32_t partition, int64_t offset);
+
+typedef struct {
+    int assigned;
+    int revoking;
+    uint32_t epoch;
+    size_t active;        /* tickets of this epoch not yet finished */
+    int64_t first_offset; /* first offset tracked in this epoch, -1 if none */
+    ow_offset_track *track;
+} ow_ledger_part;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled when a ticket finishes */
+    ow_ledger_part *parts;
+    size_t n_parts;
+    ow_ledger_store_fn store;
+    void *opaque;
+} ow_ledger;
+
+void ow_ledger_init(ow_ledger *l, ow_ledger_store_fn store, void *opaque);
+void ow_ledger_destroy(ow_ledger *l);
+
+/* A partition was assigned: a new epoch with a fresh tracker. OW_ENOMEM. */
+int ow_ledger_assign(ow_ledger *l, int32_t partition);
+/* A revoke starts: nothing new is tracked, and every ticket of the
+ * partition is stale from now on. */
+void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition);
+/* The revoke is over: the partition is unassigned and its epoch ends. */
+void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
+
+/* Tracks a consumed message and fills its ticket. OW_ENOTFOUND when the
+ * partition is not assigned to us (or is being revoked): the message is
+ * to be ignored. An offset at or below the last one tracked means the
+ * partition went back within one assignment (an offset reset): a new
+ * epoch starts, so what is in flight from before can no longer move the
+ * offset and the rewound messages are tracked afresh (*rewound = 1).
+ * OW_ENOMEM when out of memory. */
+int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound);
+
+/* 1 when the ticket's epoch is over (revoked, re-assigned or rewound). */
+int ow_ledger_stale(ow_ledger *l, const ow_ticket *t);
+
+/* Sets the number of acknowledgements the ticket waits for. */
+void ow_ledger_expect(ow_ticket *t, int n);
+/* Accounts n acknowledgements (ok or failed). Returns 1 when they were the
+ * last: the ticket is then finished (as by ow_ledger_finish) and *done says
+ * whether all its outputs were acknowledged. */
+int ow_ledger_ack(ow_ledger *l, ow_ticket *t, int n, int ok, int *done);
+/* Finishes a ticket: done marks its offset done, which may store a new
+ * offset; either way it no longer counts as active. */
+void ow_ledger_finish(ow_ledger *l, const ow_ticket *t, int done);
+
+/* Waits until no ticket of the given partitions is active, until
+ * deadline_ms (monotonic) or until *abort is set. Returns 1 when drained. */
+int ow_ledger_wait_drained(ow_ledger *l, const int32_t *partitions, size_t n, int64_t deadline_ms,
+                           const _Atomic int *abort);
+
+/* Calls fn for each assigned partition with the last stored offset (-1 if
+ * none) and the first offset tracked in the epoch (-1 if none). */
+typedef void (*ow_ledger_each_fn)(void *opaque, int32_t partition, int64_t stored, int64_t first);
+void ow_ledger_each_assigned(ow_ledger *l, ow_ledger_each_fn fn, void *opaque);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * A lane: one thread, one database connection, a FIFO of jobs whose keys
+ * hash to it (lane.c). Private to the pipeline. A lane depends only
+ * downwards (issue 10): what it needs comes in an ow_lane_env that the
+ * worker builds, and it never reaches into the worker.
+ */
+#ifndef OW_LANE_INTERNAL_H
+#define OW_LANE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "ow/idgen.h"
+#include "output_internal.h"
+#include "pipeline_internal.h"
+
+typedef struct {
+    const ow_config *cfg;
+    ow_runstate *rs;
+    ow_idgen *ids;
+    ow_output *out;
+    ow_ledger *ledger;
+} ow_lane_env;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ow_job *head;
+    ow_job *tail;
+    size_t queued;
+    int stop;
+    pthread_t thread;
+    int started;
+    unsigned index;
+    const ow_lane_env *env;
+    ow_store *store;
+    uint64_t rng;
+    int64_t last_db_ms; /* last time the lane talked to the database */
+} ow_lane;
+
+int ow_lane_start(ow_lane *lane, const ow_lane_env *env, unsigned index, ow_error *err);
+void ow_lane_enqueue(ow_lane *lane, ow_job *job);
+/* Removes queued (not yet started) jobs of a partition; they end as not
+ * done. */
+void ow_lane_drop_partition(ow_lane *lane, int32_t partition);
+void ow_lane_stop(ow_lane *lane);
+/* Waits for the lane's thread and closes its connection. The lane's queue
+ * stays usable (empty) until ow_lane_destroy: leaving the group after the
+ * lanes stopped still drops revoked partitions from it. */
+void ow_lane_join(ow_lane *lane);
+void ow_lane_destroy(ow_lane *lane);
+
+#endif

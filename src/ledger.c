@@ -1,0 +1,234 @@
+/* The partition ledger (ow/ledger.h): epochs, tickets, acknowledgements and
+ * the contiguous done watermark, under one lock. */
+#include "ow/ledger.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/error.h"
+#include "ow/util.h"
+
+void ow_ledger_init(ow_ledger *l, ow_ledger_store_fn store, void *opaque)
+{
+    memset(l, 0, sizeof(*l));
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->store = store;
+    l->opaque = opaque;
+}
+
+void ow_ledger_destroy(ow_ledger *l)
+{
+    for (size_t i = 0; i < l->n_parts; i++)
+        ow_offset_track_free(&l->parts[i].track);
+    free(l->parts);
+    l->parts = NULL;
+    l->n_parts = 0;
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+}
+
+/* The state of a partition, growing the table when needed; mu held. */
+static ow_ledger_part *part_get(ow_ledger *l, int32_t partition)
+{
+    if (partition < 0)
+        return NULL;
+    if ((size_t)partition >= l->n_parts) {
+        size_t n = (size_t)partition + 16;
+        ow_ledger_part *p = realloc(l->parts, n * sizeof(*p));
+
+        if (p == NULL)
+            return NULL;
+        memset(p + l->n_parts, 0, (n - l->n_parts) * sizeof(*p));
+        l->parts = p;
+        l->n_parts = n;
+    }
+    return &l->parts[partition];
+}
+
+/* The partition of a ticket if the ticket's epoch is current; mu held. */
+static ow_ledger_part *part_of(ow_ledger *l, const ow_ticket *t)
+{
+    ow_ledger_part *p;
+
+    if (t->partition < 0 || (size_t)t->partition >= l->n_parts)
+        return NULL;
+    p = &l->parts[t->partition];
+    return p->epoch == t->epoch ? p : NULL;
+}
+
+/* Ends the partition's epoch: tickets from before can no longer store an
+ * offset. With track, a fresh tracker (OW_ENOMEM when it cannot be had). */
+static int new_epoch(ow_ledger_part *p, int track)
+{
+    ow_offset_track_free(&p->track);
+    p->track = track ? ow_offset_track_new() : NULL;
+    p->epoch++;
+    p->active = 0;
+    p->first_offset = -1;
+    return track && p->track == NULL ? OW_ENOMEM : OW_OK;
+}
+
+int ow_ledger_assign(ow_ledger *l, int32_t partition)
+{
+    ow_ledger_part *p;
+    int rc = OW_ENOMEM;
+
+    pthread_mutex_lock(&l->mu);
+    p = part_get(l, partition);
+    if (p != NULL) {
+        p->assigned = 1;
+        p->revoking = 0;
+        rc = new_epoch(p, 1);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition)
+{
+    ow_ledger_part *p;
+
+    pthread_mutex_lock(&l->mu);
+    p = part_get(l, partition);
+    if (p != NULL)
+        p->revoking = 1;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void ow_ledger_revoke_end(ow_ledger *l, int32_t partition)
+{
+    ow_ledger_part *p;
+
+    pthread_mutex_lock(&l->mu);
+    p = part_get(l, partition);
+    if (p != NULL) {
+        p->assigned = 0;
+        p->revoking = 0;
+        new_epoch(p, 0);
+    }
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound)
+{
+    ow_ledger_part *p;
+    int rc = OW_ENOTFOUND;
+
+    *rewound = 0;
+    pthread_mutex_lock(&l->mu);
+    p = part_get(l, partition);
+    if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
+        rc = ow_offset_track_add(p->track, offset);
+        if (rc == OW_EINVAL) {
+            *rewound = 1;
+            rc = new_epoch(p, 1);
+            if (rc == OW_OK)
+                rc = ow_offset_track_add(p->track, offset);
+        }
+        if (rc == OW_OK) {
+            if (p->first_offset < 0)
+                p->first_offset = offset;
+            p->active++;
+            t->partition = partition;
+            t->epoch = p->epoch;
+            t->offset = offset;
+            atomic_store(&t->pending, 0);
+            atomic_store(&t->failed, 0);
+        }
+    } else if (p == NULL) {
+        rc = OW_ENOMEM;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int ow_ledger_stale(ow_ledger *l, const ow_ticket *t)
+{
+    ow_ledger_part *p;
+    int stale;
+
+    pthread_mutex_lock(&l->mu);
+    p = part_of(l, t);
+    stale = p == NULL || !p->assigned || p->revoking;
+    pthread_mutex_unlock(&l->mu);
+    return stale;
+}
+
+void ow_ledger_expect(ow_ticket *t, int n)
+{
+    atomic_store(&t->pending, n);
+}
+
+void ow_ledger_finish(ow_ledger *l, const ow_ticket *t, int done)
+{
+    ow_ledger_part *p;
+    int64_t commit = -1;
+
+    pthread_mutex_lock(&l->mu);
+    p = part_of(l, t);
+    /* A ticket from an earlier epoch belongs to an assignment that is over. */
+    if (p != NULL && p->track != NULL) {
+        if (done && ow_offset_track_done(p->track, t->offset) == OW_OK &&
+            ow_offset_track_advance(p->track, &commit) && l->store != NULL)
+            l->store(l->opaque, t->partition, commit);
+        if (p->active > 0)
+            p->active--;
+    }
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int ow_ledger_ack(ow_ledger *l, ow_ticket *t, int n, int ok, int *done)
+{
+    if (!ok)
+        atomic_store(&t->failed, 1);
+    if (atomic_fetch_sub(&t->pending, n) != n)
+        return 0;
+    *done = !atomic_load(&t->failed);
+    ow_ledger_finish(l, t, *done);
+    return 1;
+}
+
+/* mu held. */
+static int drained(const ow_ledger *l, const int32_t *partitions, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int32_t k = partitions[i];
+
+        if (k >= 0 && (size_t)k < l->n_parts && l->parts[k].active > 0)
+            return 0;
+    }
+    return 1;
+}
+
+int ow_ledger_wait_drained(ow_ledger *l, const int32_t *partitions, size_t n, int64_t deadline_ms,
+                           const _Atomic int *abort)
+{
+    int ok;
+
+    pthread_mutex_lock(&l->mu);
+    while (!drained(l, partitions, n) && ow_clock_mono_ms() < deadline_ms &&
+           (abort == NULL || !atomic_load(abort))) {
+        struct timespec ts;
+
+        ow_deadline_after_ms(50, &ts);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    ok = drained(l, partitions, n);
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+void ow_ledger_each_assigned(ow_ledger *l, ow_ledger_each_fn fn, void *opaque)
+{
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < l->n_parts; i++) {
+        const ow_ledger_part *p = &l->parts[i];
+
+        if (p->assigned && p->track != NULL)
+            fn(opaque, (int32_t)i, ow_offset_track_committed(p->track), p->first_offset);
+    }
+    pthread_mutex_unlock(&l->mu);
+}

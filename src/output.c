@@ -1,0 +1,436 @@
+/* The output stage: results, dead-letter copies and their acknowledgements
+ * (see output_internal.h). */
+#include "output_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/kafka.h"
+#include "ow/log.h"
+#include "ow/metrics.h"
+#include "ow/response.h"
+
+/* An output refused for its size, waiting for its notice to be produced. */
+struct ow_notice {
+    ow_notice *next;
+    ow_job *job;
+    char what[16]; /* "result" or "dead letter" */
+    size_t bytes;  /* key + value bytes of the refused output */
+    char reason[128];
+};
+
+/* Tags a REQUEST_IN_PROGRESS result: its delivery finishes no job. */
+static char in_progress_token;
+
+/* --- Limits ------------------------------------------------------------- */
+
+static int read_message_max(rd_kafka_t *producer, size_t *max, ow_error *err)
+{
+    char buf[32];
+    size_t len = sizeof(buf);
+    char *end = NULL;
+    unsigned long long v;
+
+    if (rd_kafka_conf_get(rd_kafka_conf(producer), "message.max.bytes", buf, &len) !=
+        RD_KAFKA_CONF_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot read message.max.bytes");
+    v = strtoull(buf, &end, 10);
+    if (end == buf || v <= OW_OUTPUT_RESERVE + OW_OUTPUT_KEY_MAX)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "kafka.message.max.bytes: %s is too small for a result", buf);
+    *max = (size_t)v;
+    return OW_OK;
+}
+
+/* The most orders whose largest result still fits, by bisection. */
+static size_t orders_that_fit(size_t hi, size_t room)
+{
+    size_t lo = 0;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        size_t len = 0;
+
+        if (ow_response_max_len(mid, &len) == OW_OK && len <= room)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Issue 9, defect 2: a decided request whose result cannot be delivered
+ * would never get its answer, so the largest possible result must fit
+ * before anything is decided. */
+static int check_result_fits(const ow_output *o, ow_error *err)
+{
+    size_t orders = (size_t)o->cfg->request_max_orders;
+    size_t room = o->output_max - OW_KEY_MAX;
+    size_t len = 0;
+
+    if (ow_response_max_len(orders, &len) != OW_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    if (len <= room)
+        return OW_OK;
+    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                        "request.max_orders: a request of %zu orders can get a result of %zu "
+                        "bytes, more than the %zu a result may carry (message.max.bytes %zu less "
+                        "%d for key and headers); set request.max_orders to at most %zu or raise "
+                        "kafka.producer.message.max.bytes and the topics' max.message.bytes",
+                        orders, len, room, o->message_max, OW_OUTPUT_RESERVE + OW_KEY_MAX,
+                        orders_that_fit(orders, room));
+}
+
+int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
+                   ow_ledger *ledger, ow_error *err)
+{
+    int rc;
+
+    memset(o, 0, sizeof(*o));
+    pthread_mutex_init(&o->mu, NULL);
+    o->producer = producer;
+    o->cfg = cfg;
+    o->rs = rs;
+    o->ledger = ledger;
+    rc = read_message_max(producer, &o->message_max, err);
+    if (rc != OW_OK)
+        return rc;
+    o->output_max = o->message_max - OW_OUTPUT_RESERVE;
+    return check_result_fits(o, err);
+}
+
+/* A topic's max.message.bytes as the broker reports it: OW_OK with *limit,
+ * or OW_ENOTFOUND when the broker does not tell (no DescribeConfigs right,
+ * no answer in time). */
+static int topic_limit(rd_kafka_t *rk, const char *topic, size_t *limit)
+{
+    rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_event_t *ev = NULL;
+    int rc = OW_ENOTFOUND;
+
+    if (res != NULL && q != NULL) {
+        rd_kafka_DescribeConfigs(rk, &res, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 10000);
+    }
+    if (ev != NULL && rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const rd_kafka_DescribeConfigs_result_t *r = rd_kafka_event_DescribeConfigs_result(ev);
+        size_t n = 0, nc = 0;
+        const rd_kafka_ConfigResource_t **rs =
+            r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &n) : NULL;
+        const rd_kafka_ConfigEntry_t **ce =
+            n == 1 && rd_kafka_ConfigResource_error(rs[0]) == RD_KAFKA_RESP_ERR_NO_ERROR
+                ? rd_kafka_ConfigResource_configs(rs[0], &nc)
+                : NULL;
+
+        for (size_t i = 0; i < nc; i++) {
+            const char *v = rd_kafka_ConfigEntry_value(ce[i]);
+
+            if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 && v != NULL) {
+                *limit = (size_t)strtoull(v, NULL, 10);
+                rc = OW_OK;
+            }
+        }
+    }
+    if (ev != NULL)
+        rd_kafka_event_destroy(ev);
+    if (q != NULL)
+        rd_kafka_queue_destroy(q);
+    if (res != NULL)
+        rd_kafka_ConfigResource_destroy(res);
+    return rc;
+}
+
+int ow_output_check_topic(ow_output *o, const char *key, const char *topic, ow_error *err)
+{
+    size_t limit = 0;
+
+    if (topic_limit(o->producer, topic, &limit) != OW_OK) {
+        OW_LOG(OW_LOG_WARN, "output_limit_unchecked", OW_F_STR("topic", topic),
+               OW_F_STR("why", "the broker did not describe the topic's max.message.bytes"));
+        return OW_OK;
+    }
+    if (limit >= o->message_max)
+        return OW_OK;
+    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                        "%s: topic %s takes messages of at most %zu bytes (max.message.bytes), "
+                        "less than the producer's message.max.bytes %zu; set "
+                        "kafka.producer.message.max.bytes to at most %zu or raise the topic's "
+                        "max.message.bytes",
+                        key, topic, limit, o->message_max, limit);
+}
+
+void ow_output_destroy(ow_output *o)
+{
+    while (o->notices != NULL) {
+        ow_notice *n = o->notices;
+
+        o->notices = n->next;
+        free(n);
+    }
+    pthread_mutex_destroy(&o->mu);
+}
+
+/* --- Producing ---------------------------------------------------------- */
+
+static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_job *job)
+{
+    rd_kafka_header_add(h, "source-topic", -1, o->cfg->topic_input, -1);
+    ow_kafka_header_int(h, "source-partition", job->t.partition);
+    ow_kafka_header_int(h, "source-offset", job->t.offset);
+    if (job->out_key_len < job->key_len)
+        ow_kafka_header_int(h, "key-truncated-from", (long long)job->key_len);
+}
+
+/* Produces one message, waiting while the local queue is full. The value
+ * is copied and h is consumed. Returns OW_OK, OW_EINVAL when the message
+ * is too large, or OW_EFATAL when it had to give up. */
+static int produce(ow_output *o, const char *topic, const ow_job *job, const void *value,
+                   size_t len, rd_kafka_headers_t *h, void *opaque)
+{
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            o->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(job->key, job->out_key_len),
+            RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+            RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return OW_OK; /* h is owned by the message now */
+        if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL && !ow_runstate_give_up(o->rs)) {
+            ow_sleep_ms(5, NULL);
+            continue;
+        }
+        rd_kafka_headers_destroy(h);
+        if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+            return OW_EINVAL;
+        OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
+               OW_F_STR("error", rd_kafka_err2str(e)));
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            ow_runstate_set_fatal(o->rs, "a result could not be produced");
+        return OW_EFATAL;
+    }
+}
+
+static int publish_result(ow_output *o, ow_job *job, const void *body, size_t len, int replayed,
+                          void *opaque)
+{
+    rd_kafka_headers_t *h = rd_kafka_headers_new(6);
+
+    if (job->valid || job->has_user)
+        ow_kafka_header_int(h, "user-id", job->req.user_id);
+    rd_kafka_header_add(h, "replayed", -1, replayed ? "true" : "false", -1);
+    source_headers(h, o, job);
+    return produce(o, o->cfg->topic_results, job, body, len, h, opaque);
+}
+
+static int publish_dead_letter(ow_output *o, ow_job *job)
+{
+    rd_kafka_headers_t *h = rd_kafka_headers_new(9);
+
+    rd_kafka_header_add(h, "error-code", -1, "INVALID_REQUEST", -1);
+    rd_kafka_header_add(h, "error-message", -1, job->first_error, -1);
+    ow_kafka_header_int(h, "error-count", (long long)job->n_errors);
+    source_headers(h, o, job);
+    ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
+    if (job->raw_len < job->raw_original_len)
+        ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
+    return produce(o, o->cfg->topic_dlq, job, job->raw, job->raw_len, h, job);
+}
+
+/* --- Outputs refused for their size ------------------------------------- */
+
+/* Queues a notice for an output of job that was refused for its size. The
+ * job waits for the notice's acknowledgement instead of the output's. */
+static void queue_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
+                         const char *reason)
+{
+    ow_notice *n = calloc(1, sizeof(*n));
+
+    OW_COUNT(outputs_too_large, 1);
+    OW_LOG(OW_LOG_WARN, "output_too_large", OW_F_STR("output", what),
+           OW_F_INT("bytes", (int64_t)bytes), OW_F_INT("partition", job->t.partition),
+           OW_F_INT("offset", job->t.offset), OW_F_STR("error", reason));
+    if (n == NULL) {
+        ow_runstate_set_fatal(o->rs, "out of memory");
+        ow_job_ack(o->ledger, job, 1, 0);
+        return;
+    }
+    n->job = job;
+    snprintf(n->what, sizeof(n->what), "%s", what);
+    n->bytes = bytes;
+    snprintf(n->reason, sizeof(n->reason), "%s", reason);
+    atomic_fetch_add(&job->t.pending, 1);
+    pthread_mutex_lock(&o->mu);
+    n->next = o->notices;
+    o->notices = n;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Produces one notice: the key, no value, and what was refused. */
+static rd_kafka_resp_err_t produce_notice(ow_output *o, const ow_notice *n)
+{
+    rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+    char msg[256];
+    rd_kafka_resp_err_t e;
+
+    snprintf(msg, sizeof(msg), "the %s (%zu bytes) was refused for its size: %s", n->what, n->bytes,
+             n->reason);
+    rd_kafka_header_add(h, "error-code", -1, "OUTPUT_TOO_LARGE", -1);
+    rd_kafka_header_add(h, "error-message", -1, msg, -1);
+    source_headers(h, o, n->job);
+    e = rd_kafka_producev(o->producer, RD_KAFKA_V_TOPIC(o->cfg->topic_dlq),
+                          RD_KAFKA_V_KEY(n->job->key, n->job->out_key_len), RD_KAFKA_V_VALUE("", 0),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+                          RD_KAFKA_V_OPAQUE(n->job), RD_KAFKA_V_END);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(h);
+    return e;
+}
+
+void ow_output_pump(ow_output *o)
+{
+    ow_notice *list;
+
+    pthread_mutex_lock(&o->mu);
+    list = o->notices;
+    o->notices = NULL;
+    pthread_mutex_unlock(&o->mu);
+    while (list != NULL) {
+        ow_notice *n = list;
+        rd_kafka_resp_err_t e = produce_notice(o, n);
+
+        list = n->next;
+        if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL && !ow_runstate_give_up(o->rs)) {
+            pthread_mutex_lock(&o->mu); /* again after the next poll */
+            n->next = o->notices;
+            o->notices = n;
+            pthread_mutex_unlock(&o->mu);
+            continue;
+        }
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", o->cfg->topic_dlq),
+                   OW_F_STR("error", rd_kafka_err2str(e)));
+            if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
+            ow_job_ack(o->ledger, n->job, 1, 0);
+        }
+        free(n);
+    }
+}
+
+/* --- Publishing ---------------------------------------------------------- */
+
+/* Once its outputs are handed to the producer (which copied them), a job
+ * only waits for acknowledgements: free its payload and count what the
+ * producer now holds instead. */
+static void release_payload(ow_job *job)
+{
+    int64_t before = (int64_t)job->bytes;
+    size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
+
+    ow_job_free_payload(job);
+    job->bytes = sizeof(*job) + held;
+    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
+}
+
+/* What one produce call left to account: produced (acknowledged later),
+ * refused for its size (a notice replaces it) or failed for good. */
+static void account(ow_output *o, ow_job *job, int rc, const char *what, size_t bytes, int *failed)
+{
+    if (rc == OW_EINVAL)
+        queue_notice(o, job, what, bytes + job->out_key_len,
+                     rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+    if (rc == OW_EINVAL || rc == OW_EFATAL)
+        ow_job_ack(o->ledger, job, 1, rc == OW_EINVAL);
+    if (rc == OW_EFATAL)
+        *failed = 1;
+}
+
+/* The lane holds one extra acknowledgement while it produces, so that a
+ * quick delivery report cannot end the job under it. */
+void ow_output_publish(ow_output *o, ow_job *job)
+{
+    int planned = job->valid ? 1 : 1 + (job->key_len > 0);
+    int failed = 0;
+    int rc;
+
+    ow_ledger_expect(&job->t, planned + 1);
+    if (job->valid) {
+        rc = publish_result(o, job, job->item.body.data, job->item.body.len, job->item.replayed,
+                            job);
+        account(o, job, rc, "result", job->item.body.len, &failed);
+    } else {
+        if (job->key_len > 0) {
+            rc = publish_result(o, job, job->invalid_body.data, job->invalid_body.len, 0, job);
+            account(o, job, rc, "result", job->invalid_body.len, &failed);
+            planned--;
+        }
+        /* After a failure nothing more is produced: the worker stops. */
+        if (failed)
+            ow_job_ack(o->ledger, job, planned, 0);
+        else
+            account(o, job, publish_dead_letter(o, job), "dead letter", job->raw_len, &failed);
+    }
+    release_payload(job);
+    ow_job_ack(o->ledger, job, 1, 1); /* the lane's own reference */
+    if (!failed)
+        ow_output_pump(o);
+}
+
+void ow_output_in_progress(ow_output *o, ow_job *job)
+{
+    publish_result(o, job, job->item.body.data, job->item.body.len, 0, &in_progress_token);
+}
+
+/* --- Delivery reports (the producer's poller thread) --------------------- */
+
+static int size_refused(rd_kafka_resp_err_t e)
+{
+    return e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+           e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
+
+static void count_delivered(const ow_output *o, const rd_kafka_message_t *m, const ow_job *job)
+{
+    if (job == (const void *)&in_progress_token) {
+        OW_COUNT(results[OW_CODE_REQUEST_IN_PROGRESS], 1);
+    } else if (strcmp(rd_kafka_topic_name(m->rkt), o->cfg->topic_dlq) == 0) {
+        OW_COUNT(dead_lettered, 1);
+    } else if (job->valid) {
+        OW_COUNT(results[job->item.code], 1);
+        if (job->item.replayed)
+            OW_COUNT(replays, 1);
+    } else {
+        OW_COUNT(results[OW_CODE_INVALID_REQUEST], 1);
+    }
+}
+
+void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
+{
+    ow_job *job = m->_private;
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    int is_dlq = strcmp(topic, o->cfg->topic_dlq) == 0;
+
+    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+        /* Purged at shutdown: the job ends not done. */
+        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));
+    } else if (size_refused(m->err) && job != (void *)&in_progress_token && job != NULL &&
+               m->len > 0) {
+        /* A topic whose limit is below the producer's refused it: a notice
+         * (no value) replaces it, and the partition moves on. */
+        queue_notice(o, job, is_dlq ? "dead letter" : "result", m->len + m->key_len,
+                     rd_kafka_err2str(m->err));
+        ow_job_ack(o->ledger, job, 1, 1);
+        return;
+    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* message.timeout.ms is infinite, so only permanent errors get here. */
+        OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", topic),
+               OW_F_STR("error", rd_kafka_err2str(m->err)));
+        ow_runstate_set_fatal(o->rs, "a result was not acknowledged by the broker");
+    } else {
+        count_delivered(o, m, job);
+    }
+    if (job != (void *)&in_progress_token && job != NULL)
+        ow_job_ack(o->ledger, job, 1, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+}

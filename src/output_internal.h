@@ -1,0 +1,63 @@
+/*
+ * The output stage (issue 10): produces results and dead-letter copies,
+ * serves their delivery reports and tells the ledger. Private to the
+ * pipeline.
+ *
+ * Every output fits the producer's message limit whatever the input was
+ * (issue 9, defects 1 and 2): keys are cut to OW_OUTPUT_KEY_MAX, dead-letter
+ * copies to what is left of the limit, and a configuration whose largest
+ * valid request could get a result beyond the limit is refused at start.
+ * An output topic whose max.message.bytes is below the producer's limit is
+ * refused at start too. An output refused for its size all the same (the
+ * topic's limit lowered while the worker runs) is replaced by a small
+ * OUTPUT_TOO_LARGE notice on the dead-letter topic, so that its partition
+ * moves on; it is never fatal and never retried.
+ */
+#ifndef OW_OUTPUT_INTERNAL_H
+#define OW_OUTPUT_INTERNAL_H
+
+#include <pthread.h>
+
+#include "pipeline_internal.h"
+
+/* Bytes of every output's limit kept for its headers and record framing. */
+#define OW_OUTPUT_RESERVE 2048
+
+typedef struct ow_notice ow_notice;
+
+typedef struct {
+    rd_kafka_t *producer;
+    const ow_config *cfg;
+    ow_runstate *rs;
+    ow_ledger *ledger;
+    size_t message_max; /* the producer's message.max.bytes */
+    size_t output_max;  /* key + value bytes one output may carry */
+    pthread_mutex_t mu; /* guards notices */
+    ow_notice *notices; /* OUTPUT_TOO_LARGE notices waiting to be produced */
+} ow_output;
+
+/* Reads the producer's effective message.max.bytes and refuses (class
+ * INVALID_INPUT, naming the keys and sizes) a request.max_orders whose
+ * largest result would not fit it. */
+int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
+                   ow_ledger *ledger, ow_error *err);
+void ow_output_destroy(ow_output *o);
+/* Refuses (class INVALID_INPUT) an output topic whose max.message.bytes is
+ * below the producer's message.max.bytes: the broker would refuse results
+ * the worker believes fit. A broker that does not describe the topic (no
+ * DescribeConfigs right) is logged and let through. */
+int ow_output_check_topic(ow_output *o, const char *key, const char *topic, ow_error *err);
+
+/* Produces a decided or invalid job's outputs (its result, and the
+ * dead-letter copy of an invalid message); the last acknowledgement ends
+ * the job. The job's payload is freed once the producer copied it. */
+void ow_output_publish(ow_output *o, ow_job *job);
+/* Publishes a job's REQUEST_IN_PROGRESS answer; its delivery ends nothing. */
+void ow_output_in_progress(ow_output *o, ow_job *job);
+/* The delivery report of an output (the producer's dr_msg_cb). */
+void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m);
+/* Produces the notices waiting; called by the delivery poller after each
+ * poll, outside the delivery callback, so a full queue can drain first. */
+void ow_output_pump(ow_output *o);
+
+#endif

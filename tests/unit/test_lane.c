@@ -1,0 +1,403 @@
+/* A lane's micro-batch rules with a fake store and a fake output (issue 10):
+ * which jobs are decided together, what waits for the next batch, what a
+ * stale job does, REQUEST_IN_PROGRESS and retries. The lane's thread, its
+ * queue and the partition ledger are the real ones; the store and the
+ * output stage are replaced at link time by the functions below. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lane_internal.h"
+#include "ow/error.h"
+#include "ow/metrics.h"
+#include "ow/util.h"
+
+/* --- What the fakes saw ---------------------------------------------------- */
+
+#define MAX_SEEN 256
+
+typedef struct {
+    pthread_mutex_t mu;
+    /* Every decide call: the keys of its items, space-separated. */
+    char batches[MAX_SEEN][256];
+    size_t n_batches;
+    /* Every publish, in order: "key" or "key:in_progress". */
+    char published[MAX_SEEN][64];
+    size_t n_published;
+    /* Scripted answers. */
+    int in_progress_left;  /* the first N decides of key "busy" answer IN_PROGRESS */
+    int retriable_left;    /* the first N decide calls fail RETRIABLE */
+    int fatal;             /* every decide call fails FATAL */
+} seen_t;
+
+static seen_t seen = {PTHREAD_MUTEX_INITIALIZER};
+static ow_ledger ledger;
+
+/* --- The store, faked -------------------------------------------------------- */
+
+void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p)
+{
+    (void)cfg;
+    memset(p, 0, sizeof(*p));
+}
+
+ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids)
+{
+    (void)params;
+    (void)ids;
+    return (ow_store *)&seen; /* any non-NULL handle */
+}
+
+void ow_store_free(ow_store **store)
+{
+    *store = NULL;
+}
+
+int ow_store_ping(ow_store *s, ow_error *err)
+{
+    (void)s;
+    ow_error_clear(err);
+    return OW_OK;
+}
+
+int ow_store_connected(const ow_store *s)
+{
+    (void)s;
+    return 1;
+}
+
+void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
+{
+    memset(it, 0, sizeof(*it));
+    it->req = req;
+    it->key = key;
+    it->key_len = key_len;
+    ow_buf_init(&it->body);
+}
+
+void ow_store_item_cleanup(ow_store_item *it)
+{
+    ow_buf_cleanup(&it->body);
+}
+
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+{
+    char *line;
+
+    (void)s;
+    (void)one_at_a_time;
+    ow_error_clear(err);
+    pthread_mutex_lock(&seen.mu);
+    if (seen.fatal) {
+        pthread_mutex_unlock(&seen.mu);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 1146, "no such table");
+    }
+    if (seen.retriable_left > 0) {
+        seen.retriable_left--;
+        pthread_mutex_unlock(&seen.mu);
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 2013, "lost connection");
+    }
+    line = seen.batches[seen.n_batches++ % MAX_SEEN];
+    line[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        int busy = items[i].key_len == 4 && memcmp(items[i].key, "busy", 4) == 0;
+
+        snprintf(line + strlen(line), 256 - strlen(line), "%s%.*s", i > 0 ? " " : "",
+                 (int)items[i].key_len, items[i].key);
+        ow_buf_reset(&items[i].body);
+        ow_buf_appends(&items[i].body, "{}");
+        if (busy && seen.in_progress_left > 0) {
+            seen.in_progress_left--;
+            items[i].decision = OW_DECISION_IN_PROGRESS;
+            items[i].code = OW_CODE_REQUEST_IN_PROGRESS;
+        } else {
+            items[i].decision = OW_DECISION_CREATED;
+            items[i].code = OW_CODE_CREATED;
+        }
+    }
+    pthread_mutex_unlock(&seen.mu);
+    return OW_OK;
+}
+
+/* --- The output stage, faked: every output is acknowledged at once ------- */
+
+static void record(const ow_job *job, const char *suffix)
+{
+    pthread_mutex_lock(&seen.mu);
+    snprintf(seen.published[seen.n_published++ % MAX_SEEN], 64, "%.*s%s", (int)job->key_len,
+             job->key, suffix);
+    pthread_mutex_unlock(&seen.mu);
+}
+
+void ow_output_publish(ow_output *o, ow_job *job)
+{
+    (void)o;
+    record(job, "");
+    ow_job_end(&ledger, job, 1);
+}
+
+void ow_output_in_progress(ow_output *o, ow_job *job)
+{
+    (void)o;
+    record(job, ":in_progress");
+}
+
+/* --- Fixture ------------------------------------------------------------------ */
+
+typedef struct {
+    ow_config cfg;
+    ow_runstate rs;
+    ow_lane_env env;
+    ow_lane lane;
+    int64_t next_offset;
+} fixture;
+
+static void count_store(void *opaque, int32_t partition, int64_t offset)
+{
+    (void)opaque;
+    (void)partition;
+    (void)offset;
+}
+
+static int setup(void **state)
+{
+    static fixture f;
+    ow_error err;
+
+    memset(&f, 0, sizeof(f));
+    pthread_mutex_lock(&seen.mu);
+    memset(seen.batches, 0, sizeof(seen.batches));
+    memset(seen.published, 0, sizeof(seen.published));
+    seen.n_batches = seen.n_published = 0;
+    seen.in_progress_left = seen.retriable_left = seen.fatal = 0;
+    pthread_mutex_unlock(&seen.mu);
+    assert_int_equal(ow_config_init(&f.cfg, &err), OW_OK);
+    f.cfg.batch_max_messages = 4;
+    f.cfg.batch_max_wait_ms = 0;
+    f.cfg.retry_backoff_ms = 1;
+    f.cfg.retry_backoff_max_ms = 2;
+    ow_ledger_init(&ledger, count_store, NULL);
+    assert_int_equal(ow_ledger_assign(&ledger, 0), OW_OK);
+    f.env = (ow_lane_env){&f.cfg, &f.rs, NULL, NULL, &ledger};
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+
+    ow_lane_stop(&f->lane);
+    ow_lane_join(&f->lane);
+    ow_lane_destroy(&f->lane);
+    ow_ledger_destroy(&ledger);
+    ow_config_cleanup(&f->cfg);
+    return 0;
+}
+
+/* A valid job for key with the given order numbers of user 7. */
+static ow_job *job_new(fixture *f, const char *key, const char *const *orders, size_t n)
+{
+    ow_job *job = calloc(1, sizeof(*job));
+    int rewound;
+
+    assert_non_null(job);
+    assert_int_equal(ow_ledger_track(&ledger, 0, f->next_offset++, &job->t, &rewound), OW_OK);
+    job->key_len = strlen(key);
+    job->key = malloc(job->key_len + 1);
+    memcpy(job->key, key, job->key_len + 1);
+    job->out_key_len = job->key_len;
+    job->key_hash = ow_hash64(key, job->key_len);
+    job->valid = 1;
+    job->req.user_id = 7;
+    job->req.n_orders = n;
+    job->req.orders = calloc(n > 0 ? n : 1, sizeof(ow_order_item));
+    for (size_t i = 0; i < n; i++) {
+        snprintf(job->req.orders[i].external_order_no, OW_EXT_NO_MAX + 1, "%s", orders[i]);
+        job->req.orders[i].ext_len = strlen(orders[i]);
+    }
+    ow_store_item_init(&job->item, &job->req, job->key, job->key_len);
+    ow_buf_init(&job->invalid_body);
+    atomic_fetch_add(&ow_stats.inflight_messages, 1);
+    return job;
+}
+
+static ow_job *simple(fixture *f, const char *key, const char *order)
+{
+    const char *orders[1] = {order};
+
+    return job_new(f, key, orders, 1);
+}
+
+/* Waits (bounded: 10 s) until n outputs were published. */
+static void wait_published(size_t n)
+{
+    for (int i = 0; i < 10000; i++) {
+        size_t have;
+
+        pthread_mutex_lock(&seen.mu);
+        have = seen.n_published;
+        pthread_mutex_unlock(&seen.mu);
+        if (have >= n)
+            return;
+        ow_sleep_ms(1, NULL);
+    }
+    fail_msg("only %zu of %zu outputs were published", seen.n_published, n);
+}
+
+/* Starts the lane and queues every job while holding its lock, so that the
+ * lane sees the whole queue at once and batches form from it alone, not
+ * from the timing of the test. */
+static void enqueue_then_start(fixture *f, ow_job **jobs, size_t n)
+{
+    ow_error err;
+
+    assert_int_equal(ow_lane_start(&f->lane, &f->env, 0, &err), OW_OK);
+    pthread_mutex_lock(&f->lane.mu);
+    for (size_t i = 0; i < n; i++) {
+        jobs[i]->next = NULL;
+        if (f->lane.tail == NULL)
+            f->lane.head = jobs[i];
+        else
+            f->lane.tail->next = jobs[i];
+        f->lane.tail = jobs[i];
+        f->lane.queued++;
+    }
+    pthread_cond_signal(&f->lane.cv);
+    pthread_mutex_unlock(&f->lane.mu);
+}
+
+/* The same key twice: the second waits for the next batch, and results
+ * leave in consumption order. */
+static void test_same_key_waits_for_next_batch(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[3] = {simple(f, "a", "o1"), simple(f, "a", "o2"), simple(f, "b", "o3")};
+
+    enqueue_then_start(f, jobs, 3);
+    wait_published(3);
+    assert_string_equal(seen.batches[0], "a b");
+    assert_string_equal(seen.batches[1], "a");
+    assert_string_equal(seen.published[0], "a");
+    assert_string_equal(seen.published[1], "b");
+    assert_string_equal(seen.published[2], "a");
+}
+
+/* Two keys naming the same order of the same user are never decided in one
+ * transaction; a third key behind the blocked one may still join. */
+static void test_colliding_orders_split(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[3] = {simple(f, "k1", "same"), simple(f, "k2", "same"),
+                       simple(f, "k3", "other")};
+
+    enqueue_then_start(f, jobs, 3);
+    wait_published(3);
+    assert_string_equal(seen.batches[0], "k1 k3");
+    assert_string_equal(seen.batches[1], "k2");
+}
+
+/* batch.max_messages caps a batch. */
+static void test_batch_size_cap(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[10];
+    char key[8], order[8];
+
+    for (int i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        snprintf(order, sizeof(order), "o%d", i);
+        jobs[i] = simple(f, key, order);
+    }
+    enqueue_then_start(f, jobs, 10);
+    wait_published(10);
+    assert_string_equal(seen.batches[0], "k0 k1 k2 k3");
+    assert_string_equal(seen.batches[1], "k4 k5 k6 k7");
+    assert_string_equal(seen.batches[2], "k8 k9");
+}
+
+/* A job whose partition was revoked is ended without being decided. */
+static void test_stale_job_is_dropped(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[2];
+
+    assert_int_equal(ow_ledger_assign(&ledger, 1), OW_OK);
+    jobs[0] = simple(f, "gone", "o1");
+    jobs[0]->t.partition = 1;
+    {
+        int rewound;
+
+        assert_int_equal(ow_ledger_track(&ledger, 1, 0, &jobs[0]->t, &rewound), OW_OK);
+    }
+    jobs[1] = simple(f, "kept", "o2");
+    ow_ledger_revoke_begin(&ledger, 1);
+    enqueue_then_start(f, jobs, 2);
+    wait_published(1);
+    assert_string_equal(seen.batches[0], "kept");
+    assert_int_equal(seen.n_batches, 1);
+    assert_string_equal(seen.published[0], "kept");
+}
+
+/* REQUEST_IN_PROGRESS is published, the job retried, and a later message
+ * with the same key does not overtake it. */
+static void test_in_progress_retries_in_order(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[2] = {simple(f, "busy", "o1"), simple(f, "busy", "o1")};
+
+    seen.in_progress_left = 2;
+    enqueue_then_start(f, jobs, 2);
+    wait_published(4);
+    assert_string_equal(seen.published[0], "busy:in_progress");
+    assert_string_equal(seen.published[1], "busy:in_progress");
+    assert_string_equal(seen.published[2], "busy");
+    assert_string_equal(seen.published[3], "busy");
+    for (size_t i = 0; i < seen.n_batches; i++)
+        assert_string_equal(seen.batches[i], "busy");
+}
+
+/* Transient failures are retried with the same batch; a fatal one stops
+ * the worker and ends the batch's jobs without output. */
+static void test_retries_then_fatal(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[2] = {simple(f, "r1", "o1"), simple(f, "r2", "o2")};
+
+    seen.retriable_left = 3;
+    enqueue_then_start(f, jobs, 2);
+    wait_published(2);
+    assert_int_equal(seen.n_batches, 1);
+    assert_string_equal(seen.batches[0], "r1 r2");
+    seen.fatal = 1;
+    {
+        ow_job *more[1] = {simple(f, "f1", "o3")};
+
+        ow_lane_enqueue(&f->lane, more[0]);
+    }
+    for (int i = 0; i < 10000 && !atomic_load(&f->rs.fatal); i++)
+        ow_sleep_ms(1, NULL);
+    assert_true(atomic_load(&f->rs.fatal));
+    assert_int_equal(seen.n_published, 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_same_key_waits_for_next_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_colliding_orders_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_size_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_job_is_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_progress_retries_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retries_then_fatal, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
