@@ -236,4 +236,4 @@ wait_for 120 "OrderWorkerDatabaseUnavailable cleared" cleared
 t_clear=$(date +%s.%N)
 say "database started (mariadb-up took $(secs "$t_up" "$t_started") s): alert cleared $(secs "$t_up" "$t_clear") s after the start began"
 mysql_root -e "DROP DATABASE $DB; DROP USER IF EXISTS 'ow_alerts'@'%'" || true
-say "passed: $n_alerts alerts, $n_cases promtool checks; database alert fired in $(secs "$t_down" "$t_fire") s and cleared"
+say "passed: $n_alerts alerts, $n_cases promtool checks; database alert fired in $(secs "$t_down" "$t_fire") s and cleared ($SECONDS s)"
