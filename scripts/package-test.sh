@@ -94,6 +94,9 @@ say "lintian: $n_e errors, $n_w warnings, $n_i info"
 
 # --- install -------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || die "installing the package needs root"
+# One install test at a time per machine (several checkouts may run test.sh).
+exec 9>/run/lock/order-worker-package-test.lock
+flock -w 900 9 || die "another package test held the lock for 15 minutes"
 [[ -z $(status_of) || $(status_of) == "unknown ok not-installed" ]] ||
   die "$PKG is already installed here ($(status_of)); not touching it"
 if getent passwd order-worker >/dev/null; then
