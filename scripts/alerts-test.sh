@@ -219,11 +219,12 @@ t_down=$(date +%s.%N)
 db_stopped=1
 "$ROOT/scripts/services.sh" mariadb-down >"$WORK/mariadb-down.log" 2>&1
 t_stopped=$(date +%s.%N)
-firing() { [[ $(alert_states | grep -c ' firing$') -eq 2 ]]; }
 first=""
-first_firing() {
-  if [[ -z $first ]] && alert_states | grep -q ' firing$'; then first=$(date +%s.%N); fi
-  firing
+first_firing() {  # true once both replicas' alerts fire; notes when the first did
+  local n
+  n=$(alert_states | grep -c ' firing$' || true)
+  [[ -z $first && $n -gt 0 ]] && first=$(date +%s.%N)
+  [[ $n -eq 2 ]]
 }
 wait_for 120 "OrderWorkerDatabaseUnavailable firing for both replicas" first_firing
 t_fire=$(date +%s.%N)

@@ -77,7 +77,8 @@ for f in /usr/bin/order-worker /usr/share/order-worker/sql/001_schema.sql \
          /usr/share/man/man1/order-worker.1.gz; do
   grep -qx "$f" "$DEB_BUILD/contents.txt" || die "$f is not in the package"
 done
-dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx "$CONF" || die "$CONF is not a conffile"
+conffiles=$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)
+grep -qx "$CONF" <<<"$conffiles" || die "$CONF is not a conffile"
 for lib in libc6 libmariadb3 librdkafka1 libjansson4 libssl3 libmicrohttpd12 adduser; do
   [[ $depends == *"$lib"* ]] || die "Depends lacks $lib (dpkg-shlibdeps did not run?)"
 done
@@ -111,8 +112,8 @@ fi
 installed_by_us=1
 dpkg_wait -i "$deb" >"$DEB_BUILD/dpkg-install.log"
 [[ $(status_of) == "install ok installed" ]] || die "dpkg -i: status $(status_of)"
-/usr/bin/order-worker --version | grep -q "^order-worker $version " ||
-  die "/usr/bin/order-worker --version: $(/usr/bin/order-worker --version 2>&1)"
+got=$(/usr/bin/order-worker --version 2>&1) || die "/usr/bin/order-worker --version failed: $got"
+[[ $got == "order-worker $version "* ]] || die "/usr/bin/order-worker --version: $got"
 if ! out=$(systemd-analyze verify "$UNIT" 2>&1) || grep -q 'order-worker.service' <<<"$out"; then
   printf '%s\n' "$out"
   die "systemd-analyze verify $UNIT"
