@@ -92,6 +92,9 @@ stop_packaged_prometheus() {
   elif [[ -x /etc/init.d/prometheus ]]; then
     as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true
     as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
+    # systemctl disable edits the wants/ links without a running systemd,
+    # so a later boot under systemd does not start it either.
+    as_root systemctl disable prometheus.service >/dev/null 2>&1 || true
   fi
   say "apt: the packaged prometheus service is stopped and disabled (tests start their own)"
 }
