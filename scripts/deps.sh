@@ -26,6 +26,7 @@ PACKAGES=(
   gnuplot-nox curl kcat jq
   openjdk-17-jre-headless maven
   systemd
+  prometheus dpkg-dev lintian
 )
 
 say() { printf 'deps: %s\n' "$*"; }
@@ -78,6 +79,24 @@ install_packages() {
     pkg_installed "$p" || die "package $p is still not installed after apt-get install"
   done
   say "apt: installed ${missing[*]}"
+  [[ " ${missing[*]} " == *" prometheus "* ]] && stop_packaged_prometheus
+  return 0
+}
+
+# Debian's prometheus package starts its own server on :9090 at install time
+# (through its init script when systemd is not PID 1). The tests run their own
+# server on a loopback port (issue 16), so stop and disable the packaged one.
+stop_packaged_prometheus() {
+  if [[ -d /run/systemd/system ]]; then
+    as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  elif [[ -x /etc/init.d/prometheus ]]; then
+    as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
+    # systemctl disable edits the wants/ links without a running systemd,
+    # so a later boot under systemd does not start it either.
+    as_root systemctl disable prometheus.service >/dev/null 2>&1 || true
+  fi
+  say "apt: the packaged prometheus service is stopped and disabled (tests start their own)"
 }
 
 fetch_kafka_jars() {

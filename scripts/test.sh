@@ -12,11 +12,16 @@
 #   valgrind     a short end-to-end run with the workers under memcheck
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
 #   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
+#   alerts       promtool check/test of the alert rules, the Grafana dashboard's
+#                queries, a live Prometheus scraping two replicas while the
+#                database is stopped (scripts/alerts-test.sh)
+#   package      cpack -G DEB, lintian, dpkg -i / -r / -P on this machine
+#                (scripts/package-test.sh; needs root)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit integration e2e sanitize valgrind fuzz chaos}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e sanitize valgrind alerts fuzz chaos}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -102,12 +107,15 @@ script_tier() {  # NAME COMMAND... : runs a script, keeps its last line as the s
 }
 
 has_tier unit && ctest_tier unit
-if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind; then
+has_tier package && script_tier package "$ROOT/scripts/package-test.sh"
+if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind || has_tier alerts; then
   start_services
   has_tier integration && ctest_tier integration
   has_tier e2e && ctest_tier e2e
   has_tier sanitize && script_tier sanitize "$ROOT/scripts/sanitize.sh"
   has_tier valgrind && script_tier valgrind "$ROOT/scripts/valgrind.sh"
+  # Last: it stops and restarts the database.
+  has_tier alerts && OW_BUILD_DIR="$BUILD" script_tier alerts "$ROOT/scripts/alerts-test.sh"
   stop_services
 fi
 has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60

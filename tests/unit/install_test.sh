@@ -10,6 +10,8 @@ DESTDIR="$dest" cmake --install "$build" --prefix /usr/local >"$dest.log" 2>&1 |
 root="$dest/usr/local"
 for f in bin/order-worker share/order-worker/sql/001_schema.sql share/order-worker/sql/worker_user.sql \
          etc/order-worker/order-worker.conf lib/systemd/system/order-worker.service \
+         share/order-worker/prometheus/order-worker.rules.yml share/order-worker/grafana/order-worker.json \
+         share/man/man1/order-worker.1.gz \
          share/doc/order-worker/operations.md share/doc/order-worker/README.md; do
   [ -e "$root/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
 done
