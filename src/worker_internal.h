@@ -105,8 +105,9 @@ struct ow_worker {
     int consumer_unsafe;       /* closing it could abort (see leave_group) */
 
     /* Readiness, for /readyz. */
-    _Atomic int db_ok;    /* the last database round trip of any lane worked */
-    _Atomic int assigned; /* partitions currently assigned */
+    _Atomic int db_ok;     /* the last database round trip of any lane worked */
+    _Atomic int assigned;  /* partitions currently assigned */
+    _Atomic int broker_ok; /* the poller's last metadata request was answered */
     ow_http *http;
 };
 
