@@ -207,8 +207,8 @@ static int closed_by_server(int fd)
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     char c;
 
-    return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLHUP | POLLERR) ||
-                                     recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) <= 0);
+    return poll(&pf, 1, 0) == 1 &&
+           (pf.revents & (POLLHUP | POLLERR) || recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) <= 0);
 }
 
 static void test_healthz_with_idle_connections(void **state)
@@ -332,8 +332,7 @@ static void test_sighup_stops_gracefully(void **state)
     for (int i = 0; i < MESSAGES; i++) {
         snprintf(key, sizeof(key), "hup-%d", i);
         snprintf(value, sizeof(value),
-                 "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"HUP-%d\",\"amount\":1}]}",
-                 i);
+                 "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"HUP-%d\",\"amount\":1}]}", i);
         assert_int_equal(kit_produce(p, ts.topic_in, i % 2, key, strlen(key), value, strlen(value)),
                          0);
     }
