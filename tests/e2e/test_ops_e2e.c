@@ -6,7 +6,8 @@
  *  - with the broker stopped, four concurrent /readyz probes and a /healthz
  *    each answer within 100 ms, /readyz saying why it is not ready;
  *  - SIGHUP stops the worker like SIGTERM: the stop is logged, it exits 0
- *    and the committed offsets cover every message it answered.
+ *    and the committed offsets cover every message it answered;
+ *  - the endpoint binds an IPv6 literal.
  * The broker is stopped and started with scripts/services.sh (OW_RUN_DIR),
  * and always started again before the test ends.
  */
@@ -261,6 +262,7 @@ static void test_healthz_with_idle_connections(void **state)
 
 static void test_probes_with_broker_down(void **state)
 {
+    probe p[3][5];
     double best = 1e9;
 
     (void)state;
@@ -269,39 +271,43 @@ static void test_probes_with_broker_down(void **state)
     broker_down = 1;
     await_readyz(503, "broker unreachable", 60);
     for (int round = 0; round < 3; round++) {
-        probe p[5] = {{.path = "/readyz"},
-                      {.path = "/readyz"},
-                      {.path = "/readyz"},
-                      {.path = "/readyz"},
-                      {.path = "/healthz"}};
         pthread_t th[5];
-        double worst = 0;
 
-        for (int i = 0; i < 5; i++)
-            assert_int_equal(pthread_create(&th[i], NULL, get_thread, &p[i]), 0);
+        for (int i = 0; i < 5; i++) {
+            p[round][i].path = i < 4 ? "/readyz" : "/healthz";
+            assert_int_equal(pthread_create(&th[i], NULL, get_thread, &p[round][i]), 0);
+        }
         for (int i = 0; i < 5; i++)
             pthread_join(th[i], NULL);
-        for (int i = 0; i < 4; i++) {
-            assert_int_equal(p[i].status, 503);
-            assert_non_null(strstr(p[i].body, "broker unreachable"));
-        }
-        assert_int_equal(p[4].status, 200);
-        for (int i = 0; i < 5; i++) {
-            worst = p[i].ms > worst ? p[i].ms : worst;
-            /* A probe used to hold the HTTP thread for the 1 s metadata
-             * timeout: no probe may come near that. */
-            assert_true(p[i].ms < 10 * PROBE_BOUND_MS);
-        }
+    }
+    /* The broker comes back before anything is asserted, so that a failure
+     * leaves no stopped broker behind for the other tests. */
+    services("kafka-up");
+    broker_down = 0;
+    for (int round = 0; round < 3; round++) {
+        double worst = 0;
+
         print_message("broker down, round %d: 4 x /readyz + /healthz concurrently: %.1f %.1f "
                       "%.1f %.1f / %.1f ms\n",
-                      round, p[0].ms, p[1].ms, p[2].ms, p[3].ms, p[4].ms);
+                      round, p[round][0].ms, p[round][1].ms, p[round][2].ms, p[round][3].ms,
+                      p[round][4].ms);
+        for (int i = 0; i < 5; i++) {
+            if (i < 4 && (p[round][i].status != 503 ||
+                          strstr(p[round][i].body, "broker unreachable") == NULL))
+                fail_msg("/readyz with the broker down: %d \"%s\"", p[round][i].status,
+                         p[round][i].body);
+            if (i == 4)
+                assert_int_equal(p[round][i].status, 200);
+            worst = p[round][i].ms > worst ? p[round][i].ms : worst;
+            /* A probe used to hold the HTTP thread for the 1 s metadata
+             * timeout: no probe may come near that. */
+            assert_true(p[round][i].ms < 10 * PROBE_BOUND_MS);
+        }
         best = worst < best ? worst : best;
     }
     /* Margin for a loaded machine: in the best of three rounds, every one of
      * the five concurrent probes answered within the bound. */
     assert_true(best < PROBE_BOUND_MS);
-    services("kafka-up");
-    broker_down = 0;
     await_readyz(200, NULL, 120);
 }
 
@@ -361,12 +367,60 @@ static void test_sighup_stops_gracefully(void **state)
     assert_int_equal(committed[0] + committed[1], MESSAGES);
 }
 
+/* Issue 9: metrics.address takes an IPv6 literal (and localhost, which
+ * the unit tests cover). Skipped where the host has no ::1. */
+static void test_metrics_on_ipv6(void **state)
+{
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    char log6[300], buf[512];
+    testenv e6 = env;
+    int status = -1;
+    pid_t w;
+
+    (void)state;
+    {
+        int fd = socket(AF_INET6, SOCK_STREAM, 0);
+        int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+
+        if (fd >= 0)
+            close(fd);
+        if (!ok)
+            skip();
+    }
+    for (int i = 0; i < e6.n; i++)
+        e6.envp[i] = e6.store[i];
+    testenv_add(&e6, "ORDER_WORKER_METRICS_ADDRESS=::1");
+    teststack_log(&ts, "ops-worker-ipv6.log", log6, sizeof(log6));
+    w = teststack_spawn(&e6, log6);
+    sa.sin6_port = htons((uint16_t)port);
+    for (int i = 0; i < 240 && status != 200; i++) {
+        int fd = socket(AF_INET6, SOCK_STREAM, 0);
+        ssize_t n = 0;
+
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            write(fd, "GET /healthz HTTP/1.0\r\n\r\n", 26) == 26)
+            n = read(fd, buf, sizeof(buf) - 1);
+        if (fd >= 0)
+            close(fd);
+        buf[n > 0 ? n : 0] = '\0';
+        if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+            status = -1;
+        if (status != 200)
+            usleep(250000);
+    }
+    kill(w, SIGTERM);
+    assert_int_equal(kit_wait(w, 60000), 0);
+    if (status != 200)
+        fail_msg("no /healthz on [::1]:%u (worker log %s)", port, log6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_healthz_with_idle_connections),
         cmocka_unit_test(test_probes_with_broker_down),
         cmocka_unit_test(test_sighup_stops_gracefully),
+        cmocka_unit_test(test_metrics_on_ipv6),
     };
 
     mysql_library_init(0, NULL, NULL);
