@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ow/cli.h"
+#include "ow/kafka.h"
 #include "ow/log.h"
 
 extern char **environ;
@@ -17,6 +18,8 @@ int ow_cli_load_config(const char *path, ow_config *cfg)
         rc = ow_config_load_env(cfg, environ, &err);
     if (rc == OW_OK)
         rc = ow_config_finish(cfg, &err);
+    if (rc == OW_OK)
+        rc = ow_kafka_check_config(cfg, &err);
     if (rc != OW_OK) {
         fprintf(stderr, "order-worker: configuration error: %s\n", err.msg);
         ow_config_cleanup(cfg);
@@ -48,7 +51,8 @@ int ow_cli_flag(int argc, char **argv, const char *name)
     return 0;
 }
 
-/* Matches argv[i] against the known options; sets *takes_value. */
+/* Matches arg against the known options: returns the index of the option
+ * in known and sets *takes_value, or returns -1. */
 static int known_option(const char *arg, const char *const *known, int *takes_value)
 {
     for (size_t k = 0; known[k] != NULL; k++) {
@@ -59,21 +63,36 @@ static int known_option(const char *arg, const char *const *known, int *takes_va
             n--;
         if (strncmp(arg, known[k], n) == 0 && (arg[n] == '\0' || (!flag && arg[n] == '='))) {
             *takes_value = !flag && arg[n] == '\0';
-            return 1;
+            return (int)k;
         }
     }
-    return 0;
+    return -1;
 }
 
-/* Walks argv: options must be known and get their values; the rest are
- * positional: ignored when ignore_pos, else stored in pos (at most max). */
+#define MAX_KNOWN 32
+
+/* The value of the option at argv[i]: the next argument, unless it is
+ * missing or itself one of the known options. A value may start with
+ * dashes ("--key --abc" is a valid key, issue 9). */
+static int has_value(int argc, char **argv, int i, const char *const *known)
+{
+    int ignored = 0;
+
+    return i + 1 < argc && known_option(argv[i + 1], known, &ignored) < 0;
+}
+
+/* Walks argv: options must be known, given once, and get their values; the
+ * rest are positional: ignored when ignore_pos, else stored in pos (at
+ * most max). */
 static int walk_args(int argc, char **argv, const char *const *known, const char *cmd,
                      int ignore_pos, const char **pos, int max)
 {
+    char seen[MAX_KNOWN] = {0};
     int n = 0;
 
     for (int i = 1; i < argc; i++) {
         int takes_value = 0;
+        int k;
 
         if (argv[i][0] != '-' || strcmp(argv[i], "-") == 0) {
             if (ignore_pos)
@@ -88,13 +107,20 @@ static int walk_args(int argc, char **argv, const char *const *known, const char
             pos[n++] = argv[i];
             continue;
         }
-        if (!known_option(argv[i], known, &takes_value)) {
+        k = known_option(argv[i], known, &takes_value);
+        if (k < 0) {
             fprintf(stderr, "order-worker %s: unknown option %s (see order-worker %s --help)\n",
                     cmd, argv[i], cmd);
             return -1;
         }
+        /* Only the first of repeated options would count: refuse (issue 9). */
+        if (k < MAX_KNOWN && seen[k]++) {
+            fprintf(stderr, "order-worker %s: %.*s given more than once\n", cmd,
+                    (int)strcspn(known[k], "!"), known[k]);
+            return -1;
+        }
         if (takes_value) {
-            if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] == '-')) {
+            if (!has_value(argc, argv, i, known)) {
                 fprintf(stderr, "order-worker %s: %s needs a value\n", cmd, argv[i]);
                 return -1;
             }

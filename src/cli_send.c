@@ -43,7 +43,9 @@ void ow_help_send(void)
          "\n"
          "  --wait          then wait for the message's result on topic.results and\n"
          "                  print its value on stdout and its headers (replayed,\n"
-         "                  user-id, source-*) on stderr\n"
+         "                  user-id, source-*) on stderr; interim answers (409\n"
+         "                  REQUEST_IN_PROGRESS) go to stderr as \"interim: ...\" and\n"
+         "                  the wait goes on until the definitive one\n"
          "  --timeout-ms N  give up after N ms in all (default 30000)\n"
          "\n"
          "Exit status: 0 sent (with --wait: the result arrived, whatever its status),\n"
@@ -334,6 +336,26 @@ static void print_result(const rd_kafka_message_t *m)
         fprintf(stderr, "%s: %.*s\n", name, (int)len, v != NULL ? (const char *)v : "");
 }
 
+/* 1 for a 409 REQUEST_IN_PROGRESS: an interim answer; the worker keeps
+ * retrying and publishes the definitive result for the same offset later. */
+static int is_interim(const rd_kafka_message_t *m)
+{
+    ow_json_doc *d = NULL;
+    const ow_json_node *code = NULL;
+    int interim = 0;
+
+    if (m->payload == NULL || ow_json_parse(m->payload, m->len, NULL, &d, NULL) != OW_JSON_OK)
+        return 0;
+    if (ow_json_root(d)->type == OW_JSON_OBJECT)
+        code = ow_json_member(ow_json_root(d), "code");
+    interim = code != NULL && code->type == OW_JSON_STRING &&
+              strcmp(code->str, "REQUEST_IN_PROGRESS") == 0;
+    ow_json_free(&d);
+    return interim;
+}
+
+/* Waits for the definitive result of our message; interim answers
+ * (REQUEST_IN_PROGRESS) go to stderr and the wait goes on (issue 9). */
 static int await_result(send_ctx *c, ow_error *err)
 {
     while (!*c->stop && time_left(c) > 0) {
@@ -344,8 +366,12 @@ static int await_result(send_ctx *c, ow_error *err)
         if (m == NULL)
             continue;
         ours = m->err == RD_KAFKA_RESP_ERR_NO_ERROR && is_our_result(c, m);
-        if (ours)
+        if (ours && is_interim(m)) {
+            fprintf(stderr, "interim: %.*s\n", (int)m->len, (const char *)m->payload);
+            ours = 0;
+        } else if (ours) {
             print_result(m);
+        }
         rd_kafka_message_destroy(m);
         if (ours)
             return OW_OK;
@@ -397,8 +423,9 @@ static int produce_and_confirm(send_ctx *c, ow_error *err)
 {
     rd_kafka_resp_err_t e = rd_kafka_producev(
         c->producer, RD_KAFKA_V_TOPIC(c->cfg->topic_input), RD_KAFKA_V_KEY(c->key, c->key_len),
-        RD_KAFKA_V_VALUE(c->doc.data, c->doc.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_OPAQUE(c), RD_KAFKA_V_END);
+        /* An empty document is an empty value, not a tombstone (issue 9). */
+        RD_KAFKA_V_VALUE(c->doc.data != NULL ? c->doc.data : "", c->doc.len),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(c), RD_KAFKA_V_END);
 
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "produce to %s: %s",

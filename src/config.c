@@ -1,7 +1,9 @@
 #include "ow/config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,12 +78,13 @@ static const config_row config_table[] = {
      ROW_OFF(rebalance_drain_timeout_ms),
      "On revoke, how long to wait for in-flight messages of the revoked partitions."},
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
-     "On SIGTERM/SIGINT, the bound of the whole stop: in-flight work, result delivery, the "
-     "final commit and leaving the group."},
+     "On SIGTERM/SIGINT/SIGHUP, the bound of the whole stop: in-flight work, result delivery, "
+     "the final commit and leaving the group."},
     {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
      "Least severe level logged: error, warn, info or debug."},
     {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),
-     "Address the /metrics, /healthz and /readyz HTTP endpoint binds to."},
+     "Address the /metrics, /healthz and /readyz HTTP endpoint binds to: an IPv4 or IPv6 "
+     "literal, or localhost (127.0.0.1)."},
     {"metrics.port", CT_INT, 0, 65535, "0", 0, ROW_OFF(metrics_port),
      "Port of the HTTP endpoint; 0 disables it."},
 };
@@ -192,6 +195,11 @@ static int set_passthrough(ow_config *cfg, const char *name, const char *value,
     if (*name == '\0')
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "%s: kafka.: a librdkafka property name must follow \"kafka.\"", where);
+    /* The consumer's group is kafka.group.id; a passed-through one would be
+     * overridden by it without a word (issue 9). */
+    if (strcmp(name, "consumer.group.id") == 0 || strcmp(name, "producer.group.id") == 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: kafka.%s: not used; set kafka.group.id instead", where, name);
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
         if (strcmp(cfg->passthrough[i].name, name) == 0)
             kv = &cfg->passthrough[i];
@@ -204,14 +212,17 @@ static int set_passthrough(ow_config *cfg, const char *name, const char *value,
         kv = &cfg->passthrough[cfg->n_passthrough];
         kv->name = strdup(name);
         kv->value = NULL;
+        kv->where = NULL;
         if (kv->name == NULL)
             return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
         cfg->n_passthrough++;
     }
     free(kv->value);
+    free(kv->where);
     kv->value = strdup(value);
+    kv->where = strdup(where);
     kv->source = src;
-    if (kv->value == NULL)
+    if (kv->value == NULL || kv->where == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     return OW_OK;
 }
@@ -268,6 +279,7 @@ void ow_config_cleanup(ow_config *cfg)
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
         free(cfg->passthrough[i].name);
         free(cfg->passthrough[i].value);
+        free(cfg->passthrough[i].where);
     }
     free(cfg->sources);
     free(cfg->source_where);
@@ -443,6 +455,14 @@ int ow_config_load_env(ow_config *cfg, char *const *envp, ow_error *err)
     return OW_OK;
 }
 
+int ow_config_address_ok(const char *address)
+{
+    unsigned char addr[sizeof(struct in6_addr)];
+
+    return strcmp(address, "localhost") == 0 || inet_pton(AF_INET, address, addr) == 1 ||
+           inet_pton(AF_INET6, address, addr) == 1;
+}
+
 static int load_password_file(ow_config *cfg, ow_error *err)
 {
     ow_buf text;
@@ -461,7 +481,9 @@ static int load_password_file(ow_config *cfg, ow_error *err)
         pw[strcspn(pw, "\r\n")] = '\0';
         free(cfg->mysql_password);
         cfg->mysql_password = strdup(pw);
-        if (cfg->mysql_password == NULL)
+        /* config --print names the file the password came from (issue 9). */
+        if (cfg->mysql_password == NULL ||
+            set_source(cfg, index, OW_SRC_FILE, cfg->mysql_password_file) != OW_OK)
             rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     } else if (err != NULL) {
         char why[sizeof(err->msg)];
@@ -496,6 +518,15 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         strcmp(cfg->topic_input, cfg->topic_dlq) == 0)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "topic.input: must differ from topic.results and topic.dlq");
+    /* Results and dead-letter copies on one topic could not be told apart
+     * by a consumer of either (issue 9). */
+    if (strcmp(cfg->topic_results, cfg->topic_dlq) == 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "topic.results: must differ from topic.dlq");
+    if (!ow_config_address_ok(cfg->metrics_address))
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "metrics.address: \"%s\" is not an IPv4 or IPv6 address or localhost",
+                            cfg->metrics_address);
     if (cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "retry.backoff_max_ms: must be at least retry.backoff_ms");

@@ -178,7 +178,7 @@ static int fetch_existing(batch *bt, MYSQL_STMT *st, ow_error *err)
     ow_result_int(&res[5], &row.product_id, &nul[5]);
     ow_result_int(&res[6], &row.quantity, &nul[6]);
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail(bt->s, mysql_stmt_errno(st), "lock orders", err);
+        return ow_store_fail_stmt(bt->s, st, "lock orders", err);
     for (;;) {
         const char *why = NULL;
 
@@ -441,7 +441,7 @@ static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
     ow_result_int(&res[4], &status, &nul[4]);
     ow_result_bytes(&res[5], NULL, 0, &body_len, &nul[5]);
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail(bt->s, mysql_stmt_errno(st), "read requests", err);
+        return ow_store_fail_stmt(bt->s, st, "read requests", err);
     while (rc == OW_OK) {
         int have_body = 0;
 

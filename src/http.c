@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 #include "ow/metrics.h"
 
@@ -82,28 +84,83 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return reply(c, 404, "text/plain", "not found\n", 10);
 }
 
+/*
+ * Limits against slow and idle clients (issue 9: about 1,020 idle
+ * connections, libmicrohttpd's default limit of FD_SETSIZE - 4, made
+ * /healthz unanswerable). One epoll thread serves every connection, and the
+ * handlers only read atomics, so a probe is answered however many clients
+ * sit idle. An idle connection is closed after HTTP_IDLE_TIMEOUT_S (a
+ * Prometheus scrape or a probe takes milliseconds); one address may hold
+ * HTTP_PER_IP_LIMIT connections, all together at most HTTP_CONNECTION_LIMIT
+ * and a quarter of the open-file limit (the systemd unit sets 65536).
+ */
+#define HTTP_CONNECTION_LIMIT 4096
+#define HTTP_PER_IP_LIMIT 64
+#define HTTP_IDLE_TIMEOUT_S 5
+#define HTTP_CONNECTION_MEMORY 16384 /* request headers; responses live apart */
+
+static unsigned connection_limit(void)
+{
+    struct rlimit rl;
+    rlim_t quarter;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return HTTP_CONNECTION_LIMIT;
+    quarter = rl.rlim_cur / 4;
+    return quarter < HTTP_CONNECTION_LIMIT ? (unsigned)quarter : HTTP_CONNECTION_LIMIT;
+}
+
+/* metrics.address as a socket address: an IPv4 or IPv6 literal, or
+ * localhost, which is 127.0.0.1. Returns 0 when it is none of these. */
+static int parse_address(const char *address, unsigned port, struct sockaddr_storage *ss, int *ipv6)
+{
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (strcmp(address, "localhost") == 0)
+        address = "127.0.0.1";
+    *ipv6 = 0;
+    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        return 1;
+    }
+    if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        *ipv6 = 1;
+        return 1;
+    }
+    return 0;
+}
+
 int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks, ow_http **out,
                   ow_error *err)
 {
-    struct sockaddr_in sa;
+    struct sockaddr_storage sa;
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
+    int ipv6 = 0;
     ow_http *h;
 
     *out = NULL;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    if (port == 0 || port > 65535 || inet_pton(AF_INET, address, &sa.sin_addr) != 1)
+    if (port == 0 || port > 65535 || !parse_address(address, port, &sa, &ipv6))
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "metrics.address: \"%s\" is not an IPv4 address, or the port is 0",
+                            "metrics.address: \"%s\" is not an IPv4 or IPv6 address or localhost, "
+                            "or the port is 0",
                             address);
+    if (ipv6)
+        flags |= MHD_USE_IPv6;
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     h->hooks = *hooks;
-    h->daemon =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, (uint16_t)port, NULL, NULL,
-                         on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, connection_limit(), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)HTTP_PER_IP_LIMIT, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     if (h->daemon == NULL) {
         free(h);
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0,

@@ -14,6 +14,26 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
     return OW_OK;
 }
 
+int ow_kafka_check_config(const ow_config *cfg, ow_error *err)
+{
+    rd_kafka_conf_t *scratch = rd_kafka_conf_new();
+    int rc = OW_OK;
+
+    for (size_t i = 0; rc == OW_OK && i < cfg->n_passthrough; i++) {
+        const ow_config_kv *kv = &cfg->passthrough[i];
+        const char *name = kv->name;
+        char errstr[512];
+
+        if (strncmp(name, "consumer.", 9) == 0 || strncmp(name, "producer.", 9) == 0)
+            name += 9;
+        if (rd_kafka_conf_set(scratch, name, kv->value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: kafka.%s: %s",
+                              kv->where != NULL ? kv->where : "configuration", kv->name, errstr);
+    }
+    rd_kafka_conf_destroy(scratch);
+    return rc;
+}
+
 /* Whether the configuration sets name for this role (plainly or with the
  * role's prefix). */
 static int has_passthrough(const ow_config *cfg, ow_kafka_role role, const char *name)

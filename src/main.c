@@ -28,6 +28,10 @@ static void install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* A hang-up (a closed terminal, a supervisor's reload) stops gracefully
+     * like SIGTERM; its default action killed the worker without a flush,
+     * commit or group leave (issue 9). There is nothing to reload. */
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 

@@ -130,18 +130,19 @@ static int is_transient_server_error(unsigned e)
 }
 
 /* Messages of these errors can quote row data ("Duplicate entry '42-key'"),
- * so only their numbers are reported. */
-static const char *safe_message(ow_store *s, unsigned e)
+ * so only their numbers are reported. text is the error's message. */
+static const char *safe_message(unsigned e, const char *text)
 {
-    if (s->db != NULL && (is_connection_error(e) || is_transient_server_error(e) || e == 1045 ||
-                          e == 1049 || e == 1044 || e == 1142 || e == 1146))
-        return mysql_error(s->db);
+    if (is_connection_error(e) || is_transient_server_error(e) || e == 1045 || e == 1049 ||
+        e == 1044 || e == 1142 || e == 1146)
+        return text;
     return "(message withheld: it may quote row data)";
 }
 
-int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
+static int store_fail_text(ow_store *s, unsigned e, const char *text, const char *what,
+                           ow_error *err)
 {
-    const char *msg = safe_message(s, e);
+    const char *msg = safe_message(e, text);
     int rc;
 
     if (is_connection_error(e)) {
@@ -156,6 +157,16 @@ int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
             ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e, msg);
     }
     return rc;
+}
+
+int ow_store_fail(ow_store *s, unsigned e, const char *what, ow_error *err)
+{
+    return store_fail_text(s, e, s->db != NULL ? mysql_error(s->db) : "", what, err);
+}
+
+int ow_store_fail_stmt(ow_store *s, MYSQL_STMT *st, const char *what, ow_error *err)
+{
+    return store_fail_text(s, mysql_stmt_errno(st), mysql_stmt_error(st), what, err);
 }
 
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err)
@@ -272,9 +283,12 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
         return ow_store_fail(s, mysql_errno(s->db), "prepare", err);
     if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
         unsigned e = mysql_stmt_errno(st);
+        char text[MYSQL_ERRMSG_SIZE];
 
+        /* Closing the statement clears the error: keep its text (issue 9). */
+        snprintf(text, sizeof(text), "%s", mysql_stmt_error(st));
         mysql_stmt_close(st);
-        return ow_store_fail(s, e, "prepare", err);
+        return store_fail_text(s, e, text, "prepare", err);
     }
     *out = st;
     return OW_OK;
@@ -345,7 +359,7 @@ int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned lo
     if (len > 0) {
         ow_result_bytes(&b, out->data, len, &got, NULL);
         if (mysql_stmt_fetch_column(st, &b, col, 0) != 0)
-            return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+            return ow_store_fail_stmt(s, st, what, err);
     }
     out->len = len;
     out->data[len] = '\0';
@@ -355,9 +369,9 @@ int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned lo
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err)
 {
     if (p != NULL && p->n > 0 && mysql_stmt_bind_param(st, p->b) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+        return ow_store_fail_stmt(s, st, what, err);
     if (mysql_stmt_execute(st) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+        return ow_store_fail_stmt(s, st, what, err);
     return OW_OK;
 }
 

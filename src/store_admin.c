@@ -69,9 +69,9 @@ static int exec_binds(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *params, const cha
                       ow_error *err)
 {
     if (params != NULL && mysql_stmt_bind_param(st, params) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+        return ow_store_fail_stmt(s, st, what, err);
     if (mysql_stmt_execute(st) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+        return ow_store_fail_stmt(s, st, what, err);
     return OW_OK;
 }
 
@@ -82,7 +82,7 @@ static int fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char
     int frc;
 
     if (mysql_stmt_bind_result(st, res) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), what, err);
+        return ow_store_fail_stmt(s, st, what, err);
     frc = mysql_stmt_fetch(st);
     if (frc == 1) {
         unsigned e = mysql_stmt_errno(st);
@@ -211,12 +211,12 @@ static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_er
         return rc;
     bind_request_cols(&c, r);
     if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), "look up request", err);
+        return ow_store_fail_stmt(s, st, "look up request", err);
     frc = mysql_stmt_fetch(st);
     if (frc == MYSQL_NO_DATA)
         rc = OW_ENOTFOUND;
     else if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "look up request", err);
+        rc = ow_store_fail_stmt(s, st, "look up request", err);
     if (rc == OW_OK) {
         fill_record(&c, r);
         rc = ow_store_fetch_column(s, st, 6, c.nul[6] ? 0 : c.body_len, &r->response,
@@ -296,7 +296,7 @@ static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_err
         return rc;
     bind_order_cols(&c);
     if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
+        return ow_store_fail_stmt(s, st, "look up orders", err);
     for (;;) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
@@ -308,7 +308,7 @@ static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_err
         take_order(&c, &r->orders[r->n_orders++]);
     }
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "look up orders", err);
+        rc = ow_store_fail_stmt(s, st, "look up orders", err);
     mysql_stmt_free_result(st);
     return rc;
 }
@@ -419,7 +419,7 @@ static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit,
     if (rc == OW_OK)
         rc = exec_binds(s, st, params, "select old requests", err);
     if (rc == OW_OK && mysql_stmt_bind_result(st, &res) != 0)
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "select old requests", err);
+        rc = ow_store_fail_stmt(s, st, "select old requests", err);
     while (rc == OW_OK) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0)
@@ -428,7 +428,7 @@ static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit,
             ids[(*n)++] = id;
     }
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "select old requests", err);
+        rc = ow_store_fail_stmt(s, st, "select old requests", err);
     if (st != NULL) {
         mysql_stmt_free_result(st);
         mysql_stmt_close(st);
@@ -615,7 +615,7 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
     ow_result_bytes(&res[1], b, sizeof(b), &blen, &nul[1]);
     bind_int(&res[2], &c, &nul[2]);
     if (mysql_stmt_bind_result(st, res) != 0)
-        return ow_store_fail(s, mysql_stmt_errno(st), "audit examples", err);
+        return ow_store_fail_stmt(s, st, "audit examples", err);
     while (chk->n_examples < OW_AUDIT_EXAMPLES) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)

@@ -94,6 +94,9 @@ struct ow_store {
  * errors also mark the connection broken, so that the next ow_store_connect
  * replaces it (its statements stay valid until then). */
 int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
+/* ow_store_fail with the statement's own error number and text: a
+ * statement's error is not always the connection's (issue 9). */
+int ow_store_fail_stmt(ow_store *s, MYSQL_STMT *st, const char *what, ow_error *err);
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
 /* Fills err for an allocation that failed (FATAL) and returns its code. */

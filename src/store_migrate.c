@@ -79,7 +79,7 @@ static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
     rc = ow_store_execute(s, st, &s->params, "read migrations", err);
     ow_result_int(&res, &count, &nul);
     if (rc == OW_OK && (mysql_stmt_bind_result(st, &res) != 0 || mysql_stmt_fetch(st) != 0))
-        rc = ow_store_fail(s, mysql_stmt_errno(st), "read migrations", err);
+        rc = ow_store_fail_stmt(s, st, "read migrations", err);
     mysql_stmt_close(st);
     *applied = count > 0;
     return rc;

@@ -42,6 +42,7 @@ typedef struct {
     int consumer_closed;       /* the group was left cleanly */
 
     /* Readiness, for /readyz. */
+    _Atomic int broker_ok;  /* the delivery poller's last metadata request was answered */
     _Atomic int assigned;   /* partitions currently assigned */
     _Atomic int outputs_ok; /* the output topics were found (issue 9, defect 6) */
     ow_http *http;
@@ -173,13 +174,39 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
            OW_F_STR("reason", reason));
 }
 
+/* /readyz answers from broker_ok, refreshed here once a second, so that no
+ * HTTP request waits on the broker (issue 9: a metadata call inside the
+ * handler held the HTTP thread 1 s per probe while the broker was down). A
+ * check returns in milliseconds while the broker answers; while it does not,
+ * delivery reports wait up to BROKER_CHECK_TIMEOUT_MS more, and there are
+ * none to wait for then. */
+#define BROKER_CHECK_INTERVAL_MS 1000
+#define BROKER_CHECK_TIMEOUT_MS 500
+
+static int broker_reachable(ow_worker *w)
+{
+    const rd_kafka_metadata_t *md = NULL;
+    int ok = rd_kafka_metadata(w->producer, 0, NULL, &md, BROKER_CHECK_TIMEOUT_MS) ==
+                 RD_KAFKA_RESP_ERR_NO_ERROR &&
+             md->broker_cnt > 0;
+
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    return ok;
+}
+
 static void *poller_main(void *arg)
 {
     ow_worker *w = arg;
+    int64_t next_check = 0;
 
     while (!atomic_load(&w->poller_stop)) {
         rd_kafka_poll(w->producer, 100);
         ow_output_pump(&w->out);
+        if (ow_clock_mono_ms() >= next_check) {
+            atomic_store(&w->broker_ok, broker_reachable(w));
+            next_check = ow_clock_mono_ms() + BROKER_CHECK_INTERVAL_MS;
+        }
     }
     return NULL;
 }
@@ -399,17 +426,6 @@ static void metrics_extra(ow_buf *out, void *opaque)
                    atomic_load(&w->assigned), atomic_load(&w->rs.db_ok), w->paused);
 }
 
-static int broker_reachable(ow_worker *w)
-{
-    const rd_kafka_metadata_t *md = NULL;
-    int ok = rd_kafka_metadata(w->producer, 0, NULL, &md, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-             md->broker_cnt > 0;
-
-    if (md != NULL)
-        rd_kafka_metadata_destroy(md);
-    return ok;
-}
-
 static int ready(ow_buf *why, void *opaque)
 {
     ow_worker *w = opaque;
@@ -419,7 +435,7 @@ static int ready(ow_buf *why, void *opaque)
         ow_buf_appends(why, "database unreachable\n");
         ok = 0;
     }
-    if (!broker_reachable(w)) {
+    if (!atomic_load(&w->broker_ok)) {
         ow_buf_appends(why, "broker unreachable\n");
         ok = 0;
     }

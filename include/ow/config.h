@@ -28,6 +28,7 @@ typedef struct {
     char *name; /* librdkafka property name, without the "kafka." prefix */
     char *value;
     ow_config_source source;
+    char *where; /* "file:line" or "environment NAME" of the setting (issue 9) */
 } ow_config_kv;
 
 typedef struct ow_config {
@@ -97,6 +98,8 @@ void ow_config_print(const ow_config *cfg, FILE *out);
 void ow_config_print_reference(FILE *out, int markdown);
 
 const char *ow_config_source_name(ow_config_source src);
+/* 1 when address is an IPv4 or IPv6 literal or "localhost" (metrics.address). */
+int ow_config_address_ok(const char *address);
 const char *ow_log_level_name(int64_t level);
 
 #endif

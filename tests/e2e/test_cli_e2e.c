@@ -165,6 +165,29 @@ static void test_send_wait_invalid_input(void **state)
     testcli_result_free(&r);
 }
 
+/* Issue 9: an empty document is sent as an empty value ("byte for byte"),
+ * not as a tombstone (a null value). */
+static void test_send_empty_document(void **state)
+{
+    static const char *const args[] = {"send", "--user", "4242", "--key", "cli-e2e-empty", NULL};
+    testcli_result r = cli(args, "", NULL);
+    kit_msgs in = {0};
+    const kit_msg *sent = NULL;
+
+    (void)state;
+    if (r.status != 0)
+        fail_msg("send (empty): status %d\n%s", r.status, r.err);
+    testcli_result_free(&r);
+    kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &in);
+    for (size_t i = 0; i < in.n; i++)
+        if (in.v[i].key_len == 13 && memcmp(in.v[i].key, "cli-e2e-empty", 13) == 0)
+            sent = &in.v[i];
+    assert_non_null(sent);
+    assert_int_equal(sent->len, 0);
+    assert_false(sent->value_null);
+    kit_msgs_free(&in);
+}
+
 static void test_lookup(void **state)
 {
     static const char *const found[] = {"lookup", "--user", "4242", "--key", "cli-e2e-1", NULL};
@@ -249,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_send_wait_created),
         cmocka_unit_test(test_send_wait_replayed),
         cmocka_unit_test(test_send_wait_invalid_input),
+        cmocka_unit_test(test_send_empty_document),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_audit_passes),
         cmocka_unit_test(test_config_print_redacts),

@@ -3,8 +3,10 @@
  * key (as a second replica would mid-decision). The worker must publish
  * 409 REQUEST_IN_PROGRESS with retry_after_ms, keep retrying, never commit
  * the message's offset while it waits, and once the holder commits, replay
- * the holder's stored response and only then commit.
+ * the holder's stored response and only then commit. `send --wait` reports
+ * the interim answers on stderr and waits for the definitive one.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <jansson.h>
 
 #include "kit.h"
+#include "testcli.h"
 #include "ow/digest.h"
 #include "teststack.h"
 
@@ -30,21 +33,23 @@ static const char *const held_body = "{\"status\":201,\"code\":\"CREATED\",\"hel
 static const char *const value =
     "{\"user_id\":77,\"orders\":[{\"external_order_no\":\"IP-1\",\"amount\":\"2.50\"}]}";
 
-/* Inserts the key's record in an open transaction of another session. */
-static MYSQL *hold_key(void)
+/* Inserts the key's record (with the given id) in an open transaction of
+ * another session. */
+static MYSQL *hold_key(const char *key, int id)
 {
     MYSQL *other = testdb_connect(&ts.db);
     MYSQL_STMT *st = mysql_stmt_init(other);
     const char *sql = "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
                       "request_digest, status, response_status, response_body) "
-                      "VALUES (1, 77, 'ip-key', ?, 'SUCCEEDED', 201, ?)";
+                      "VALUES (?, 77, ?, ?, 'SUCCEEDED', 201, ?)";
     ow_request req;
     ow_field_errors errs;
     ow_request_limits lim = {1 << 20, 1000};
     unsigned char digest[OW_DIGEST_LEN];
     char hex[OW_DIGEST_HEX_LEN + 1];
-    MYSQL_BIND b[2];
-    unsigned long dlen = OW_DIGEST_LEN, blen = strlen(held_body);
+    MYSQL_BIND b[4];
+    unsigned long klen = strlen(key), dlen = OW_DIGEST_LEN, blen = strlen(held_body);
+    long long id64 = id;
 
     ow_field_errors_init(&errs);
     assert_int_equal(ow_request_parse(value, strlen(value), &lim, &req, &errs), 0);
@@ -52,12 +57,17 @@ static MYSQL *hold_key(void)
     ow_request_cleanup(&req);
     mysql_autocommit(other, 0);
     memset(b, 0, sizeof(b));
-    b[0].buffer_type = MYSQL_TYPE_BLOB;
-    b[0].buffer = digest;
-    b[0].length = &dlen;
-    b[1].buffer_type = MYSQL_TYPE_BLOB;
-    b[1].buffer = (void *)(uintptr_t)held_body;
-    b[1].length = &blen;
+    b[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    b[0].buffer = &id64;
+    b[1].buffer_type = MYSQL_TYPE_STRING;
+    b[1].buffer = (void *)(uintptr_t)key;
+    b[1].length = &klen;
+    b[2].buffer_type = MYSQL_TYPE_BLOB;
+    b[2].buffer = digest;
+    b[2].length = &dlen;
+    b[3].buffer_type = MYSQL_TYPE_BLOB;
+    b[3].buffer = (void *)(uintptr_t)held_body;
+    b[3].length = &blen;
     if (mysql_stmt_prepare(st, sql, strlen(sql)) != 0 || mysql_stmt_bind_param(st, b) != 0 ||
         mysql_stmt_execute(st) != 0)
         fail_msg("hold: %s", mysql_stmt_error(st));
@@ -65,18 +75,18 @@ static MYSQL *hold_key(void)
     return other;
 }
 
+static testenv env;
+static char log_path[300];
+
 static int setup(void **state)
 {
-    testenv env;
-    char log[300];
-
     (void)state;
     teststack_create(&ts, "ip", "ow_inprog", 1);
     testenv_worker(&env, &ts);
     testenv_add(&env, "ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=1");
     testenv_add(&env, "ORDER_WORKER_COMMIT_INTERVAL_MS=200");
-    teststack_log(&ts, "worker-in-progress.log", log, sizeof(log));
-    worker = teststack_spawn(&env, log);
+    teststack_log(&ts, "worker-in-progress.log", log_path, sizeof(log_path));
+    worker = teststack_spawn(&env, log_path);
     return 0;
 }
 
@@ -112,7 +122,7 @@ static int count_code(const kit_msgs *r, const char *code, const kit_msg **last)
 
 static void test_in_progress_until_the_holder_commits(void **state)
 {
-    MYSQL *holder = hold_key();
+    MYSQL *holder = hold_key("ip-key", 1);
     rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
     kit_msgs results = {0};
     int64_t committed = -1;
@@ -168,10 +178,90 @@ static void test_in_progress_until_the_holder_commits(void **state)
     worker = 0;
 }
 
+typedef struct {
+    testcli_result r;
+    int rc;
+} send_run;
+
+static void *send_thread(void *arg)
+{
+    send_run *run = arg;
+    char *argv[] = {(char *)test_env("OW_TEST_WORKER_BIN"),
+                    "send",
+                    "--user",
+                    "77",
+                    "--key",
+                    "ip-send",
+                    "--wait",
+                    "--timeout-ms",
+                    "120000",
+                    NULL};
+
+    run->rc = testcli_run(argv, env.envp, value, strlen(value), 150000, &run->r);
+    return NULL;
+}
+
+/* Whether the results topic holds a REQUEST_IN_PROGRESS for key. */
+static int interim_published(const char *key)
+{
+    kit_msgs results = {0};
+    int found = 0;
+
+    kit_read_topic(ts.bootstrap, ts.topic_out, 10000, &results);
+    for (size_t i = 0; i < results.n; i++) {
+        const kit_msg *m = &results.v[i];
+
+        if (m->key_len == strlen(key) && memcmp(m->key, key, m->key_len) == 0 && m->len > 0 &&
+            strstr(m->value, "\"REQUEST_IN_PROGRESS\"") != NULL)
+            found = 1;
+    }
+    kit_msgs_free(&results);
+    return found;
+}
+
+/* Issue 9, defect 8: send --wait took the interim 409 REQUEST_IN_PROGRESS
+ * for the answer. It must report interim answers on stderr and print the
+ * definitive result once the key's holder commits. */
+static void test_send_wait_past_in_progress(void **state)
+{
+    MYSQL *holder = hold_key("ip-send", 2);
+    send_run run;
+    pthread_t th;
+    int seen = 0;
+
+    (void)state;
+    memset(&run, 0, sizeof(run));
+    if (worker <= 0)
+        worker = teststack_spawn(&env, log_path);
+    assert_int_equal(pthread_create(&th, NULL, send_thread, &run), 0);
+    for (int waited = 0; waited < 120 && !seen; waited++) {
+        seen = interim_published("ip-send");
+        if (!seen)
+            usleep(500000);
+    }
+    assert_true(seen);
+    usleep(1500000); /* another interim answer (in_progress_wait_s = 1) */
+    assert_int_equal(mysql_commit(holder), 0);
+    mysql_close(holder);
+    pthread_join(th, NULL);
+    assert_int_equal(run.rc, 0);
+    if (run.r.status != 0 || strstr(run.r.out, held_body) == NULL)
+        fail_msg("send --wait: status %d\nstdout: %s\nstderr: %s", run.r.status, run.r.out,
+                 run.r.err);
+    assert_null(strstr(run.r.out, "REQUEST_IN_PROGRESS"));
+    assert_non_null(strstr(run.r.err, "interim: {\"status\":409,\"code\":\"REQUEST_IN_PROGRESS\""));
+    assert_non_null(strstr(run.r.err, "replayed: true"));
+    testcli_result_free(&run.r);
+    kill(worker, SIGTERM);
+    assert_int_equal(kit_wait(worker, 30000), 0);
+    worker = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_progress_until_the_holder_commits),
+        cmocka_unit_test(test_send_wait_past_in_progress),
     };
 
     mysql_library_init(0, NULL, NULL);

@@ -580,6 +580,80 @@ static void test_migrate_concurrently(void **state)
     testdb_exec(&db, sql);
 }
 
+/* --- statement errors keep their text (issue 9, defect 7) -------------------- */
+
+/* Runs a subcommand against t and checks that it fails (status 1) with a
+ * message carrying the server's text. */
+static void expect_cli_error(testdb *t, const char *const *args, const char *text)
+{
+    testcli_result r = cli(t, args);
+
+    if (r.status != 1 || strstr(r.err, text) == NULL)
+        fail_msg("%s: status %d, stderr:\n%s\n(want \"%s\")", args[0], r.status, r.err, text);
+    testcli_result_free(&r);
+}
+
+/* The worker's path: deciding one request on a store for t. */
+static void expect_decide_error(testdb *t, const char *text)
+{
+    ow_store *s = testdb_store(t, &ids, 5);
+    testmsg m;
+    ow_error err;
+
+    testmsg_make(&m, "prep-err", lookup_value);
+    ow_error_clear(&err);
+    assert_int_not_equal(ow_store_decide(s, &m.item, 1, 0, &err), OW_OK);
+    if (strstr(err.msg, text) == NULL)
+        fail_msg("decide: \"%s\" (want \"%s\")", err.msg, text);
+    testmsg_free(&m);
+    ow_store_free(&s);
+}
+
+/* A missing privilege (1142) and a missing table (1146) raised when a
+ * statement is prepared: the message used to end after the number, since
+ * the text was read after the statement was closed. */
+static void test_prepare_errors_keep_text(void **state)
+{
+    static const char *const lookup[] = {"lookup", "--user", "42", "--key", "k", NULL};
+    static const char *const audit[] = {"audit", NULL};
+    static const char *const purge[] = {"purge", "--older-than", "1d", NULL};
+    static const char *const migrate[] = {"migrate", NULL};
+    testdb t;
+    testdb np;
+    char sql[512];
+
+    (void)state;
+    testdb_create(&t, "ow_it_preperr");
+    /* An old request, so that purge reaches its statements on orders. */
+    testdb_exec(&t, REQ(1, 42, "old-1", "SUCCEEDED", 201, "{}"));
+    testdb_exec(&t, "UPDATE idempotency_requests SET created_at = NOW(6) - INTERVAL 40 DAY");
+
+    /* A user who may only read idempotency_requests. */
+    np = t;
+    snprintf(np.user, sizeof(np.user), "ow_np_%d", (int)getpid());
+    snprintf(np.password, sizeof(np.password), "np-%d", (int)getpid());
+    snprintf(sql, sizeof(sql), "CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%s'", np.user,
+             np.password);
+    testdb_exec(&t, sql);
+    snprintf(sql, sizeof(sql), "GRANT SELECT ON %s.idempotency_requests TO '%s'@'%%'", t.database,
+             np.user);
+    testdb_exec(&t, sql);
+    expect_decide_error(&np, "command denied to user");
+    expect_cli_error(&np, lookup, "SELECT command denied to user");
+    expect_cli_error(&np, audit, "SELECT command denied to user");
+    expect_cli_error(&np, purge, "command denied to user");
+    expect_cli_error(&np, migrate, "CREATE command denied to user");
+    snprintf(sql, sizeof(sql), "DROP USER '%s'@'%%'", np.user);
+    testdb_exec(&t, sql);
+
+    testdb_exec(&t, "DROP TABLE orders");
+    expect_decide_error(&t, "orders' doesn't exist");
+    expect_cli_error(&t, lookup, "orders' doesn't exist");
+    expect_cli_error(&t, audit, "orders' doesn't exist");
+    expect_cli_error(&t, purge, "orders' doesn't exist");
+    testdb_drop(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),
         cmocka_unit_test(test_migrate_concurrently),
+        cmocka_unit_test(test_prepare_errors_keep_text),
     };
     int rc;
 

@@ -168,6 +168,75 @@ static void test_send_args(void **state)
         check(&cases[i]);
 }
 
+/* Issue 9: a value may start with dashes, and no option may be given twice
+ * (only the first would have counted). */
+static void test_dash_values_and_repeats(void **state)
+{
+    static const cli_case cases[] = {
+        /* "--abc" is a valid key: taken as --key's value, so lookup gets as
+         * far as the (absent) database. */
+        {{"lookup", "--user", "1", "--key", "--abc", NULL}, NULL, "ORDER_WORKER_MYSQL_PORT=1", 1,
+         "cannot connect"},
+        {{"lookup", "--key", "--user", "1", NULL}, NULL, NULL, 2, "--key needs a value"},
+        {{"lookup", "--user", "1", "--user", "2", "--key", "k", NULL}, NULL, NULL, 2,
+         "--user given more than once"},
+        {{"lookup", "--user", "1", "--key", "k", "--key=k", NULL}, NULL, NULL, 2,
+         "--key given more than once"},
+        {{"send", "--user", "1", "--key", "k", "--wait", "--wait", NULL}, NULL, NULL, 2,
+         "--wait given more than once"},
+        {{"purge", "--older-than", "1d", "--older-than", "2d", NULL}, NULL, NULL, 2,
+         "--older-than given more than once"},
+        {{"config", "--print", "--config", "a", "--config", "b", NULL}, NULL, NULL, 2,
+         "--config given more than once"},
+        {{"run", "--config", "a", "--config=b", NULL}, NULL, NULL, 2,
+         "--config given more than once"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
+/* Issue 9: configuration that used to be accepted and then ignored or
+ * failed later is refused at start by every subcommand. */
+static void test_config_refused_everywhere(void **state)
+{
+    static const char *const bad_prop = "ORDER_WORKER_KAFKA_NO_SUCH_PROPERTY=1";
+    static const cli_case cases[] = {
+        {{"run", NULL}, NULL, bad_prop, 2,
+         "environment ORDER_WORKER_KAFKA_NO_SUCH_PROPERTY: kafka.no.such.property: No such "
+         "configuration property"},
+        {{"migrate", NULL}, NULL, bad_prop, 2, "kafka.no.such.property: No such"},
+        {{"lookup", "--user", "1", "--key", "k", NULL}, NULL, bad_prop, 2,
+         "kafka.no.such.property: No such"},
+        {{"purge", "--older-than", "1d", NULL}, NULL, bad_prop, 2,
+         "kafka.no.such.property: No such"},
+        {{"audit", NULL}, NULL, bad_prop, 2, "kafka.no.such.property: No such"},
+        {{"send", "--user", "1", "--key", "k", NULL}, "{}", bad_prop, 2,
+         "kafka.no.such.property: No such"},
+        {{"config", "--print", NULL}, NULL, bad_prop, 2, "kafka.no.such.property: No such"},
+        /* From a file: named by file:line; a bad value as well as a bad name. */
+        {{"config", "--print", "--config", "/dev/stdin", NULL},
+         "kafka.fetch.wait.max.ms = 10\nkafka.no.such.property = 1\n", NULL, 2,
+         "/dev/stdin:2: kafka.no.such.property: No such configuration property"},
+        {{"config", "--print", "--config", "/dev/stdin", NULL},
+         "kafka.producer.compression.codec = zip\n", NULL, 2,
+         "/dev/stdin:1: kafka.producer.compression.codec: Invalid value"},
+        {{"config", "--print", NULL}, NULL, "ORDER_WORKER_KAFKA_CONSUMER_GROUP_ID=g", 2,
+         "kafka.consumer.group.id: not used; set kafka.group.id instead"},
+        {{"config", "--print", NULL}, NULL, "ORDER_WORKER_TOPIC_DLQ=order-batch-results", 2,
+         "topic.results: must differ from topic.dlq"},
+        {{"config", "--print", NULL}, NULL, "ORDER_WORKER_METRICS_ADDRESS=example.com", 2,
+         "metrics.address: \"example.com\" is not an IPv4 or IPv6 address or localhost"},
+        {{"config", "--print", NULL}, NULL, "ORDER_WORKER_METRICS_ADDRESS=::1", 0, ""},
+        {{"config", "--print", NULL}, NULL, "ORDER_WORKER_METRICS_ADDRESS=localhost", 0, ""},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
 static void test_help_of_every_command(void **state)
 {
     static const char *const cmds[] = {"run", "migrate", "lookup", "purge", "audit", "send",
@@ -226,6 +295,8 @@ int main(void)
         cmocka_unit_test(test_purge_args),
         cmocka_unit_test(test_audit_config_args),
         cmocka_unit_test(test_send_args),
+        cmocka_unit_test(test_dash_values_and_repeats),
+        cmocka_unit_test(test_config_refused_everywhere),
         cmocka_unit_test(test_help_of_every_command),
         cmocka_unit_test(test_config_reference_and_print),
     };

@@ -142,6 +142,14 @@ static void test_finish_checks(void **state)
         {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
         {"retry.backoff_ms = 500\nretry.backoff_max_ms = 100\n",
          "retry.backoff_max_ms: must be at least retry.backoff_ms"},
+        /* Issue 9: results and dead letters on one topic; an address that
+         * only looked like one. */
+        {"topic.dlq = order-batch-results\n", "topic.results: must differ from topic.dlq"},
+        {"topic.results = x\ntopic.dlq = x\n", "topic.results: must differ from topic.dlq"},
+        {"metrics.address = 0.0.0\n",
+         "metrics.address: \"0.0.0\" is not an IPv4 or IPv6 address or localhost"},
+        {"metrics.address = ::1::2\n",
+         "metrics.address: \"::1::2\" is not an IPv4 or IPv6 address or localhost"},
     };
 
     (void)state;
@@ -153,6 +161,48 @@ static void test_finish_checks(void **state)
         assert_int_equal(ow_config_load_string(&cfg, cases[i].text, "f", &err), OW_OK);
         assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
         assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+/* Issue 9: IPv6 literals and localhost are addresses too. */
+static void test_metrics_addresses(void **state)
+{
+    static const char *const good[] = {"127.0.0.1", "0.0.0.0", "::1", "::", "fe80::1",
+                                       "localhost"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+        char line[64];
+
+        snprintf(line, sizeof(line), "metrics.address = %s\n", good[i]);
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+        if (ow_config_finish(&cfg, &err) != OW_OK)
+            fail_msg("%s refused: %s", good[i], err.msg);
+        ow_config_cleanup(&cfg);
+    }
+    assert_false(ow_config_address_ok("localhost.localdomain"));
+    assert_false(ow_config_address_ok(""));
+}
+
+/* Issue 9: kafka.consumer.group.id would be overridden by kafka.group.id. */
+static void test_group_id_passthrough_refused(void **state)
+{
+    static const char *const lines[] = {"kafka.consumer.group.id = other\n",
+                                        "kafka.producer.group.id = other\n"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, lines[i], "w.conf", &err), OW_EINVAL);
+        assert_non_null(strstr(err.msg, "w.conf:1: kafka."));
+        assert_non_null(strstr(err.msg, "group.id: not used; set kafka.group.id instead"));
         ow_config_cleanup(&cfg);
     }
 }
@@ -211,6 +261,16 @@ static void test_password_file(void **state)
     assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
     assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
     assert_string_equal(cfg.mysql_password, "s3cret");
+    {
+        /* config --print names the file, not "default" (issue 9). */
+        char *out = print_to_string(&cfg);
+        char want[128];
+
+        snprintf(want, sizeof(want), "mysql.password = (redacted)    # file (%s)\n", path);
+        assert_non_null(strstr(out, want));
+        assert_null(strstr(out, "s3cret"));
+        free(out);
+    }
     ow_config_cleanup(&cfg);
 
     /* An empty password line (as in the example file) does not conflict. */
@@ -314,6 +374,8 @@ int main(void)
         cmocka_unit_test(test_finish_checks),
         cmocka_unit_test(test_print_redacts_and_names_sources),
         cmocka_unit_test(test_password_file),
+        cmocka_unit_test(test_metrics_addresses),
+        cmocka_unit_test(test_group_id_passthrough_refused),
         cmocka_unit_test(test_reference_lists_every_key),
         cmocka_unit_test(test_example_file),
     };

@@ -76,11 +76,46 @@ static void test_refused_and_bad_properties(void **state)
     ow_config_cleanup(&cfg);
 }
 
+/* Issue 9: every kafka.* property is checked against librdkafka when the
+ * configuration is loaded, and the error says where it was set. */
+static void test_check_config_names_the_line(void **state)
+{
+    static const struct {
+        const char *text;
+        int rc;
+        const char *error;
+    } cases[] = {
+        {"kafka.socket.timeout.ms = 12345\nkafka.consumer.session.timeout.ms = 7000\n", OW_OK,
+         ""},
+        {"kafka.socket.timeout.ms = 12345\nkafka.no.such.property = 1\n", OW_EINVAL,
+         "t:2: kafka.no.such.property: No such configuration property"},
+        {"kafka.consumer.no.such = 1\n", OW_EINVAL,
+         "t:1: kafka.consumer.no.such: No such configuration property"},
+        {"kafka.socket.timeout.ms = soon\n", OW_EINVAL, "t:1: kafka.socket.timeout.ms: Invalid value"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        ow_error_clear(&err);
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, cases[i].text, "t", &err), OW_OK);
+        assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+        assert_int_equal(ow_kafka_check_config(&cfg, &err), cases[i].rc);
+        if (strstr(err.msg, cases[i].error) == NULL)
+            fail_msg("%s: got \"%s\", want \"%s\"", cases[i].text, err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roles_and_guarantees),
         cmocka_unit_test(test_refused_and_bad_properties),
+        cmocka_unit_test(test_check_config_names_the_line),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
