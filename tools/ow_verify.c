@@ -57,9 +57,9 @@ static size_t *ix_slot(index_t *ix, const char *k, int create)
 
 typedef struct {
     const kit_msg *m;
-    int valid;      /* key and value pass validation */
-    int results;    /* definitive results seen */
-    int dlq;        /* dead-letter copies seen */
+    int valid;   /* key and value pass validation */
+    int results; /* definitive results seen */
+    int dlq;     /* dead-letter copies seen */
     const kit_msg *first_result;
     int mismatched; /* definitive results with different bytes */
 } input_t;
@@ -131,7 +131,8 @@ static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
         rec->user_id = strtoll(row[1], NULL, 10);
         rec->key = strndup(row[2], len[2]);
         for (int i = 0; i < 64; i++)
-            rec->digest[i] = (char)(row[3][i] >= 'A' && row[3][i] <= 'F' ? row[3][i] + 32 : row[3][i]);
+            rec->digest[i] =
+                (char)(row[3][i] >= 'A' && row[3][i] <= 'F' ? row[3][i] + 32 : row[3][i]);
         snprintf(rec->status, sizeof(rec->status), "%s", row[4]);
         rec->response_status = (int)strtol(row[5], NULL, 10);
         rec->body = malloc(len[6] + 1);
@@ -178,7 +179,8 @@ static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, t
     size_t i;
     json_t *o;
 
-    json_array_foreach(orders, i, o) {
+    json_array_foreach(orders, i, o)
+    {
         char sql[512];
         long long id = json_integer_value(json_object_get(o, "order_id"));
         const char *amount = json_string_value(json_object_get(o, "amount"));
@@ -188,9 +190,10 @@ static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, t
             t->body_orders_bad++;
             continue;
         }
-        snprintf(sql, sizeof(sql),
-                 "SELECT COUNT(*) FROM orders WHERE id = %lld AND user_id = %lld AND amount = '%s'%s",
-                 id, rec->user_id, amount, existing ? "" : " AND request_id = ");
+        snprintf(
+            sql, sizeof(sql),
+            "SELECT COUNT(*) FROM orders WHERE id = %lld AND user_id = %lld AND amount = '%s'%s",
+            id, rec->user_id, amount, existing ? "" : " AND request_id = ");
         if (!existing)
             snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%lld", rec->id);
         if (sql_count(db, sql) != 1)
@@ -225,7 +228,8 @@ static void check_result(MYSQL *db, const kit_msg *r, input_t *in, record_t *rec
         in->results++;
         if (in->first_result == NULL)
             in->first_result = r;
-        else if (in->first_result->len != r->len || memcmp(in->first_result->value, r->value, r->len) != 0)
+        else if (in->first_result->len != r->len ||
+                 memcmp(in->first_result->value, r->value, r->len) != 0)
             in->mismatched++;
     }
     if (strcmp(code, "INVALID_REQUEST") == 0) {
@@ -308,18 +312,30 @@ static void parse_args(int argc, char **argv, args_t *a)
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
 
-        if (strcmp(k, "--bootstrap") == 0) a->bootstrap = v;
-        else if (strcmp(k, "--group") == 0) a->group = v;
-        else if (strcmp(k, "--input") == 0) a->in = v;
-        else if (strcmp(k, "--results") == 0) a->out = v;
-        else if (strcmp(k, "--dlq") == 0) a->dlq = v;
-        else if (strcmp(k, "--mysql-host") == 0) a->host = v;
-        else if (strcmp(k, "--mysql-port") == 0) a->port = (unsigned)strtoul(v, NULL, 10);
-        else if (strcmp(k, "--mysql-user") == 0) a->user = v;
-        else if (strcmp(k, "--mysql-password") == 0) a->password = v;
-        else if (strcmp(k, "--database") == 0) a->database = v;
-        else if (strcmp(k, "--faults") == 0) a->faults = v;
-        else usage();
+        if (strcmp(k, "--bootstrap") == 0)
+            a->bootstrap = v;
+        else if (strcmp(k, "--group") == 0)
+            a->group = v;
+        else if (strcmp(k, "--input") == 0)
+            a->in = v;
+        else if (strcmp(k, "--results") == 0)
+            a->out = v;
+        else if (strcmp(k, "--dlq") == 0)
+            a->dlq = v;
+        else if (strcmp(k, "--mysql-host") == 0)
+            a->host = v;
+        else if (strcmp(k, "--mysql-port") == 0)
+            a->port = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--mysql-user") == 0)
+            a->user = v;
+        else if (strcmp(k, "--mysql-password") == 0)
+            a->password = v;
+        else if (strcmp(k, "--database") == 0)
+            a->database = v;
+        else if (strcmp(k, "--faults") == 0)
+            a->faults = v;
+        else
+            usage();
     }
     if (!a->bootstrap || !a->group || !a->in || !a->out || !a->dlq || !a->port || !a->database)
         usage();
@@ -386,7 +402,8 @@ static void resume_times(const char *path, const kit_msgs *results)
 
     if (f == NULL)
         return;
-    while (n < sizeof(ev) / sizeof(ev[0]) && fscanf(f, "%31s %lld%*[^\n]", ev[n].name, &ev[n].t) == 2)
+    while (n < sizeof(ev) / sizeof(ev[0]) &&
+           fscanf(f, "%31s %lld%*[^\n]", ev[n].name, &ev[n].t) == 2)
         n++;
     fclose(f);
     for (size_t i = 0; i < n; i++) {
@@ -414,8 +431,8 @@ static void resume_times(const char *path, const kit_msgs *results)
                 worst_kill = first - t;
         }
     }
-    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n", kills,
-           db_outages, broker_outages, scales);
+    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n",
+           kills, db_outages, broker_outages, scales);
     printf("verify: resume (fault end to next result, longest): database %lld ms, broker %lld ms, "
            "after a kill %lld ms (%d of %d restarts: those clear of the outages)\n",
            worst_db, worst_broker, worst_kill, counted, restarts);
@@ -472,7 +489,8 @@ int main(int argc, char **argv)
         char k[64];
         size_t *slot = NULL;
 
-        if (hdr_int(&results.v[i], "source-partition", &p) && hdr_int(&results.v[i], "source-offset", &o)) {
+        if (hdr_int(&results.v[i], "source-partition", &p) &&
+            hdr_int(&results.v[i], "source-offset", &o)) {
             snprintf(k, sizeof(k), "%lld:%lld", p, o);
             slot = ix_slot(&src, k, 0);
         }
@@ -508,17 +526,19 @@ int main(int argc, char **argv)
         lag += ends[p] - (committed[p] < 0 ? 0 : committed[p]);
 
     verdict("I1 one request record per (user_id, key)",
-            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM idempotency_requests GROUP BY user_id, "
-                          "idempotency_key HAVING COUNT(*) > 1) d"),
+            sql_count(db,
+                      "SELECT COUNT(*) FROM (SELECT 1 FROM idempotency_requests GROUP BY user_id, "
+                      "idempotency_key HAVING COUNT(*) > 1) d"),
             "duplicate keys");
     verdict("I2 no two orders with one (user_id, external_order_no)",
             sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
                           "external_order_no HAVING COUNT(*) > 1) d"),
             "duplicate orders");
     verdict("I3 every order belongs to a SUCCEEDED request",
-            sql_count(db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r ON r.id = "
-                          "o.request_id WHERE o.request_id IS NOT NULL AND (r.id IS NULL OR r.status "
-                          "<> 'SUCCEEDED')"),
+            sql_count(db,
+                      "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r ON r.id = "
+                      "o.request_id WHERE o.request_id IS NOT NULL AND (r.id IS NULL OR r.status "
+                      "<> 'SUCCEEDED')"),
             "orphan or FAILED-owned orders");
     verdict("I3 results' created orders exist as stated", t.body_orders_bad, "mismatches");
     verdict("I4 every message has its result / dead letter (lost)", t.lost, "lost");
@@ -531,13 +551,15 @@ int main(int argc, char **argv)
             sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "
                           "('SUCCEEDED','FAILED') OR LENGTH(response_body) = 0"),
             "stuck records");
-    verdict("per key, results leave in consumption order", order_violations(&results), "inversions");
+    verdict("per key, results leave in consumption order", order_violations(&results),
+            "inversions");
     printf("verify: figures: messages_in=%zu valid=%lld results_out=%lld definitive=%lld "
            "replays=%lld in_progress=%lld created=%lld order_conflicts=%lld key_reused=%lld "
            "invalid=%lld dead_letters=%zu records=%zu orders=%lld lost=%lld duplicate_orders=%lld "
            "stuck=%lld non_identical_replays=%lld final_lag=%lld\n",
-           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created, t.conflicts,
-           t.reused, t.invalid, dlq.n, n_recs, sql_count(db, "SELECT COUNT(*) FROM orders"), t.lost,
+           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created,
+           t.conflicts, t.reused, t.invalid, dlq.n, n_recs,
+           sql_count(db, "SELECT COUNT(*) FROM orders"), t.lost,
            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
                          "external_order_no HAVING COUNT(*) > 1) d"),
            sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "

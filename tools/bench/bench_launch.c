@@ -38,7 +38,7 @@ typedef struct {
 } reply;
 
 static int req_fd = -1, rep_fd = -1;
-static pid_t live[EXITS_MAX]; /* in the helper: children not yet reaped */
+static pid_t live[EXITS_MAX];  /* in the helper: children not yet reaped */
 static reply exits[EXITS_MAX]; /* exits read while waiting for something else */
 static size_t n_exits;
 

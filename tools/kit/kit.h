@@ -64,11 +64,11 @@ int kit_wait(pid_t pid, int timeout_ms);
 /* --- Generator ----------------------------------------------------------- */
 
 typedef enum {
-    KIT_NEW = 0,     /* a first request */
-    KIT_RETRY,       /* same key, same content as an earlier message */
-    KIT_REUSE,       /* same key, other content */
-    KIT_CLASH,       /* new key, an existing order number with another amount */
-    KIT_INVALID,     /* fails validation */
+    KIT_NEW = 0, /* a first request */
+    KIT_RETRY,   /* same key, same content as an earlier message */
+    KIT_REUSE,   /* same key, other content */
+    KIT_CLASH,   /* new key, an existing order number with another amount */
+    KIT_INVALID, /* fails validation */
     KIT_KIND_COUNT
 } kit_kind;
 

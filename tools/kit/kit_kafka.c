@@ -99,7 +99,8 @@ int kit_create_topic(const char *bootstrap, const char *topic, int partitions)
     if (ev != NULL) {
         const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
         size_t cnt = 0;
-        const rd_kafka_topic_result_t **tr = res != NULL ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
+        const rd_kafka_topic_result_t **tr =
+            res != NULL ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
 
         if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && cnt == 1 &&
             (rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR ||
@@ -176,8 +177,7 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
 int kit_flush(rd_kafka_t *p, int timeout_ms)
 {
     rd_kafka_flush(p, timeout_ms);
-    return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) +
-           rd_kafka_outq_len(p);
+    return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) + rd_kafka_outq_len(p);
 }
 
 static int partition_count(rd_kafka_t *rk, const char *topic)

@@ -44,7 +44,8 @@ static char **merged_env(char *const env[])
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path)
 {
     char **envp = merged_env(env);
-    int fd = log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    int fd =
+        log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     pid_t pid;
 
     if (envp == NULL)
