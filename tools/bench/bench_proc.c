@@ -10,8 +10,6 @@
 
 #include "bench.h"
 
-extern char **environ;
-
 double bm_now(void)
 {
     struct timespec ts;
@@ -28,38 +26,19 @@ double bm_wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The parent's environment with env's entries replacing same-named ones. */
-static char **merged_env(const char *const env[], size_t n_env)
-{
-    size_t n = 0, k = 0;
-    char **out;
-
-    while (environ[n] != NULL)
-        n++;
-    out = bm_xcalloc(n + n_env + 1, sizeof(*out));
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strcspn(environ[i], "=");
-        int replaced = 0;
-
-        for (size_t j = 0; j < n_env && !replaced; j++)
-            replaced = strncmp(env[j], environ[i], len) == 0 && env[j][len] == '=';
-        if (!replaced)
-            out[k++] = environ[i];
-    }
-    for (size_t j = 0; j < n_env; j++)
-        out[k++] = (char *)(uintptr_t)env[j];
-    return out;
-}
-
 /* posix_spawn: safe in a parent with librdkafka threads. stdout and stderr
  * go to log_path (appended); stdin is /dev/null. */
 pid_t bm_spawn(char *const argv[], const char *const env[], size_t n_env, const char *log_path)
 {
     posix_spawn_file_actions_t fa;
-    char **envp = merged_env(env, n_env);
+    char **envp = kit_env_merge(env, n_env);
     pid_t pid = -1;
     int rc;
 
+    if (envp == NULL) {
+        bm_log("cannot start %s: out of memory", argv[0]);
+        return -1;
+    }
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);

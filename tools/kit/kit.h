@@ -55,6 +55,14 @@ int kit_committed(const char *bootstrap, const char *group, const char *topic, i
 
 /* --- Processes ----------------------------------------------------------- */
 
+/* The parent's environment for a child: its variables, except those env
+ * sets, then env's "NAME=value" entries. env holds n_env entries or ends
+ * earlier at a NULL (SIZE_MAX: a NULL-terminated list). The array is
+ * allocated (free() it); the strings are borrowed. Build it before fork():
+ * after fork, a child of a multi-threaded parent (librdkafka threads) may
+ * only call async-signal-safe functions, so it must not allocate. NULL when
+ * memory runs out. */
+char **kit_env_merge(const char *const env[], size_t n_env);
 /* Starts argv with extra environment ("NAME=value", NULL-terminated);
  * stderr goes to log_path (appended) when not NULL. Returns the pid or -1. */
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path);
