@@ -173,6 +173,9 @@ typedef struct {
  * did not complete (lost messages, stall, early exit, setup failure). */
 int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r);
 
+/* A Kafka client of the benchmark (quiet logs); with a group, a consumer
+ * that commits nothing. NULL (logged) when librdkafka refuses. */
+rd_kafka_t *bm_kafka_client(const bm_env *e, rd_kafka_type_t type, const char *group);
 /* Waits until the broker serves group coordination (the first group on a
  * fresh broker creates __consumer_offsets), so that the first run does not
  * pay for it. Returns 0, or -1 after timeout_s. */

@@ -107,21 +107,10 @@ static void on_result(scan *sc, const rd_kafka_message_t *m)
 
 static rd_kafka_t *reader_new(const bm_env *e)
 {
-    char errstr[256], group[96];
-    rd_kafka_conf_t *c = rd_kafka_conf_new();
-    rd_kafka_t *rk;
+    char group[96];
 
     snprintf(group, sizeof(group), "owb-%s-reader", e->run_id);
-    rd_kafka_conf_set(c, "bootstrap.servers", e->bootstrap, errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
-    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
-    if (rk == NULL) {
-        bm_log("results reader: %s", errstr);
-        rd_kafka_conf_destroy(c);
-    }
-    return rk;
+    return bm_kafka_client(e, RD_KAFKA_CONSUMER, group);
 }
 
 /* Assigns every non-empty partition from the beginning; returns how many. */
