@@ -140,25 +140,17 @@ static int cmd_produce(int argc, char **argv)
     return failed == 0 ? 0 : 1;
 }
 
-static json_t *headers_json(const char *h)
+static json_t *headers_json(const rd_kafka_headers_t *h)
 {
     json_t *o = json_object();
+    const char *name;
+    const void *v;
+    size_t len;
 
-    while (h != NULL && *h != '\0') {
-        const char *nl = strchr(h, '\n');
-        const char *eq = strchr(h, '=');
-        size_t len = nl != NULL ? (size_t)(nl - h) : strlen(h);
-
-        if (eq != NULL && eq < h + len) {
-            char name[128];
-            size_t nn = (size_t)(eq - h) < sizeof(name) - 1 ? (size_t)(eq - h) : sizeof(name) - 1;
-
-            memcpy(name, h, nn);
-            name[nn] = '\0';
-            json_object_set_new(o, name, json_stringn(eq + 1, len - (size_t)(eq - h) - 1));
-        }
-        h = nl != NULL ? nl + 1 : NULL;
-    }
+    for (size_t i = 0;
+         h != NULL && rd_kafka_header_get_all(h, i, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++)
+        json_object_set_new(o, name, json_stringn(v != NULL ? v : "", len));
     return o;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "ow/kafka.h"
 
 #define READ_TIMEOUT_S 180
 #define GAP_REPORT_MS 250
@@ -21,12 +22,11 @@ typedef struct {
 
 static int64_t header_int(rd_kafka_headers_t *h, const char *name, int64_t dflt)
 {
-    const void *v = NULL;
     size_t len = 0;
+    const char *v = ow_kafka_headers_get(h, name, &len);
     char buf[32];
 
-    if (h == NULL || rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        v == NULL || len == 0 || len >= sizeof(buf))
+    if (v == NULL || len == 0 || len >= sizeof(buf))
         return dflt;
     memcpy(buf, v, len);
     buf[len] = '\0';
@@ -35,11 +35,10 @@ static int64_t header_int(rd_kafka_headers_t *h, const char *name, int64_t dflt)
 
 static int header_is(rd_kafka_headers_t *h, const char *name, const char *want)
 {
-    const void *v = NULL;
     size_t len = 0;
+    const char *v = ow_kafka_headers_get(h, name, &len);
 
-    return h != NULL && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-           len == strlen(want) && memcmp(v, want, len) == 0;
+    return v != NULL && len == strlen(want) && memcmp(v, want, len) == 0;
 }
 
 static const char *find(const char *hay, size_t n, const char *needle)

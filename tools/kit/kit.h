@@ -21,8 +21,8 @@ typedef struct {
     size_t key_len;
     char *value;
     size_t len;
-    int value_null; /* a null value (tombstone), as opposed to an empty one */
-    char *headers;  /* "name=value\n" lines */
+    int value_null;              /* a null value (tombstone), as opposed to an empty one */
+    rd_kafka_headers_t *headers; /* a copy of the message's; NULL when it had none */
 } kit_msg;
 
 typedef struct {
@@ -32,7 +32,9 @@ typedef struct {
 } kit_msgs;
 
 void kit_msgs_free(kit_msgs *m);
-/* Value of a header in a kit_msg, copied into out; returns 0 if absent. */
+/* Value of a header in a kit_msg (the last of that name, read with the
+ * pipeline's ow_kafka_headers_get), copied into out and cut to outsz - 1
+ * bytes; returns 0 if absent. */
 int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz);
 
 /* Creates a topic (replication 1); an existing topic is not an error. */
