@@ -47,8 +47,9 @@ t_start=$SECONDS
 say "static checks"
 "$ROOT/scripts/check-sql.sh"
 "$ROOT/scripts/check-sql.sh" --self-test
-if ! clang-format --dry-run --Werror "$ROOT"/src/*.[ch] "$ROOT"/include/ow/*.h; then
-  say "src/ or include/ is not formatted: run clang-format -i on the files above"
+if ! clang-format --dry-run --Werror "$ROOT"/src/*.[ch] "$ROOT"/include/ow/*.h \
+  "$ROOT"/tools/*.c "$ROOT"/tools/*/*.[ch]; then
+  say "src/, include/ or tools/ is not formatted: run clang-format -i on the files above"
   exit 1
 fi
 if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*.c; then

@@ -154,14 +154,20 @@ void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v)
     rd_kafka_header_add(h, name, -1, buf, n);
 }
 
+const char *ow_kafka_headers_get(const rd_kafka_headers_t *h, const char *name, size_t *len)
+{
+    const void *v = NULL;
+
+    if (h == NULL || rd_kafka_header_get_last(h, name, &v, len) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    return v;
+}
+
 const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_t *len)
 {
     rd_kafka_headers_t *h = NULL;
-    const void *v = NULL;
 
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return NULL;
-    if (rd_kafka_header_get_last(h, name, &v, len) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        return NULL;
-    return v;
+    return ow_kafka_headers_get(h, name, len);
 }

@@ -71,7 +71,8 @@ static void usage(void)
     fputs("usage: ow-bench --bootstrap HOST:PORT --mysql-port P --worker BIN --out DIR\n"
           "  [--mysql-host H] [--mysql-user root] [--mysql-password PW]\n"
           "  data:    [-n N (100000)] [--seed S] [--retry PCT (10)] [--reuse PCT (1)]\n"
-          "           [--clash PCT (1)] [--invalid PCT (0)] [--items-min A (1)] [--items-max B (20)]\n"
+          "           [--clash PCT (1)] [--invalid PCT (0)] [--items-min A (1)] [--items-max B "
+          "(20)]\n"
           "           [--items-mean M (5; 0 = uniform)] [--items-1000 (every batch 1000 items)]\n"
           "           [--partitions P (6)]\n"
           "  runs:    [--naive-prefix K (min(N,5000))] [--naive-time-limit S (120)] [--no-naive]\n"
@@ -377,7 +378,8 @@ static bm_spec spec(const char *name, int lanes, int batch, int inflight, double
 
 static void print_ratios(const bm_result *tuned, const bm_result *naive, const bm_dblimit *dbl)
 {
-    double r1 = naive != NULL && naive->batches_per_s > 0 ? tuned->batches_per_s / naive->batches_per_s : 0;
+    double r1 =
+        naive != NULL && naive->batches_per_s > 0 ? tuned->batches_per_s / naive->batches_per_s : 0;
     double r2 = dbl != NULL && dbl->rows_per_s > 0 ? tuned->orders_per_s / dbl->rows_per_s : 0;
 
     printf("ratios: tuned/naive = %.2f (batches/s), tuned/db-limit = %.2f (orders/s)\n", r1, r2);
@@ -400,8 +402,7 @@ static void print_notes(const options *o, const bm_result *runs, size_t n, size_
     }
 }
 
-static int run_one(const options *o, const bm_spec *s, const bm_data *d, size_t count,
-                   bm_result *r)
+static int run_one(const options *o, const bm_spec *s, const bm_data *d, size_t count, bm_result *r)
 {
     int rc = bm_run(&o->env, s, d, count, r);
 
@@ -523,8 +524,8 @@ static int mode_sweep(const options *o, const bm_data *d)
                 char name[BM_NAME_MAX];
                 bm_spec s;
 
-                snprintf(name, sizeof(name), o->repeat > 1 ? "l%d-b%d-r%d" : "l%d-b%d",
-                         o->lanes[l], o->batches[b], k + 1);
+                snprintf(name, sizeof(name), o->repeat > 1 ? "l%d-b%d-r%d" : "l%d-b%d", o->lanes[l],
+                         o->batches[b], k + 1);
                 s = spec(name, o->lanes[l], o->batches[b], o->tuned_inflight, 0);
                 rc |= run_one(o, &s, d, d->n, &all[n++]);
             }

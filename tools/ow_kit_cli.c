@@ -37,15 +37,24 @@ static int cmd_gen(int argc, char **argv)
     for (int i = 5; i + 1 < argc; i += 2) {
         long v = strtol(argv[i + 1], NULL, 10);
 
-        if (strcmp(argv[i], "--rate") == 0) rate = v;
-        else if (strcmp(argv[i], "--seed") == 0) seed = (uint64_t)v;
-        else if (strcmp(argv[i], "--retry") == 0) retry = (int)v;
-        else if (strcmp(argv[i], "--reuse") == 0) reuse = (int)v;
-        else if (strcmp(argv[i], "--clash") == 0) clash = (int)v;
-        else if (strcmp(argv[i], "--invalid") == 0) invalid = (int)v;
-        else if (strcmp(argv[i], "--items") == 0) items = (int)v;
-        else if (strcmp(argv[i], "--prefix") == 0) prefix = argv[i + 1];
-        else return usage();
+        if (strcmp(argv[i], "--rate") == 0)
+            rate = v;
+        else if (strcmp(argv[i], "--seed") == 0)
+            seed = (uint64_t)v;
+        else if (strcmp(argv[i], "--retry") == 0)
+            retry = (int)v;
+        else if (strcmp(argv[i], "--reuse") == 0)
+            reuse = (int)v;
+        else if (strcmp(argv[i], "--clash") == 0)
+            clash = (int)v;
+        else if (strcmp(argv[i], "--invalid") == 0)
+            invalid = (int)v;
+        else if (strcmp(argv[i], "--items") == 0)
+            items = (int)v;
+        else if (strcmp(argv[i], "--prefix") == 0)
+            prefix = argv[i + 1];
+        else
+            return usage();
     }
     g = kit_gen_new(seed, retry, reuse, clash, invalid, items, prefix);
     p = kit_producer(argv[2], NULL);
@@ -56,7 +65,8 @@ static int cmd_gen(int argc, char **argv)
         const kit_gen_msg *m = kit_gen_next(g);
 
         counts[m->kind]++;
-        if (kit_produce(p, argv[3], -1, m->has_key ? m->key : NULL, m->key_len, m->value, m->len) != 0)
+        if (kit_produce(p, argv[3], -1, m->has_key ? m->key : NULL, m->key_len, m->value, m->len) !=
+            0)
             return 1;
         rd_kafka_poll(p, 0);
         while (rate > 0) {
@@ -72,9 +82,11 @@ static int cmd_gen(int argc, char **argv)
     failed = kit_flush(p, 120000);
     rd_kafka_destroy(p);
     kit_gen_free(g);
-    fprintf(stderr, "gen: produced %ld (new %ld, retry %ld, reuse %ld, clash %ld, invalid %ld), %d failed\n",
-            n, counts[KIT_NEW], counts[KIT_RETRY], counts[KIT_REUSE], counts[KIT_CLASH],
-            counts[KIT_INVALID], failed);
+    fprintf(
+        stderr,
+        "gen: produced %ld (new %ld, retry %ld, reuse %ld, clash %ld, invalid %ld), %d failed\n", n,
+        counts[KIT_NEW], counts[KIT_RETRY], counts[KIT_REUSE], counts[KIT_CLASH],
+        counts[KIT_INVALID], failed);
     return failed == 0 ? 0 : 1;
 }
 
@@ -119,7 +131,8 @@ static int cmd_produce(int argc, char **argv)
     while (len > 0 && value[len - 1] == '\n')
         len--;
     p = kit_producer(argv[2], NULL);
-    if (p == NULL || kit_produce(p, argv[3], partition, key, key ? strlen(key) : 0, value, len) != 0)
+    if (p == NULL ||
+        kit_produce(p, argv[3], partition, key, key ? strlen(key) : 0, value, len) != 0)
         return 1;
     failed = kit_flush(p, 30000);
     rd_kafka_destroy(p);
@@ -127,25 +140,17 @@ static int cmd_produce(int argc, char **argv)
     return failed == 0 ? 0 : 1;
 }
 
-static json_t *headers_json(const char *h)
+static json_t *headers_json(const rd_kafka_headers_t *h)
 {
     json_t *o = json_object();
+    const char *name;
+    const void *v;
+    size_t len;
 
-    while (h != NULL && *h != '\0') {
-        const char *nl = strchr(h, '\n');
-        const char *eq = strchr(h, '=');
-        size_t len = nl != NULL ? (size_t)(nl - h) : strlen(h);
-
-        if (eq != NULL && eq < h + len) {
-            char name[128];
-            size_t nn = (size_t)(eq - h) < sizeof(name) - 1 ? (size_t)(eq - h) : sizeof(name) - 1;
-
-            memcpy(name, h, nn);
-            name[nn] = '\0';
-            json_object_set_new(o, name, json_stringn(eq + 1, len - (size_t)(eq - h) - 1));
-        }
-        h = nl != NULL ? nl + 1 : NULL;
-    }
+    for (size_t i = 0;
+         h != NULL && rd_kafka_header_get_all(h, i, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++)
+        json_object_set_new(o, name, json_stringn(v != NULL ? v : "", len));
     return o;
 }
 

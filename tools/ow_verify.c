@@ -2,7 +2,10 @@
  * ow-verify: checks the contract's invariants after a run, from the outside:
  * the input, results and dead-letter topics, the database and the group's
  * committed offsets. Prints one line per invariant and a figures line;
- * exits 1 on any violation.
+ * exits 1 on any violation. The invariants of the stored data alone (I1,
+ * I2, I3, I7) are the audit's (ow_admin_audit, as `order-worker audit` runs
+ * them): one definition of each (issue 10). The checks that compare the
+ * topics with the database read it here.
  *
  *   ow-verify --bootstrap B --group G --input T --results T --dlq T
  *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
@@ -15,7 +18,10 @@
 #include <string.h>
 
 #include "kit.h"
+#include "ow/admin.h"
+#include "ow/idgen.h"
 #include "ow/request.h"
+#include "ow/store.h"
 #include "ow/util.h"
 
 /* --- A string-keyed index (open addressing) ------------------------------ */
@@ -57,9 +63,9 @@ static size_t *ix_slot(index_t *ix, const char *k, int create)
 
 typedef struct {
     const kit_msg *m;
-    int valid;      /* key and value pass validation */
-    int results;    /* definitive results seen */
-    int dlq;        /* dead-letter copies seen */
+    int valid;   /* key and value pass validation */
+    int results; /* definitive results seen */
+    int dlq;     /* dead-letter copies seen */
     const kit_msg *first_result;
     int mismatched; /* definitive results with different bytes */
 } input_t;
@@ -131,7 +137,8 @@ static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
         rec->user_id = strtoll(row[1], NULL, 10);
         rec->key = strndup(row[2], len[2]);
         for (int i = 0; i < 64; i++)
-            rec->digest[i] = (char)(row[3][i] >= 'A' && row[3][i] <= 'F' ? row[3][i] + 32 : row[3][i]);
+            rec->digest[i] =
+                (char)(row[3][i] >= 'A' && row[3][i] <= 'F' ? row[3][i] + 32 : row[3][i]);
         snprintf(rec->status, sizeof(rec->status), "%s", row[4]);
         rec->response_status = (int)strtol(row[5], NULL, 10);
         rec->body = malloc(len[6] + 1);
@@ -178,7 +185,8 @@ static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, t
     size_t i;
     json_t *o;
 
-    json_array_foreach(orders, i, o) {
+    json_array_foreach(orders, i, o)
+    {
         char sql[512];
         long long id = json_integer_value(json_object_get(o, "order_id"));
         const char *amount = json_string_value(json_object_get(o, "amount"));
@@ -188,9 +196,10 @@ static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, t
             t->body_orders_bad++;
             continue;
         }
-        snprintf(sql, sizeof(sql),
-                 "SELECT COUNT(*) FROM orders WHERE id = %lld AND user_id = %lld AND amount = '%s'%s",
-                 id, rec->user_id, amount, existing ? "" : " AND request_id = ");
+        snprintf(
+            sql, sizeof(sql),
+            "SELECT COUNT(*) FROM orders WHERE id = %lld AND user_id = %lld AND amount = '%s'%s",
+            id, rec->user_id, amount, existing ? "" : " AND request_id = ");
         if (!existing)
             snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%lld", rec->id);
         if (sql_count(db, sql) != 1)
@@ -225,7 +234,8 @@ static void check_result(MYSQL *db, const kit_msg *r, input_t *in, record_t *rec
         in->results++;
         if (in->first_result == NULL)
             in->first_result = r;
-        else if (in->first_result->len != r->len || memcmp(in->first_result->value, r->value, r->len) != 0)
+        else if (in->first_result->len != r->len ||
+                 memcmp(in->first_result->value, r->value, r->len) != 0)
             in->mismatched++;
     }
     if (strcmp(code, "INVALID_REQUEST") == 0) {
@@ -290,6 +300,21 @@ static long long order_violations(const kit_msgs *results)
     return bad;
 }
 
+/* The input an output names in its source-partition and source-offset
+ * headers, or NULL. */
+static input_t *source_of(const kit_msg *out, index_t *src, input_t *ins)
+{
+    long long p = -1, o = -1;
+    char k[64];
+    size_t *slot;
+
+    if (!hdr_int(out, "source-partition", &p) || !hdr_int(out, "source-offset", &o))
+        return NULL;
+    snprintf(k, sizeof(k), "%lld:%lld", p, o);
+    slot = ix_slot(src, k, 0);
+    return slot != NULL ? &ins[*slot] : NULL;
+}
+
 static void usage(void)
 {
     fputs("usage: ow-verify --bootstrap B --group G --input T --results T --dlq T "
@@ -308,18 +333,30 @@ static void parse_args(int argc, char **argv, args_t *a)
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
 
-        if (strcmp(k, "--bootstrap") == 0) a->bootstrap = v;
-        else if (strcmp(k, "--group") == 0) a->group = v;
-        else if (strcmp(k, "--input") == 0) a->in = v;
-        else if (strcmp(k, "--results") == 0) a->out = v;
-        else if (strcmp(k, "--dlq") == 0) a->dlq = v;
-        else if (strcmp(k, "--mysql-host") == 0) a->host = v;
-        else if (strcmp(k, "--mysql-port") == 0) a->port = (unsigned)strtoul(v, NULL, 10);
-        else if (strcmp(k, "--mysql-user") == 0) a->user = v;
-        else if (strcmp(k, "--mysql-password") == 0) a->password = v;
-        else if (strcmp(k, "--database") == 0) a->database = v;
-        else if (strcmp(k, "--faults") == 0) a->faults = v;
-        else usage();
+        if (strcmp(k, "--bootstrap") == 0)
+            a->bootstrap = v;
+        else if (strcmp(k, "--group") == 0)
+            a->group = v;
+        else if (strcmp(k, "--input") == 0)
+            a->in = v;
+        else if (strcmp(k, "--results") == 0)
+            a->out = v;
+        else if (strcmp(k, "--dlq") == 0)
+            a->dlq = v;
+        else if (strcmp(k, "--mysql-host") == 0)
+            a->host = v;
+        else if (strcmp(k, "--mysql-port") == 0)
+            a->port = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--mysql-user") == 0)
+            a->user = v;
+        else if (strcmp(k, "--mysql-password") == 0)
+            a->password = v;
+        else if (strcmp(k, "--database") == 0)
+            a->database = v;
+        else if (strcmp(k, "--faults") == 0)
+            a->faults = v;
+        else
+            usage();
     }
     if (!a->bootstrap || !a->group || !a->in || !a->out || !a->dlq || !a->port || !a->database)
         usage();
@@ -386,7 +423,8 @@ static void resume_times(const char *path, const kit_msgs *results)
 
     if (f == NULL)
         return;
-    while (n < sizeof(ev) / sizeof(ev[0]) && fscanf(f, "%31s %lld%*[^\n]", ev[n].name, &ev[n].t) == 2)
+    while (n < sizeof(ev) / sizeof(ev[0]) &&
+           fscanf(f, "%31s %lld%*[^\n]", ev[n].name, &ev[n].t) == 2)
         n++;
     fclose(f);
     for (size_t i = 0; i < n; i++) {
@@ -414,11 +452,52 @@ static void resume_times(const char *path, const kit_msgs *results)
                 worst_kill = first - t;
         }
     }
-    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n", kills,
-           db_outages, broker_outages, scales);
+    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n",
+           kills, db_outages, broker_outages, scales);
     printf("verify: resume (fault end to next result, longest): database %lld ms, broker %lld ms, "
            "after a kill %lld ms (%d of %d restarts: those clear of the outages)\n",
            worst_db, worst_broker, worst_kill, counted, restarts);
+}
+
+/* The audit maps onto the lines below: I1 duplicate request keys, I2
+ * duplicate orders, I3 orders without a SUCCEEDED request (which contains
+ * the FAILED requests owning orders), I7 requests not in a final state. A
+ * new audit check must get its line here. */
+_Static_assert(OW_AUDIT_CHECK_COUNT == 5, "ow-verify: report the new audit check");
+
+/* Runs the project's audit in one snapshot; 0 or -1 (reported). */
+static int audit(const args_t *a, ow_audit_report *rep)
+{
+    ow_store_params p;
+    ow_idgen ids;
+    ow_error err;
+    ow_store *s;
+    int rc;
+
+    memset(&p, 0, sizeof(p));
+    p.host = a->host;
+    p.port = a->port;
+    p.user = a->user;
+    p.password = a->password;
+    p.database = a->database;
+    p.connect_timeout_s = 10;
+    p.lock_wait_timeout_s = 50;
+    ow_idgen_init(&ids, 0, ow_clock_wall_ms);
+    s = ow_store_new(&p, &ids);
+    if (s == NULL) {
+        fprintf(stderr, "verify: out of memory\n");
+        return -1;
+    }
+    rc = ow_admin_audit(s, rep, &err);
+    if (rc != OW_OK)
+        fprintf(stderr, "verify: audit: %s\n", err.msg);
+    ow_store_free(&s);
+    return rc == OW_OK ? 0 : -1;
+}
+
+static long long findings(const ow_audit_report *rep, ow_audit_check_id id)
+{
+    return (long long)rep->checks[id].findings;
 }
 
 int main(int argc, char **argv)
@@ -430,6 +509,7 @@ int main(int argc, char **argv)
     record_t *recs;
     size_t n_recs = 0;
     tally_t t;
+    ow_audit_report rep;
     MYSQL *db;
     int64_t ends[256], committed[256];
     int parts;
@@ -449,6 +529,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "verify: %s\n", mysql_error(db));
         return 2;
     }
+    if (audit(&a, &rep) != 0)
+        return 2;
     recs = load_records(db, &n_recs, &recix);
     ins = calloc(inputs.n + 1, sizeof(*ins));
     ix_init(&src, inputs.n);
@@ -468,30 +550,18 @@ int main(int argc, char **argv)
         *ix_slot(&src, k, 1) = i;
     }
     for (size_t i = 0; i < results.n; i++) {
-        long long p = -1, o = -1;
-        char k[64];
-        size_t *slot = NULL;
+        input_t *in = source_of(&results.v[i], &src, ins);
 
-        if (hdr_int(&results.v[i], "source-partition", &p) && hdr_int(&results.v[i], "source-offset", &o)) {
-            snprintf(k, sizeof(k), "%lld:%lld", p, o);
-            slot = ix_slot(&src, k, 0);
-        }
-        check_result(db, &results.v[i], slot != NULL ? &ins[*slot] : NULL, recs, &recix, &t);
+        check_result(db, &results.v[i], in, recs, &recix, &t);
     }
     for (size_t i = 0; i < dlq.n; i++) {
-        long long p = -1, o = -1;
-        char k[64];
-        size_t *slot = NULL;
+        input_t *in = source_of(&dlq.v[i], &src, ins);
 
-        if (hdr_int(&dlq.v[i], "source-partition", &p) && hdr_int(&dlq.v[i], "source-offset", &o)) {
-            snprintf(k, sizeof(k), "%lld:%lld", p, o);
-            slot = ix_slot(&src, k, 0);
-        }
-        if (slot == NULL || ins[*slot].valid || dlq.v[i].len > ins[*slot].m->len ||
-            memcmp(dlq.v[i].value, ins[*slot].m->value, dlq.v[i].len) != 0)
+        if (in == NULL || in->valid || dlq.v[i].len > in->m->len ||
+            memcmp(dlq.v[i].value, in->m->value, dlq.v[i].len) != 0)
             dlq_bad++;
         else
-            ins[*slot].dlq++;
+            in->dlq++;
     }
     for (size_t i = 0; i < inputs.n; i++) {
         const input_t *in = &ins[i];
@@ -507,19 +577,12 @@ int main(int argc, char **argv)
     for (int p = 0; lag >= 0 && p < parts; p++)
         lag += ends[p] - (committed[p] < 0 ? 0 : committed[p]);
 
-    verdict("I1 one request record per (user_id, key)",
-            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM idempotency_requests GROUP BY user_id, "
-                          "idempotency_key HAVING COUNT(*) > 1) d"),
+    verdict("I1 one request record per (user_id, key)", findings(&rep, OW_AUDIT_DUPLICATE_REQUESTS),
             "duplicate keys");
     verdict("I2 no two orders with one (user_id, external_order_no)",
-            sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
-                          "external_order_no HAVING COUNT(*) > 1) d"),
-            "duplicate orders");
+            findings(&rep, OW_AUDIT_DUPLICATE_ORDERS), "duplicate orders");
     verdict("I3 every order belongs to a SUCCEEDED request",
-            sql_count(db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r ON r.id = "
-                          "o.request_id WHERE o.request_id IS NOT NULL AND (r.id IS NULL OR r.status "
-                          "<> 'SUCCEEDED')"),
-            "orphan or FAILED-owned orders");
+            findings(&rep, OW_AUDIT_ORDERS_WITHOUT_SUCCESS), "orphan or FAILED-owned orders");
     verdict("I3 results' created orders exist as stated", t.body_orders_bad, "mismatches");
     verdict("I4 every message has its result / dead letter (lost)", t.lost, "lost");
     verdict("I4 dead letters are the original bytes of invalid messages", dlq_bad, "bad copies");
@@ -527,21 +590,17 @@ int main(int argc, char **argv)
     verdict("I5 all results of a message are byte-identical", t.mismatched, "non-identical");
     verdict("I5 every recorded result equals the stored response", t.stored_mismatch, "mismatches");
     verdict("I6 a reused key never changed its record", t.reuse_bad, "violations");
-    verdict("I7 no record left in a processing state",
-            sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "
-                          "('SUCCEEDED','FAILED') OR LENGTH(response_body) = 0"),
+    verdict("I7 no record left in a processing state", findings(&rep, OW_AUDIT_NOT_FINAL),
             "stuck records");
-    verdict("per key, results leave in consumption order", order_violations(&results), "inversions");
+    verdict("per key, results leave in consumption order", order_violations(&results),
+            "inversions");
     printf("verify: figures: messages_in=%zu valid=%lld results_out=%lld definitive=%lld "
            "replays=%lld in_progress=%lld created=%lld order_conflicts=%lld key_reused=%lld "
            "invalid=%lld dead_letters=%zu records=%zu orders=%lld lost=%lld duplicate_orders=%lld "
            "stuck=%lld non_identical_replays=%lld final_lag=%lld\n",
-           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created, t.conflicts,
-           t.reused, t.invalid, dlq.n, n_recs, sql_count(db, "SELECT COUNT(*) FROM orders"), t.lost,
-           sql_count(db, "SELECT COUNT(*) FROM (SELECT 1 FROM orders GROUP BY user_id, "
-                         "external_order_no HAVING COUNT(*) > 1) d"),
-           sql_count(db, "SELECT COUNT(*) FROM idempotency_requests WHERE status NOT IN "
-                         "('SUCCEEDED','FAILED')"),
+           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created,
+           t.conflicts, t.reused, t.invalid, dlq.n, n_recs, (long long)rep.orders, t.lost,
+           findings(&rep, OW_AUDIT_DUPLICATE_ORDERS), findings(&rep, OW_AUDIT_NOT_FINAL),
            t.mismatched + t.stored_mismatch, lag);
     resume_times(a.faults, &results);
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");

@@ -32,7 +32,11 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
 /* Adds a header whose value is a decimal integer. */
 void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v);
 
-/* Looks a header up; returns its value and length, or NULL. */
+/* Looks a header up: the value and length of the last header named name,
+ * or NULL. The project's one header reader: the tools' kit (kit_header)
+ * reads the headers it keeps of a message through it (issue 10). */
+const char *ow_kafka_headers_get(const rd_kafka_headers_t *h, const char *name, size_t *len);
+/* The same on a message's headers. */
 const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_t *len);
 
 #endif

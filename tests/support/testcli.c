@@ -4,13 +4,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
+#include "kit.h"
 
 const char *testcli_bin(void)
 {
@@ -25,40 +26,6 @@ static long long now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int overridden(const char *var, char *const env[])
-{
-    const char *eq = strchr(var, '=');
-    size_t n = eq != NULL ? (size_t)(eq - var) : strlen(var);
-
-    for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
-        if (strncmp(env[i], var, n) == 0 && env[i][n] == '=')
-            return 1;
-    }
-    return 0;
-}
-
-/* environ without the names env sets, then env. Built before fork. */
-static char **merged_env(char *const env[])
-{
-    size_t n = 0, k = 0, extra = 0;
-    char **out;
-
-    while (environ[n] != NULL)
-        n++;
-    while (env != NULL && env[extra] != NULL)
-        extra++;
-    out = calloc(n + extra + 1, sizeof(*out));
-    if (out == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (!overridden(environ[i], env))
-            out[k++] = environ[i];
-    }
-    for (size_t i = 0; i < extra; i++)
-        out[k++] = env[i];
-    return out;
 }
 
 static void child(char *const argv[], char **envp, int in[2], int out[2], int err[2])
@@ -148,23 +115,17 @@ static int pump(int in_fd, const char *in, size_t in_len, int out_fd, int err_fd
     return rc;
 }
 
+/* kit_wait until the deadline; a child still running then is killed. */
 static int wait_child(pid_t pid, long long deadline)
 {
-    for (;;) {
-        int status = 0;
-        pid_t w = waitpid(pid, &status, WNOHANG);
+    long long left = deadline - now_ms();
+    int status = kit_wait(pid, left > 0 ? (int)left : 0);
 
-        if (w == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (w < 0 && errno != EINTR)
-            return -1;
-        if (now_ms() >= deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        usleep(10000);
+    if (status < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
     }
+    return status;
 }
 
 int testcli_run(char *const argv[], char *const env[], const char *in, size_t in_len,
@@ -172,7 +133,7 @@ int testcli_run(char *const argv[], char *const env[], const char *in, size_t in
 {
     long long deadline = now_ms() + timeout_ms;
     int pin[2], pout[2], perr[2];
-    char **envp = merged_env(env);
+    char **envp = kit_env_merge((const char *const *)env, SIZE_MAX);
     pid_t pid;
 
     memset(r, 0, sizeof(*r));

@@ -30,16 +30,16 @@ typedef struct {
     const char *mysql_root_password;
     const char *worker_bin; /* the built order-worker */
     const char *out_dir;
-    char run_id[24];          /* makes topic, group and database names unique */
-    char worker_user[32];     /* least-privilege database user for the worker */
-    char password_file[512];  /* its password, mode 0600 */
+    char run_id[24];         /* makes topic, group and database names unique */
+    char worker_user[32];    /* least-privilege database user for the worker */
+    char password_file[512]; /* its password, mode 0600 */
     int keep_databases;
     int partitions;
-    int stall_timeout_s;      /* fail when nothing is committed for this long */
-    int stop_timeout_s;       /* SIGTERM to exit */
-    double warmup_s;          /* rate mode: latency also reported without the first warmup_s */
-    int latency_csv;          /* write <out_dir>/latency-<run>.csv (one line per input) */
-    const char *watch;        /* "name=pid,..." processes whose CPU is reported */
+    int stall_timeout_s; /* fail when nothing is committed for this long */
+    int stop_timeout_s;  /* SIGTERM to exit */
+    double warmup_s;     /* rate mode: latency also reported without the first warmup_s */
+    int latency_csv;     /* write <out_dir>/latency-<run>.csv (one line per input) */
+    const char *watch;   /* "name=pid,..." processes whose CPU is reported */
     const char *worker_env[BM_MAX_ENV]; /* extra NAME=value for every worker run */
     size_t n_worker_env;
     volatile sig_atomic_t *interrupted;
@@ -87,8 +87,8 @@ typedef struct {
     char name[128];
     int partitions;
     const bm_data *data;
-    size_t count; /* the first count messages of data */
-    bm_pos *pos;  /* per message */
+    size_t count;                    /* the first count messages of data */
+    bm_pos *pos;                     /* per message */
     size_t *by_offset[BM_MAX_PARTS]; /* per partition: offset -> message index */
     int64_t ends[BM_MAX_PARTS];
     size_t produced; /* acknowledged so far (atomic: rate mode reads it) */
@@ -106,15 +106,23 @@ void bm_topic_cleanup(bm_topic *t);
 
 typedef struct {
     char name[BM_NAME_MAX];
-    int lanes, batch, inflight; /* 0: the worker's default */
-    double time_limit_s;        /* 0: until every message is done */
-    double rate;                /* > 0: produce at this rate while the worker runs */
+    int lanes, batch, inflight;  /* 0: the worker's default */
+    double time_limit_s;         /* 0: until every message is done */
+    double rate;                 /* > 0: produce at this rate while the worker runs */
     const char *env[BM_MAX_ENV]; /* extra NAME=value for this run */
     size_t n_env;
 } bm_spec;
 
-enum { BM_CODE_CREATED, BM_CODE_REPLAYED, BM_CODE_CONFLICT, BM_CODE_REUSED, BM_CODE_INVALID,
-       BM_CODE_IN_PROGRESS, BM_CODE_OTHER, BM_CODE_COUNT };
+enum {
+    BM_CODE_CREATED,
+    BM_CODE_REPLAYED,
+    BM_CODE_CONFLICT,
+    BM_CODE_REUSED,
+    BM_CODE_INVALID,
+    BM_CODE_IN_PROGRESS,
+    BM_CODE_OTHER,
+    BM_CODE_COUNT
+};
 
 typedef struct {
     char name[BM_NAME_MAX];
@@ -130,10 +138,10 @@ typedef struct {
     int worker_status;    /* exit status, 128+signal, -1 unknown */
     int stop_hung;        /* did not exit within stop_timeout_s of SIGTERM */
     double first_result_wall, last_result_wall; /* seconds since the epoch */
-    double startup_s;     /* spawn to first result */
-    double window_s;      /* first to last result */
-    double tail_s;        /* last result to every offset committed */
-    double wall_s;        /* spawn to done */
+    double startup_s;                           /* spawn to first result */
+    double window_s;                            /* first to last result */
+    double tail_s;                              /* last result to every offset committed */
+    double wall_s;                              /* spawn to done */
     double batches_per_s, orders_per_s;
     double p50_ms, p95_ms, p99_ms, max_ms;
     /* Inputs produced at least warmup_s after the first one (rate mode). */
@@ -142,21 +150,21 @@ typedef struct {
     /* p99 of the inputs produced in each 5 s of load (rate mode). */
     double p99_by_5s[64];
     int n_p99_by_5s;
-    double cpu_s;         /* worker user + sys, whole life (wait4) */
-    long rss_peak_kib;    /* ru_maxrss of the worker */
-    long rss_end_kib;     /* VmRSS just before SIGTERM */
-    long hwm_kib;         /* VmHWM (the worker's own peak) last seen before it exited */
-    long rss_at_kib[4];   /* VmRSS when 25, 50, 75 and 100 % of the inputs were committed */
-    double stop_s;        /* SIGTERM to exit */
+    double cpu_s;            /* worker user + sys, whole life (wait4) */
+    long rss_peak_kib;       /* ru_maxrss of the worker */
+    long rss_end_kib;        /* VmRSS just before SIGTERM */
+    long hwm_kib;            /* VmHWM (the worker's own peak) last seen before it exited */
+    long rss_at_kib[4];      /* VmRSS when 25, 50, 75 and 100 % of the inputs were committed */
+    double stop_s;           /* SIGTERM to exit */
     double gap_ms, gap_at_s; /* longest pause between consecutive results */
     long gaps_over_250ms;
     long codes[BM_CODE_COUNT];
-    long results_total;   /* messages in the results topic */
-    char cpu_note[512];   /* CPU of the machine and watched processes during the run */
-    double other_cores;   /* CPU used by processes outside the run (other tenants) */
+    long results_total;      /* messages in the results topic */
+    char cpu_note[512];      /* CPU of the machine and watched processes during the run */
+    double other_cores;      /* CPU used by processes outside the run (other tenants) */
     double bps_min, bps_max; /* over repeated runs of this configuration (--repeat) */
     int repeats;
-    char log_note[256];   /* retries, warnings and errors in the worker's log */
+    char log_note[256]; /* retries, warnings and errors in the worker's log */
 } bm_result;
 
 /* Creates the run's input topic from the first count messages of d and
@@ -165,6 +173,9 @@ typedef struct {
  * did not complete (lost messages, stall, early exit, setup failure). */
 int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r);
 
+/* A Kafka client of the benchmark (quiet logs); with a group, a consumer
+ * that commits nothing. NULL (logged) when librdkafka refuses. */
+rd_kafka_t *bm_kafka_client(const bm_env *e, rd_kafka_type_t type, const char *group);
 /* Waits until the broker serves group coordination (the first group on a
  * fresh broker creates __consumer_offsets), so that the first run does not
  * pay for it. Returns 0, or -1 after timeout_s. */
@@ -175,8 +186,7 @@ int bm_kafka_warmup(const bm_env *e, int timeout_s);
 /* Reads the results topic once and fills the result's counts, latency and
  * window. committed: the group's offsets per input partition (a
  * time-bounded run owes results only below them). */
-int bm_results_read(const bm_env *e, const bm_topic *in, const int64_t *committed,
-                    bm_result *r);
+int bm_results_read(const bm_env *e, const bm_topic *in, const int64_t *committed, bm_result *r);
 
 /* --- Database --------------------------------------------------------------------- */
 
@@ -206,8 +216,8 @@ int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_p
 
 /* --- Processes and clocks ----------------------------------------------------------- */
 
-double bm_now(void);      /* monotonic seconds */
-double bm_wall(void);     /* wall-clock seconds since the epoch */
+double bm_now(void);  /* monotonic seconds */
+double bm_wall(void); /* wall-clock seconds since the epoch */
 pid_t bm_spawn(char *const argv[], const char *const env[], size_t n_env, const char *log_path);
 /* Waits for a spawned process; status as kit_wait. */
 int bm_wait_quiet(pid_t pid, int timeout_s);

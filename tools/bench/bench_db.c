@@ -37,8 +37,8 @@ bm_db *bm_db_connect(const bm_env *e, const char *database)
     mysql_options(db->my, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
     if (mysql_real_connect(db->my, e->mysql_host, e->mysql_root_user, e->mysql_root_password,
                            database, e->mysql_port, NULL, 0) == NULL) {
-        bm_log("connect to MySQL %s:%u as %s: %s", e->mysql_host, e->mysql_port,
-               e->mysql_root_user, mysql_error(db->my));
+        bm_log("connect to MySQL %s:%u as %s: %s", e->mysql_host, e->mysql_port, e->mysql_root_user,
+               mysql_error(db->my));
         bm_db_close(&db);
         return NULL;
     }
@@ -236,7 +236,8 @@ static MYSQL_STMT *prepare_insert(bm_db *db, int rows)
     for (int i = 0; rc == 0 && i < rows; i++)
         rc = ow_buf_appends(&sql, i == 0 ? "(?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?)");
     if (st == NULL || rc != 0 || mysql_stmt_prepare(st, sql.data, sql.len) != 0) {
-        bm_log("prepare a %d-row INSERT: %s", rows, st != NULL ? mysql_stmt_error(st) : "no memory");
+        bm_log("prepare a %d-row INSERT: %s", rows,
+               st != NULL ? mysql_stmt_error(st) : "no memory");
         if (st != NULL)
             mysql_stmt_close(st);
         st = NULL;

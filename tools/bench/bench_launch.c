@@ -38,11 +38,9 @@ typedef struct {
 } reply;
 
 static int req_fd = -1, rep_fd = -1;
-static pid_t live[EXITS_MAX]; /* in the helper: children not yet reaped */
+static pid_t live[EXITS_MAX];  /* in the helper: children not yet reaped */
 static reply exits[EXITS_MAX]; /* exits read while waiting for something else */
 static size_t n_exits;
-
-extern char **environ;
 
 /* --- The helper ---------------------------------------------------------------- */
 
@@ -96,17 +94,20 @@ static char *split_list(char *p, const char *end, char **out, size_t max, size_t
 }
 
 /* In the helper (single-threaded): fork, then exec with the merged
- * environment; the helper's ignored signals are restored first. */
+ * environment (kit_env_merge); the helper's ignored signals are restored
+ * first. */
 static pid_t helper_spawn(char *blob, size_t len)
 {
     char *end = blob + len, *log = blob, *argv[ARGS_MAX], *env[2 * BM_MAX_ENV];
     size_t argc = 0, envc = 0;
     char *p = memchr(blob, '\0', len) != NULL ? blob + strlen(blob) + 1 : NULL;
+    char **envp;
     pid_t pid;
 
     p = p != NULL ? split_list(p, end, argv, ARGS_MAX, &argc) : NULL;
     p = p != NULL ? split_list(p, end, env, 2 * BM_MAX_ENV, &envc) : NULL;
-    if (p == NULL || argc == 0)
+    envp = p != NULL && argc > 0 ? kit_env_merge((const char *const *)env, envc) : NULL;
+    if (envp == NULL)
         return -1;
     pid = fork();
     if (pid == 0) {
@@ -117,11 +118,10 @@ static pid_t helper_spawn(char *blob, size_t len)
         signal(SIGTERM, SIG_DFL);
         if (fd < 0 || nul < 0 || dup2(nul, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
             _exit(126);
-        for (size_t i = 0; i < envc; i++)
-            putenv(env[i]); /* replaces same-named variables */
-        execv(argv[0], argv);
+        execve(argv[0], argv, envp);
         _exit(127);
     }
+    free(envp);
     return pid;
 }
 

@@ -10,8 +10,6 @@
 
 #include "bench.h"
 
-extern char **environ;
-
 double bm_now(void)
 {
     struct timespec ts;
@@ -28,38 +26,19 @@ double bm_wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The parent's environment with env's entries replacing same-named ones. */
-static char **merged_env(const char *const env[], size_t n_env)
-{
-    size_t n = 0, k = 0;
-    char **out;
-
-    while (environ[n] != NULL)
-        n++;
-    out = bm_xcalloc(n + n_env + 1, sizeof(*out));
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strcspn(environ[i], "=");
-        int replaced = 0;
-
-        for (size_t j = 0; j < n_env && !replaced; j++)
-            replaced = strncmp(env[j], environ[i], len) == 0 && env[j][len] == '=';
-        if (!replaced)
-            out[k++] = environ[i];
-    }
-    for (size_t j = 0; j < n_env; j++)
-        out[k++] = (char *)(uintptr_t)env[j];
-    return out;
-}
-
 /* posix_spawn: safe in a parent with librdkafka threads. stdout and stderr
  * go to log_path (appended); stdin is /dev/null. */
 pid_t bm_spawn(char *const argv[], const char *const env[], size_t n_env, const char *log_path)
 {
     posix_spawn_file_actions_t fa;
-    char **envp = merged_env(env, n_env);
+    char **envp = kit_env_merge(env, n_env);
     pid_t pid = -1;
     int rc;
 
+    if (envp == NULL) {
+        bm_log("cannot start %s: out of memory", argv[0]);
+        return -1;
+    }
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -124,8 +103,8 @@ double bm_proc_cpu_s(pid_t pid)
     p = strrchr(buf, ')'); /* the command name may hold spaces */
     /* After ")": state ppid pgrp session tty tpgid flags minflt cminflt
      * majflt cmajflt utime stime (fields 3..15 of proc(5)). */
-    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                            &st) != 2)
+    if (p == NULL ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -159,7 +138,8 @@ static void parse_watch(const bm_env *e, bm_cpu_sample *s)
 
         if (eq == NULL || (comma != NULL && comma < eq))
             break;
-        len = (size_t)(eq - p) < sizeof(s->names[0]) - 1 ? (size_t)(eq - p) : sizeof(s->names[0]) - 1;
+        len =
+            (size_t)(eq - p) < sizeof(s->names[0]) - 1 ? (size_t)(eq - p) : sizeof(s->names[0]) - 1;
         memcpy(s->names[s->n_watched], p, len);
         s->names[s->n_watched][len] = '\0';
         s->pids[s->n_watched] = (pid_t)strtol(eq + 1, NULL, 10);
@@ -215,8 +195,9 @@ double bm_cpu_describe(const bm_cpu_sample *a, const bm_cpu_sample *b, char *out
     unsigned long long total = b->total - a->total;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     double busy = total > 0 ? (double)(b->busy - a->busy) / (double)total : 0.0;
-    int w = snprintf(out, outsz, "machine %.0f%% busy of %ld cores, iowait %.0f%%", 100.0 * busy,
-                     ncpu, total > 0 ? 100.0 * (double)(b->iowait - a->iowait) / (double)total : 0.0);
+    int w =
+        snprintf(out, outsz, "machine %.0f%% busy of %ld cores, iowait %.0f%%", 100.0 * busy, ncpu,
+                 total > 0 ? 100.0 * (double)(b->iowait - a->iowait) / (double)total : 0.0);
     size_t n = w > 0 ? (size_t)w : 0;
     double others = dt > 0 ? busy * (double)ncpu - ours(a, b) / dt : 0.0;
 
@@ -253,7 +234,8 @@ void bm_progress_update(bm_progress *p, size_t done, size_t total, long rss_kib,
     if (!force && now - p->last_print < every)
         return;
     recent = now > p->last_t ? (double)(done - p->last_done) / (now - p->last_t) : 0.0;
-    fprintf(stderr, "%s[%s] %6.1f s  committed %zu/%zu (%5.1f%%)  %.0f msg/s (mean %.0f)  rss %.1f MiB%s",
+    fprintf(stderr,
+            "%s[%s] %6.1f s  committed %zu/%zu (%5.1f%%)  %.0f msg/s (mean %.0f)  rss %.1f MiB%s",
             p->tty ? "\r" : "", p->name, el, done, total,
             total > 0 ? 100.0 * (double)done / (double)total : 0.0, recent,
             el > 0 ? (double)done / el : 0.0, rss_kib > 0 ? (double)rss_kib / 1024.0 : 0.0,

@@ -35,10 +35,11 @@ void bm_report_table(FILE *out, const bm_result *r, size_t n, const bm_dblimit *
         char lat[40];
 
         snprintf(lat, sizeof(lat), "%.0f / %.0f / %.0f", r[i].p50_ms, r[i].p95_ms, r[i].p99_ms);
-        fprintf(out, "| %-14s | %5s | %5s | %6s | %8zu | %10.1f | %10.1f | %25s | %7.2f | %8.1f |\n",
+        fprintf(out,
+                "| %-14s | %5s | %5s | %6s | %8zu | %10.1f | %10.1f | %25s | %7.2f | %8.1f |\n",
                 r[i].name, knob(r[i].lanes, a, sizeof(a)), knob(r[i].batch, b, sizeof(b)),
-                knob(r[i].inflight, c, sizeof(c)), r[i].done, r[i].batches_per_s,
-                r[i].orders_per_s, lat, r[i].cpu_s, MIB(r[i].rss_peak_kib));
+                knob(r[i].inflight, c, sizeof(c)), r[i].done, r[i].batches_per_s, r[i].orders_per_s,
+                lat, r[i].cpu_s, MIB(r[i].rss_peak_kib));
     }
     if (dbl != NULL && dbl->rows > 0)
         fprintf(out, "| %-14s | %5s | %5s | %6s | %8s | %10s | %10.1f | %25s | %7s | %8s |\n",
@@ -64,9 +65,10 @@ void bm_report_details(FILE *out, const bm_result *r)
         snprintf(unkeyed, sizeof(unkeyed), " (%zu without a key: dead letter only)", r->unkeyed);
     fprintf(out, "  %s: %zu of %zu inputs have a result%s%s; worker exit %d%s\n", r->name, r->done,
             r->inputs, unkeyed,
-            r->complete       ? ", all offsets committed"
-            : r->time_bounded ? " (stopped at its time limit: the rate is measured on what was done)"
-                              : " (INCOMPLETE)",
+            r->complete ? ", all offsets committed"
+            : r->time_bounded
+                ? " (stopped at its time limit: the rate is measured on what was done)"
+                : " (INCOMPLETE)",
             r->worker_status, r->stop_hung ? " (hung on SIGTERM, killed)" : "");
     fprintf(out,
             "    timing: startup %.2f s (spawn to first result), window %.2f s (first to last "
@@ -84,16 +86,18 @@ void bm_report_details(FILE *out, const bm_result *r)
         else
             snprintf(q[i], sizeof(q[i]), "-");
     }
-    fprintf(out,
-            "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB); RSS at 25/50/75/100 "
-            "%% committed %s / %s / %s / %s MiB, before SIGTERM %.1f MiB\n",
-            MIB(r->rss_peak_kib), MIB(r->hwm_kib), q[0], q[1], q[2], q[3], MIB(r->rss_end_kib));
+    fprintf(
+        out,
+        "    memory: peak RSS %.1f MiB (ru_maxrss; VmHWM last seen %.1f MiB); RSS at 25/50/75/100 "
+        "%% committed %s / %s / %s / %s MiB, before SIGTERM %.1f MiB\n",
+        MIB(r->rss_peak_kib), MIB(r->hwm_kib), q[0], q[1], q[2], q[3], MIB(r->rss_end_kib));
     fprintf(out, "    cpu: %.2f s user+sys (wait4), %.2f ms per batch; SIGTERM to exit %.2f s\n",
             r->cpu_s, r->done > 0 ? 1000.0 * r->cpu_s / (double)r->done : 0.0, r->stop_s);
     fprintf(out, "    cpu during the run: %s\n", r->cpu_note);
     fprintf(out, "    worker log: %s\n", r->log_note);
     codes_line(out, r);
-    fprintf(out, "    names: database %s, group %s, results %s\n", r->database, r->group, r->results);
+    fprintf(out, "    names: database %s, group %s, results %s\n", r->database, r->group,
+            r->results);
 }
 
 static void csv_row(FILE *f, const bm_result *r, int with_name)
@@ -105,8 +109,8 @@ static void csv_row(FILE *f, const bm_result *r, int with_name)
             MIB(r->rss_peak_kib));
 }
 
-static const char csv_header[] =
-    "lanes,batch_max_messages,batches,batches_per_s,orders_per_s,p50_ms,p95_ms,p99_ms,cpu_s,rss_mib\n";
+static const char csv_header[] = "lanes,batch_max_messages,batches,batches_per_s,orders_per_s,p50_"
+                                 "ms,p95_ms,p99_ms,cpu_s,rss_mib\n";
 
 int bm_report_csv(const char *path, const bm_result *r, size_t n)
 {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "ow/kafka.h"
 
 #define READ_TIMEOUT_S 180
 #define GAP_REPORT_MS 250
@@ -21,12 +22,11 @@ typedef struct {
 
 static int64_t header_int(rd_kafka_headers_t *h, const char *name, int64_t dflt)
 {
-    const void *v = NULL;
     size_t len = 0;
+    const char *v = ow_kafka_headers_get(h, name, &len);
     char buf[32];
 
-    if (h == NULL || rd_kafka_header_get_last(h, name, &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        v == NULL || len == 0 || len >= sizeof(buf))
+    if (v == NULL || len == 0 || len >= sizeof(buf))
         return dflt;
     memcpy(buf, v, len);
     buf[len] = '\0';
@@ -35,11 +35,10 @@ static int64_t header_int(rd_kafka_headers_t *h, const char *name, int64_t dflt)
 
 static int header_is(rd_kafka_headers_t *h, const char *name, const char *want)
 {
-    const void *v = NULL;
     size_t len = 0;
+    const char *v = ow_kafka_headers_get(h, name, &len);
 
-    return h != NULL && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-           len == strlen(want) && memcmp(v, want, len) == 0;
+    return v != NULL && len == strlen(want) && memcmp(v, want, len) == 0;
 }
 
 static const char *find(const char *hay, size_t n, const char *needle)
@@ -107,21 +106,10 @@ static void on_result(scan *sc, const rd_kafka_message_t *m)
 
 static rd_kafka_t *reader_new(const bm_env *e)
 {
-    char errstr[256], group[96];
-    rd_kafka_conf_t *c = rd_kafka_conf_new();
-    rd_kafka_t *rk;
+    char group[96];
 
     snprintf(group, sizeof(group), "owb-%s-reader", e->run_id);
-    rd_kafka_conf_set(c, "bootstrap.servers", e->bootstrap, errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
-    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
-    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
-    if (rk == NULL) {
-        bm_log("results reader: %s", errstr);
-        rd_kafka_conf_destroy(c);
-    }
-    return rk;
+    return bm_kafka_client(e, RD_KAFKA_CONSUMER, group);
 }
 
 /* Assigns every non-empty partition from the beginning; returns how many. */

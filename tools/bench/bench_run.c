@@ -76,7 +76,7 @@ typedef struct {
     rd_kafka_topic_partition_list_t *parts;
 } watcher;
 
-static rd_kafka_t *client_new(const bm_env *e, rd_kafka_type_t type, const char *group)
+rd_kafka_t *bm_kafka_client(const bm_env *e, rd_kafka_type_t type, const char *group)
 {
     char errstr[256];
     rd_kafka_conf_t *c = rd_kafka_conf_new();
@@ -99,8 +99,8 @@ static rd_kafka_t *client_new(const bm_env *e, rd_kafka_type_t type, const char 
 static int watcher_init(watcher *w, const bm_env *e, const bm_topic *in, const char *group)
 {
     memset(w, 0, sizeof(*w));
-    w->meta = client_new(e, RD_KAFKA_PRODUCER, NULL);
-    w->group = client_new(e, RD_KAFKA_CONSUMER, group);
+    w->meta = bm_kafka_client(e, RD_KAFKA_PRODUCER, NULL);
+    w->group = bm_kafka_client(e, RD_KAFKA_CONSUMER, group);
     w->parts = rd_kafka_topic_partition_list_new(in->partitions);
     for (int p = 0; p < in->partitions; p++)
         rd_kafka_topic_partition_list_add(w->parts, in->name, p);
@@ -203,7 +203,7 @@ int bm_kafka_warmup(const bm_env *e, int timeout_s)
     int rc = -1;
 
     snprintf(group, sizeof(group), "owb-%s-warmup", e->run_id);
-    rk = client_new(e, RD_KAFKA_CONSUMER, group);
+    rk = bm_kafka_client(e, RD_KAFKA_CONSUMER, group);
     rd_kafka_topic_partition_list_add(l, "owb-warmup", 0);
     while (rk != NULL && rc != 0 && bm_now() < deadline && !*e->interrupted)
         rc = rd_kafka_committed(rk, l, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -1;

@@ -21,8 +21,8 @@ typedef struct {
     size_t key_len;
     char *value;
     size_t len;
-    int value_null; /* a null value (tombstone), as opposed to an empty one */
-    char *headers;  /* "name=value\n" lines */
+    int value_null;              /* a null value (tombstone), as opposed to an empty one */
+    rd_kafka_headers_t *headers; /* a copy of the message's; NULL when it had none */
 } kit_msg;
 
 typedef struct {
@@ -32,7 +32,9 @@ typedef struct {
 } kit_msgs;
 
 void kit_msgs_free(kit_msgs *m);
-/* Value of a header in a kit_msg, copied into out; returns 0 if absent. */
+/* Value of a header in a kit_msg (the last of that name, read with the
+ * pipeline's ow_kafka_headers_get), copied into out and cut to outsz - 1
+ * bytes; returns 0 if absent. */
 int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz);
 
 /* Creates a topic (replication 1); an existing topic is not an error. */
@@ -62,6 +64,14 @@ int kit_committed(const char *bootstrap, const char *group, const char *topic, i
 
 /* --- Processes ----------------------------------------------------------- */
 
+/* The parent's environment for a child: its variables, except those env
+ * sets, then env's "NAME=value" entries. env holds n_env entries or ends
+ * earlier at a NULL (SIZE_MAX: a NULL-terminated list). The array is
+ * allocated (free() it); the strings are borrowed. Build it before fork():
+ * after fork, a child of a multi-threaded parent (librdkafka threads) may
+ * only call async-signal-safe functions, so it must not allocate. NULL when
+ * memory runs out. */
+char **kit_env_merge(const char *const env[], size_t n_env);
 /* Starts argv with extra environment ("NAME=value", NULL-terminated);
  * stderr goes to log_path (appended) when not NULL. Returns the pid or -1. */
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path);
@@ -71,11 +81,11 @@ int kit_wait(pid_t pid, int timeout_ms);
 /* --- Generator ----------------------------------------------------------- */
 
 typedef enum {
-    KIT_NEW = 0,     /* a first request */
-    KIT_RETRY,       /* same key, same content as an earlier message */
-    KIT_REUSE,       /* same key, other content */
-    KIT_CLASH,       /* new key, an existing order number with another amount */
-    KIT_INVALID,     /* fails validation */
+    KIT_NEW = 0, /* a first request */
+    KIT_RETRY,   /* same key, same content as an earlier message */
+    KIT_REUSE,   /* same key, other content */
+    KIT_CLASH,   /* new key, an existing order number with another amount */
+    KIT_INVALID, /* fails validation */
     KIT_KIND_COUNT
 } kit_kind;
 

@@ -209,8 +209,8 @@ static size_t batch_json(kit_gen *g, int64_t user, const char *tag, int n, const
         }
         if (i == 0 && cents0 != NULL)
             *cents0 = cents;
-        put(g, &len, "%s{\"external_order_no\":\"%s\",\"amount\":\"%lld.%02lld\"", i ? "," : "", ext,
-            (long long)(cents / 100), (long long)(cents % 100));
+        put(g, &len, "%s{\"external_order_no\":\"%s\",\"amount\":\"%lld.%02lld\"", i ? "," : "",
+            ext, (long long)(cents / 100), (long long)(cents % 100));
         if (below(g, 2))
             put(g, &len, ",\"product_id\":%u", 1 + below(g, 5000));
         if (below(g, 4) == 0)

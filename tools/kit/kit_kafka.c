@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "kit.h"
+#include "ow/kafka.h"
 
 static rd_kafka_conf_t *base_conf(const char *bootstrap)
 {
@@ -20,7 +21,8 @@ void kit_msgs_free(kit_msgs *m)
     for (size_t i = 0; i < m->n; i++) {
         free(m->v[i].key);
         free(m->v[i].value);
-        free(m->v[i].headers);
+        if (m->v[i].headers != NULL)
+            rd_kafka_headers_destroy(m->v[i].headers);
     }
     free(m->v);
     memset(m, 0, sizeof(*m));
@@ -28,25 +30,16 @@ void kit_msgs_free(kit_msgs *m)
 
 int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz)
 {
-    size_t n = strlen(name);
-    const char *p = m->headers;
+    size_t len = 0;
+    const char *v = ow_kafka_headers_get(m->headers, name, &len);
 
-    while (p != NULL && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-
-        if (len > n && strncmp(p, name, n) == 0 && p[n] == '=') {
-            size_t v = len - n - 1;
-
-            if (v >= outsz)
-                v = outsz - 1;
-            memcpy(out, p + n + 1, v);
-            out[v] = '\0';
-            return 1;
-        }
-        p = nl != NULL ? nl + 1 : NULL;
-    }
-    return 0;
+    if (v == NULL)
+        return 0;
+    if (len >= outsz)
+        len = outsz - 1;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return 1;
 }
 
 static int partition_count(rd_kafka_t *rk, const char *topic);
@@ -107,7 +100,8 @@ int kit_create_topic_with(const char *bootstrap, const char *topic, int partitio
     if (ev != NULL) {
         const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
         size_t cnt = 0;
-        const rd_kafka_topic_result_t **tr = res != NULL ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
+        const rd_kafka_topic_result_t **tr =
+            res != NULL ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
 
         if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && cnt == 1 &&
             (rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR ||
@@ -220,8 +214,7 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
 int kit_flush(rd_kafka_t *p, int timeout_ms)
 {
     rd_kafka_flush(p, timeout_ms);
-    return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) +
-           rd_kafka_outq_len(p);
+    return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) + rd_kafka_outq_len(p);
 }
 
 static int partition_count(rd_kafka_t *rk, const char *topic)
@@ -262,7 +255,6 @@ static void copy_msg(kit_msgs *out, const rd_kafka_message_t *m)
 {
     kit_msg *k;
     rd_kafka_headers_t *h = NULL;
-    size_t hl = 0;
 
     if (out->n == out->cap) {
         out->cap = out->cap ? out->cap * 2 : 1024;
@@ -285,26 +277,8 @@ static void copy_msg(kit_msgs *out, const rd_kafka_message_t *m)
     k->value[m->len] = '\0';
     k->len = m->len;
     k->value_null = m->payload == NULL;
-    k->headers = calloc(1, 1);
-    if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const char *name;
-        const void *val;
-        size_t vl;
-
-        for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &val, &vl) == 0; i++) {
-            size_t add = strlen(name) + vl + 2;
-
-            k->headers = realloc(k->headers, hl + add + 1);
-            memcpy(k->headers + hl, name, strlen(name));
-            hl += strlen(name);
-            k->headers[hl++] = '=';
-            if (vl > 0)
-                memcpy(k->headers + hl, val, vl);
-            hl += vl;
-            k->headers[hl++] = '\n';
-            k->headers[hl] = '\0';
-        }
-    }
+    if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        k->headers = rd_kafka_headers_copy(h);
 }
 
 int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out)

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -11,18 +12,14 @@
 
 extern char **environ;
 
-/* Builds the child's environment before fork: after fork, a child of a
- * multi-threaded parent (librdkafka threads) may only call async-signal-safe
- * functions, so it must not allocate. Entries of env replace same-named
- * variables of the parent. */
-static char **merged_env(char *const env[])
+char **kit_env_merge(const char *const env[], size_t n_env)
 {
     size_t n = 0, m = 0, k = 0;
     char **out;
 
     while (environ[n] != NULL)
         n++;
-    while (env != NULL && env[m] != NULL)
+    while (env != NULL && m < n_env && env[m] != NULL)
         m++;
     out = calloc(n + m + 1, sizeof(*out));
     if (out == NULL)
@@ -36,15 +33,17 @@ static char **merged_env(char *const env[])
         if (!replaced)
             out[k++] = environ[i];
     }
+    /* execve() takes char *const[]; the strings are only read. */
     for (size_t j = 0; j < m; j++)
-        out[k++] = env[j];
+        out[k++] = (char *)(uintptr_t)env[j];
     return out;
 }
 
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path)
 {
-    char **envp = merged_env(env);
-    int fd = log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    char **envp = kit_env_merge((const char *const *)env, SIZE_MAX);
+    int fd =
+        log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     pid_t pid;
 
     if (envp == NULL)
