@@ -9,8 +9,14 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
 {
     char errstr[512];
 
-    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        /* librdkafka's reason may quote the value: not for a secret (issue 11). */
+        if (ow_config_is_secret_kafka(name))
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: librdkafka refused the value (not shown: a secret)",
+                                name);
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "kafka.%s: %s", name, errstr);
+    }
     return OW_OK;
 }
 
