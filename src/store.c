@@ -237,9 +237,7 @@ int ow_store_connect(ow_store *s, ow_error *err)
                               "cannot connect to MySQL at %s:%u: %s", s->host, s->port,
                               mysql_error(s->db));
         else if (rc == OW_OK)
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
-                              "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port,
-                              s->user, mysql_error(s->db));
+            rc = ow_store_tls_refused(s, e, err);
         ow_store_disconnect(s);
         return rc;
     }

@@ -115,6 +115,11 @@ void ow_store_tls_options(ow_store *s);
  * db_tls_failed once per process and returns a FATAL error; else returns
  * OW_OK and leaves err alone. */
 int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err);
+/* After mysql_real_connect failed with e, an error retrying cannot fix
+ * (access denied, unknown database): logs db_connect_failed once per
+ * process, with the TLS mode (a plaintext login of a REQUIRE SSL user is
+ * "Access denied" too), and returns a FATAL error. */
+int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err);
 /* After a connect: refuses a plaintext session that the mode forbids, logs
  * the cipher and TLS version, warns about plaintext beyond loopback. */
 int ow_store_tls_check_session(ow_store *s, ow_error *err);

@@ -130,6 +130,8 @@ void ow_store_tls_options(ow_store *s)
 /* One db_tls_failed line per process: every lane fails the same way. */
 static atomic_int tls_failure_logged;
 static atomic_int session_logged;
+static atomic_int refused_logged;
+static atomic_int handshake_losses; /* consecutive, process-wide */
 
 static int tls_fatal(ow_store *s, int code, const char *reason, ow_error *err)
 {
@@ -147,9 +149,40 @@ static int tls_fatal(ow_store *s, int code, const char *reason, ow_error *err)
  * reports every failed handshake and verification as 2026. */
 int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err)
 {
-    if (e != CR_SSL_CONNECTION_ERROR || s->tls.mode == OW_SSL_DISABLED)
+    if (s->tls.mode == OW_SSL_DISABLED)
         return OW_OK;
-    return tls_fatal(s, (int)e, mysql_error(s->db), err);
+    if (e == CR_SSL_CONNECTION_ERROR)
+        return tls_fatal(s, (int)e, mysql_error(s->db), err);
+    /* With TLS 1.3 the server checks the client certificate after the
+     * client's side of the handshake; a rejected one (expired, revoked,
+     * another CA) may then show as a connection lost while "sending
+     * authentication information", which is also what a server restart
+     * looks like. Seen in the secure tier: three in a row is the
+     * certificate, not an outage. */
+    if (e == CR_SERVER_LOST && set(s->tls.cert) &&
+        strstr(mysql_error(s->db), "authentication") != NULL) {
+        if (atomic_fetch_add(&handshake_losses, 1) + 1 >= 3)
+            return tls_fatal(s, (int)e,
+                             "the server closed the connection during the TLS handshake three "
+                             "times in a row: is mysql.ssl_cert expired, revoked or signed by a CA "
+                             "the server does not trust?",
+                             err);
+        return OW_OK;
+    }
+    atomic_store(&handshake_losses, 0);
+    return OW_OK;
+}
+
+int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err)
+{
+    if (atomic_exchange(&refused_logged, 1) == 0)
+        OW_LOG(OW_LOG_ERROR, "db_connect_failed", OW_F_STR("server", s->host),
+               OW_F_INT("port", s->port), OW_F_STR("user", s->user),
+               OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)), OW_F_INT("code", e),
+               OW_F_STR("error", mysql_error(s->db)));
+    return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
+                        "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port, s->user,
+                        mysql_error(s->db));
 }
 
 static int loopback(const char *host)
@@ -176,6 +209,7 @@ int ow_store_tls_check_session(ow_store *s, ow_error *err)
     const char *cipher = mysql_get_ssl_cipher(s->db);
     int first = atomic_exchange(&session_logged, 1) == 0;
 
+    atomic_store(&handshake_losses, 0);
     if (cipher == NULL && s->tls.mode >= OW_SSL_REQUIRED)
         return tls_fatal(s, 0, "the server did not start TLS (does it have a certificate?)", err);
     if (cipher == NULL) {
