@@ -155,6 +155,10 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         ow_worker_set_fatal(w, "fatal Kafka client error");
         return;
     }
+    if (ow_kafka_refused(rk, err, reason)) {
+        ow_worker_set_fatal(w, "Kafka refused the worker's credentials or permissions");
+        return;
+    }
     OW_LOG(OW_LOG_WARN, "kafka_error", OW_F_STR("client", rd_kafka_name(rk)),
            OW_F_STR("error", rd_kafka_err2name((rd_kafka_resp_err_t)err)),
            OW_F_STR("reason", reason));
@@ -421,6 +425,8 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
         dispatch(w, m);
     } else if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
         ow_worker_set_fatal(w, "fatal consumer error");
+    } else if (ow_kafka_refused(w->consumer, m->err, rd_kafka_message_errstr(m))) {
+        ow_worker_set_fatal(w, "Kafka refused the worker's permissions");
     } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
                OW_F_INT("partition", m->partition));
@@ -576,8 +582,11 @@ static int check_database(ow_worker *w, ow_error *err)
 
 static int start(ow_worker *w, ow_error *err)
 {
+    const char *topics[] = {w->cfg->topic_input, w->cfg->topic_results, w->cfg->topic_dlq};
     int rc = create_clients(w, err);
 
+    if (rc == OW_OK) /* issue 11: a missing ACL stops the worker before it decides anything */
+        rc = ow_kafka_check_topics(w->producer, topics, 3, err);
     if (rc != OW_OK)
         return rc;
     w->lanes = calloc((size_t)w->cfg->worker_lanes, sizeof(*w->lanes));
