@@ -113,6 +113,9 @@ struct ow_worker {
 /* job.c */
 ow_job *ow_job_from_message(ow_worker *w, const rd_kafka_message_t *m, uint32_t epoch);
 void ow_job_free(ow_job *job);
+/* Security events (issue 11): logs idempotency_key_reused at warn with the
+ * user, the masked key and both digests' first 8 hex digits, and counts it. */
+void ow_job_log_key_reused(const ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, offset and acknowledgement count). */
 void ow_job_free_payload(ow_job *job);

@@ -87,6 +87,9 @@ typedef struct {
     ow_result_code code;
     ow_buf body;  /* the result value; owned by the item */
     int replayed; /* 1 when body is a stored response published again */
+    /* KEY_REUSED: the first 8 hex digits of the recorded request's digest,
+     * for the security log (issue 11). */
+    char stored_digest8[9];
     /* Private to the store. */
     int64_t request_id;
     int ours;
