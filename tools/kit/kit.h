@@ -37,6 +37,9 @@ int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz);
 
 /* Creates a topic (replication 1); an existing topic is not an error. */
 int kit_create_topic(const char *bootstrap, const char *topic, int partitions);
+/* add = 1 creates, 0 deletes one LITERAL ALLOW ACL (see kit_kafka.c). */
+int kit_acl(const char *bootstrap, int add, const char *principal, const char *type,
+            const char *name, const char *op);
 /* A producer for the kit (idempotent, acks=all). */
 rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf);
 /* Produces one message asynchronously; key may be NULL. partition -1 = by key. */
