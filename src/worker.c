@@ -585,8 +585,10 @@ static int start(ow_worker *w, ow_error *err)
     const char *topics[] = {w->cfg->topic_input, w->cfg->topic_results, w->cfg->topic_dlq};
     int rc = create_clients(w, err);
 
-    if (rc == OW_OK) /* issue 11: a missing ACL stops the worker before it decides anything */
-        rc = ow_kafka_check_topics(w->producer, topics, 3, err);
+    /* Issue 11: a missing ACL stops the worker before it decides anything.
+     * The consumer asks: its metadata requests never auto-create a topic. */
+    if (rc == OW_OK)
+        rc = ow_kafka_check_topics(w->consumer, topics, 3, err);
     if (rc != OW_OK)
         return rc;
     w->lanes = calloc((size_t)w->cfg->worker_lanes, sizeof(*w->lanes));
