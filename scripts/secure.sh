@@ -28,6 +28,9 @@ say() { printf 'secure: %s\n' "$*"; }
 die() { printf 'secure: FAILED: %s\n' "$*" >&2; exit 1; }
 
 export OW_RUN_DIR="$RUN"
+# Ports of the other tiers' services (exported by scripts/test.sh) must not
+# pin ours.
+unset OW_MYSQL_PORT OW_KAFKA_PORT OW_KAFKA_CONTROLLER_PORT
 stop_all() {
   local p
   for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill -TERM "$p" 2>/dev/null || true; done
@@ -71,14 +74,21 @@ ORDER_WORKER_MYSQL_PORT=$OW_MYSQL_PORT ORDER_WORKER_MYSQL_USER=root \
 export OW_KIT_KAFKA_CONF="security.protocol=ssl,ssl.ca.location=$C/ca.crt,ssl.certificate.location=$C/broker.crt,ssl.key.location=$C/broker.key"
 KB=$OW_KAFKA_BOOTSTRAP
 IN=order-batches RES=order-batch-results DLQ=order-batches.dlq
+# The negative cases read their own input topic, holding only messages that
+# need the database, so that any committed offset would be a message
+# committed unanswered.
+NEG_IN=order-batches.negative
 for t in $IN $RES $DLQ; do "$KIT" create-topic "$KB" "$t" 4 >/dev/null; done
+"$KIT" create-topic "$KB" $NEG_IN 1 >/dev/null
+CASE_IN=$IN
 
 # The least privilege (docs/operations.md, "Deploying securely"). Read and
 # Write imply Describe; no IdempotentWrite: Kafka 4.1 lets a principal with
 # Write on any topic initialise an idempotent producer (KIP-679).
-ACLS=("topic $IN read" "group GROUP read" "topic $RES write" "topic $DLQ write")
+ACLS=("topic INPUT read" "group GROUP read" "topic $RES write" "topic $DLQ write")
 acl() {  # add|delete PRINCIPAL GROUP "TYPE NAME OP"
   local what=${4/GROUP/$3}
+  what=${what/INPUT/$CASE_IN}
   # shellcheck disable=SC2086
   "$KIT" acl "$1" "$KB" "$2" $what >/dev/null || die "ow-kit acl $1 $2 $what"
 }
@@ -91,7 +101,7 @@ grant_all() {  # PRINCIPAL GROUP
 base_conf() {  # GROUP
   cat <<EOF
 kafka.group.id = $1
-topic.input = $IN
+topic.input = $CASE_IN
 topic.results = $RES
 topic.dlq = $DLQ
 mysql.host = 127.0.0.1
@@ -142,13 +152,13 @@ kafka.ssl.key.location = $C/client.key
 EOF
 }
 
-produce() {  # KEY JSON
-  printf '%s' "$2" | "$KIT" produce "$KB" "$IN" --key "$1" >/dev/null || die "produce $1"
+produce() {  # KEY JSON [TOPIC]
+  printf '%s' "$2" | "$KIT" produce "$KB" "${3:-$IN}" --key "$1" >/dev/null || die "produce $1"
 }
 rows() { sql "SELECT COUNT(*) FROM orders.idempotency_requests WHERE user_id = $1"; }
 # Committed offsets of GROUP on the input topic: "none" when nothing was committed.
 committed() {
-  "$KIT" lag "$KB" "$1" "$IN" 2>/dev/null | awk '/^partition/ && $4 >= 0 {c++} END {print c ? "some" : "none"}'
+  "$KIT" lag "$KB" "$1" "$CASE_IN" 2>/dev/null | awk '/^partition/ && $4 >= 0 {c++} END {print c ? "some" : "none"}'
 }
 
 # ------------------------------------------------------------- positive ---
@@ -255,7 +265,8 @@ new_case() {  # -> GROUP with every ACL for both principals, a fresh message pen
   grant_all User:ow_worker "$GROUP"
   grant_all User:CN=ow_worker "$GROUP"
 }
-produce neg-pending '{"user_id":9,"orders":[{"external_order_no":"N-1","amount":"1.00"}]}'
+CASE_IN=$NEG_IN
+produce neg-pending '{"user_id":9,"orders":[{"external_order_no":"N-1","amount":"1.00"}]}' $NEG_IN
 
 say "negative cases"
 new_case; mtls_conf $GROUP | sed "s#^mysql.ssl_ca = .*#mysql.ssl_ca = $C/other-ca.crt#" >"$RUN/n.conf"
@@ -300,7 +311,8 @@ for a in "${ACLS[@]}"; do
   new_case
   acl delete User:CN=ow_worker "$GROUP" "$a"
   mtls_conf $GROUP >"$RUN/n.conf"
-  negative "acl-missing-${a// /-}" "$RUN/n.conf" kafka_refused '"kind":"authorization"'
+  name=${a/INPUT/input}
+  negative "acl-missing-${name// /-}" "$RUN/n.conf" kafka_refused '"kind":"authorization"'
 done
 
 say "passed: $PASSED cases in $((SECONDS - T0)) s; database session $DB_TLS"
