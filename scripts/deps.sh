@@ -23,7 +23,7 @@ PACKAGES=(
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client
   clang clang-format libclang-rt-14-dev valgrind
-  gnuplot-nox curl kcat jq
+  gnuplot-nox curl kcat jq openssl
   openjdk-17-jre-headless maven
   systemd
   prometheus dpkg-dev lintian

@@ -25,6 +25,14 @@
 #                               force ports (default: random free ports)
 #   OW_BUILD_DIR                where ow-mockbroker is built (default <repo>/build)
 #   OW_FORCE_MOCK_BROKER=1      use the librdkafka mock broker even if Kafka is available
+#   OW_SERVICES_TLS_DIR=DIR     TLS only (issue 11), with the files of scripts/secure-certs.sh:
+#                               MariaDB with require_secure_transport=ON; Kafka with only
+#                               an SSL listener (client certificates required) and a
+#                               SASL_SSL one (SCRAM-SHA-512), StandardAuthorizer, and the
+#                               broker's own principals as super users. services.env then
+#                               also has OW_KAFKA_SASL_BOOTSTRAP.
+#   OW_KAFKA_SASL_USERS="u=pw ..."  SASL users (with TLS): SCRAM-SHA-512 credentials
+#                               created at format time, and the same as PLAIN users
 #
 # Apache Kafka needs the jars fetched by scripts/deps.sh and java; without them
 # the script falls back to $OW_BUILD_DIR/ow-mockbroker (a librdkafka mock cluster).
@@ -65,6 +73,18 @@ K_ENV="$OW_RUN_DIR/kafka.env"
 K_CACHE="$REPO_ROOT/.cache/kafka/$KAFKA_VERSION"
 K_CP="$K_CACHE/jars/*"
 MOCK_BIN="$BUILD_DIR/ow-mockbroker"
+TLS_DIR="${OW_SERVICES_TLS_DIR:-}"
+MDB_TLS_SERVER=()   # mariadbd options with TLS
+MDB_CLIENT=()       # mariadb/mariadb-admin options with TLS
+K_KCAT=()           # kcat options with TLS
+if [[ -n $TLS_DIR ]]; then
+  TLS_DIR="$(cd "$TLS_DIR" && pwd -P)"
+  MDB_TLS_SERVER=(--ssl-ca="$TLS_DIR/ca.crt" --ssl-cert="$TLS_DIR/server.crt"
+    --ssl-key="$TLS_DIR/server.key" --require-secure-transport=ON)
+  MDB_CLIENT=(--ssl-ca="$TLS_DIR/ca.crt")
+  K_KCAT=(-X security.protocol=ssl -X ssl.ca.location="$TLS_DIR/ca.crt"
+    -X ssl.certificate.location="$TLS_DIR/broker.crt" -X ssl.key.location="$TLS_DIR/broker.key")
+fi
 
 USED_PORTS=" "
 
@@ -299,7 +319,7 @@ mariadb_launch() {  # PORT -> sets MDB_PID
     --bind-address=127.0.0.1 --user=root \
     --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
     --innodb-buffer-pool-size=512M --skip-name-resolve --innodb-print-all-deadlocks=ON \
-    --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG")"
+    --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG" "${MDB_TLS_SERVER[@]}")"
   echo "$MDB_PID" >"$MDB_PIDFILE"
 }
 
@@ -311,7 +331,7 @@ mariadb_wait_ready() {  # PORT
       rm -f "$MDB_PIDFILE"
       die "mariadbd exited during startup (log: $MDB_LOG)"
     fi
-    if mariadb-admin --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot \
+    if mariadb-admin --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot "${MDB_CLIENT[@]}" \
         --connect-timeout=2 ping >/dev/null 2>&1; then
       return 0
     fi
@@ -341,11 +361,11 @@ mariadb_start() {  # PORT
   mariadb_wait_ready "$port"
   # mariadb-install-db creates anonymous accounts (''@localhost, ''@<host>)
   # that would shadow test users such as 'ow_worker'@'%'; drop them.
-  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot -N -B -e \
+  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot "${MDB_CLIENT[@]}" -N -B -e \
     "SELECT CONCAT('DROP USER ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE user = ''" \
-    | mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot
+    | mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot "${MDB_CLIENT[@]}"
 
-  full="$(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot -N -B \
+  full="$(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$port" -uroot "${MDB_CLIENT[@]}" -N -B \
     -e 'SELECT VERSION()' 2>/dev/null || true)"
   if [[ -z $full ]]; then  # e.g. "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for ..."
     full="$("$MARIADBD" --version | sed -n 's/.* Ver \([^ ]*\).*/\1/p')"
@@ -418,6 +438,49 @@ kafka_choose() {
   BROKER_KIND=mock
 }
 
+plain_users() {
+  local u
+  for u in ${OW_KAFKA_SASL_USERS:-}; do printf 'user_%s="%s" ' "${u%%=*}" "${u#*=}"; done
+}
+
+# TLS only (issue 11): SSL with client certificates, SASL_SSL with SCRAM,
+# the controller over TLS too, so that no plaintext principal is a super user.
+kafka_write_tls_props() {  # PORT CPORT SASLPORT
+  cat "$TLS_DIR/server.key" "$TLS_DIR/chain.pem" >"$K_DIR/keystore.pem"
+  cat >"$K_PROPS" <<EOF
+# Single-node KRaft broker, TLS only; written by scripts/services.sh
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$2
+listeners=SSL://127.0.0.1:$1,SASL_SSL://127.0.0.1:$3,CONTROLLER://127.0.0.1:$2
+advertised.listeners=SSL://127.0.0.1:$1,SASL_SSL://127.0.0.1:$3
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=SSL
+listener.security.protocol.map=SSL:SSL,SASL_SSL:SASL_SSL,CONTROLLER:SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$K_DIR/keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.crt
+ssl.client.auth=required
+listener.name.sasl_ssl.ssl.client.auth=none
+sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required $(plain_users);
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:CN=127.0.0.1;User:CN=broker
+allow.everyone.if.no.acl.found=false
+log.dirs=$K_DATA
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+num.partitions=6
+auto.create.topics.enable=false
+EOF
+}
+
 kafka_write_props() {  # PORT CPORT
   cat >"$K_PROPS" <<EOF
 # Single-node KRaft broker for tests; written by scripts/services.sh
@@ -451,8 +514,12 @@ kafka_format() {
     show_log_tail "$K_FORMAT_LOG"
     die "kafka.tools.StorageTool random-uuid gave '$id' (log: $K_FORMAT_LOG)"
   fi
+  local scram=() u
+  for u in ${OW_KAFKA_SASL_USERS:-}; do
+    scram+=(--add-scram "SCRAM-SHA-512=[name=${u%%=*},password=${u#*=}]")
+  done
   if ! java "${TOOL_JVM_OPTS[@]}" -cp "$K_CP" kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" \
-      >>"$K_FORMAT_LOG" 2>&1 9>&-; then
+      "${scram[@]}" >>"$K_FORMAT_LOG" 2>&1 9>&-; then
     show_log_tail "$K_FORMAT_LOG"
     die "kafka.tools.StorageTool format failed (log: $K_FORMAT_LOG)"
   fi
@@ -461,7 +528,7 @@ kafka_format() {
 # A metadata request answered by the broker (skipped when kcat is missing).
 kafka_metadata_ok() {  # PORT
   command -v kcat >/dev/null 2>&1 || return 0
-  timeout 15 kcat -b "127.0.0.1:$1" -L -m 5 2>/dev/null | grep -q 'broker.* at 127\.0\.0\.1:'"$1"
+  timeout 15 kcat -b "127.0.0.1:$1" "${K_KCAT[@]}" -L -m 5 2>/dev/null | grep -q 'broker.* at 127\.0\.0\.1:'"$1"
 }
 
 kafka_launch() {  # KIND PORT -> sets K_PID, K_LOG_OFF
@@ -519,13 +586,16 @@ kafka_wait_ready() {  # KIND PORT
   done
 }
 
-kafka_start() {  # KIND PORT CPORT
-  local kind=$1 port=$2 cport=$3 t0=$SECONDS
+kafka_start() {  # KIND PORT CPORT [SASLPORT]
+  local kind=$1 port=$2 cport=$3 sport=${4:-} t0=$SECONDS
   rm -rf "$K_DIR"
   mkdir -p "$K_DATA"
   rm -f "$K_ENV" "$K_PIDFILE"
   rotate_log "$K_LOG"
-  if [[ $kind == kafka ]]; then
+  if [[ $kind == kafka && -n $TLS_DIR ]]; then
+    kafka_write_tls_props "$port" "$cport" "$sport"
+    kafka_format
+  elif [[ $kind == kafka ]]; then
     kafka_write_props "$port" "$cport"
     kafka_format
   fi
@@ -538,6 +608,7 @@ kafka_start() {  # KIND PORT CPORT
       OW_KAFKA_CONTROLLER_PORT="$cport" \
       OW_BROKER_KIND=kafka \
       OW_KAFKA_VERSION="apache-kafka-$KAFKA_VERSION" \
+      OW_KAFKA_SASL_BOOTSTRAP="${sport:+127.0.0.1:$sport}" \
       OW_KAFKA_LOG="$K_LOG"
     say "Apache Kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$port (controller :$cport, data: $K_DATA) ready in $((SECONDS - t0))s"
   else
@@ -637,7 +708,7 @@ cmd_start() {
   fi
 
   # Checks and port choices happen here, before the parallel part.
-  local mport="" kport="" cport=""
+  local mport="" kport="" cport="" sport=""
   for svc in "${todo[@]}"; do
     case $svc in
       mariadb)
@@ -646,7 +717,11 @@ cmd_start() {
       kafka)
         kafka_choose
         pick_port kport "${OW_KAFKA_PORT:-}"
-        if [[ $BROKER_KIND == kafka ]]; then pick_port cport "${OW_KAFKA_CONTROLLER_PORT:-}"; fi ;;
+        if [[ $BROKER_KIND == kafka ]]; then pick_port cport "${OW_KAFKA_CONTROLLER_PORT:-}"; fi
+        if [[ -n $TLS_DIR ]]; then
+          [[ $BROKER_KIND == kafka ]] || die "OW_SERVICES_TLS_DIR needs Apache Kafka (the mock broker has no TLS)"
+          pick_port sport
+        fi ;;
     esac
   done
 
@@ -654,7 +729,7 @@ cmd_start() {
   for svc in "${todo[@]}"; do
     case $svc in
       mariadb) ( mariadb_start "$mport" ) & job[mariadb]=$! ;;
-      kafka) ( kafka_start "$BROKER_KIND" "$kport" "$cport" ) & job[kafka]=$! ;;
+      kafka) ( kafka_start "$BROKER_KIND" "$kport" "$cport" "$sport" ) & job[kafka]=$! ;;
     esac
   done
   local failed=() ok=()

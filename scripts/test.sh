@@ -10,6 +10,8 @@
 #   e2e          the built binary against Apache Kafka and MariaDB
 #   sanitize     unit + integration again under ASan + UBSan
 #   valgrind     a short end-to-end run with the workers under memcheck
+#   secure       scripts/secure.sh: TLS-only MariaDB and Kafka (SSL, SASL_SSL, ACLs),
+#                two replicas, every refused certificate, password and ACL (issue 11)
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
 #   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
 #   alerts       promtool check/test of the alert rules, the Grafana dashboard's
@@ -21,7 +23,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e sanitize valgrind alerts fuzz chaos}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e sanitize valgrind alerts secure fuzz chaos}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -119,6 +121,8 @@ if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrin
   has_tier alerts && OW_BUILD_DIR="$BUILD" script_tier alerts "$ROOT/scripts/alerts-test.sh"
   stop_services
 fi
+# Starts and stops its own TLS-only services (in .run/secure).
+has_tier secure && script_tier secure "$ROOT/scripts/secure.sh"
 has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
 if has_tier chaos; then
   script_tier chaos "$ROOT/scripts/chaos.sh"

@@ -8,6 +8,15 @@
 --       @worker_password='...', @worker_database='orders';
 --       SOURCE sql/worker_user.sql;"
 --
+-- TLS (issue 11): set @worker_require to 'SSL' (the account may only log in
+-- over TLS) or 'X509' (over TLS with a client certificate signed by a CA the
+-- server trusts, i.e. mysql.ssl_cert and mysql.ssl_key); unset or 'NONE'
+-- keeps plaintext allowed. Any other value stops the script. Example:
+--
+--   mariadb -u root --ssl-ca=ca.crt -e "SET @worker_user='order_worker',
+--       @worker_host='%', @worker_password='...', @worker_database='orders',
+--       @worker_require='X509'; SOURCE sql/worker_user.sql;"
+--
 -- Works on MariaDB 10.11 and MySQL 8. Identifiers and the password are
 -- quoted by the server (QUOTE / backtick escaping), never pasted raw.
 
@@ -20,8 +29,12 @@ PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
--- A re-run also resets the password.
-SET @ow_sql = CONCAT('ALTER USER ', @ow_account, ' IDENTIFIED BY ', QUOTE(@worker_password));
+-- A re-run also resets the password and the TLS requirement. An unknown
+-- @worker_require leaves @ow_require NULL, so the PREPARE below fails.
+SET @ow_require = CASE UPPER(COALESCE(@worker_require, 'NONE'))
+                  WHEN 'NONE' THEN 'NONE' WHEN 'SSL' THEN 'SSL' WHEN 'X509' THEN 'X509' END;
+SET @ow_sql = CONCAT('ALTER USER ', @ow_account, ' IDENTIFIED BY ', QUOTE(@worker_password),
+                     ' REQUIRE ', @ow_require);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
@@ -37,4 +50,5 @@ PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
-SET @ow_sql = NULL, @ow_account = NULL, @ow_db = NULL, @worker_password = NULL;
+SET @ow_sql = NULL, @ow_account = NULL, @ow_db = NULL, @ow_require = NULL,
+    @worker_password = NULL;

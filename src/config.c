@@ -50,6 +50,26 @@ static const config_row config_table[] = {
      "Database (schema) holding the order-worker tables."},
     {"mysql.connect_timeout_s", CT_INT, 1, 300, "5", 0, ROW_OFF(mysql_connect_timeout_s),
      "Seconds to wait for a database connection and for each read or write."},
+    /* TLS to the database (issue 11): the option names and meanings of the
+     * MySQL client's --ssl-* options. */
+    {"mysql.ssl_mode", CT_STRING, 0, 0, "preferred", 0, ROW_OFF(mysql_ssl_mode),
+     "TLS to the database: disabled, preferred (TLS if offered, unverified), required, "
+     "verify_ca (and the chain must lead to mysql.ssl_ca) or verify_identity (and the "
+     "certificate must name mysql.host)."},
+    {"mysql.ssl_ca", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_ca),
+     "PEM file of the CA certificates that may sign the server's certificate."},
+    {"mysql.ssl_capath", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_capath),
+     "Directory of hashed CA certificates (c_rehash), instead of or besides mysql.ssl_ca."},
+    {"mysql.ssl_cert", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cert),
+     "PEM file of the client certificate (for users created REQUIRE X509)."},
+    {"mysql.ssl_key", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_key),
+     "PEM file of the client certificate's private key."},
+    {"mysql.ssl_crl", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_crl),
+     "PEM file of certificate revocation lists checked against the server's chain."},
+    {"mysql.tls_version", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_tls_version),
+     "Allowed TLS versions, e.g. TLSv1.2,TLSv1.3 (empty: the library's default)."},
+    {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
+     "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
     {"request.max_bytes", CT_INT, 64, 16777216, "1048576", 0, ROW_OFF(request_max_bytes),
      "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
     {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
@@ -495,8 +515,34 @@ static int load_password_file(ow_config *cfg, ow_error *err)
     return rc;
 }
 
+/* mysql.ssl_mode and the files it needs (issue 11). */
+static int check_mysql_tls(const ow_config *cfg, ow_error *err)
+{
+    static const char *const modes[] = {"disabled", "preferred", "required", "verify_ca",
+                                        "verify_identity"};
+    size_t m = 0;
+
+    while (m < sizeof(modes) / sizeof(modes[0]) && strcmp(cfg->mysql_ssl_mode, modes[m]) != 0)
+        m++;
+    if (m == sizeof(modes) / sizeof(modes[0]))
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "mysql.ssl_mode: \"%s\" is not one of disabled, preferred, required, "
+                            "verify_ca, verify_identity",
+                            cfg->mysql_ssl_mode);
+    if (m >= 3 && *cfg->mysql_ssl_ca == '\0' && *cfg->mysql_ssl_capath == '\0')
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "mysql.ssl_mode: %s needs mysql.ssl_ca or mysql.ssl_capath",
+                            cfg->mysql_ssl_mode);
+    if ((*cfg->mysql_ssl_cert == '\0') != (*cfg->mysql_ssl_key == '\0'))
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together");
+    return OW_OK;
+}
+
 int ow_config_finish(ow_config *cfg, ow_error *err)
 {
+    int rc;
+
     static const char *const required[] = {"kafka.bootstrap.servers",
                                            "kafka.group.id",
                                            "topic.input",
@@ -546,12 +592,15 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }
+    rc = check_mysql_tls(cfg, err);
+    if (rc != OW_OK)
+        return rc;
     if (*cfg->mysql_password_file != '\0')
         return load_password_file(cfg, err);
     return OW_OK;
 }
 
-static int is_secret_passthrough(const char *name)
+int ow_config_is_secret_kafka(const char *name)
 {
     return strstr(name, "password") != NULL || strstr(name, "secret") != NULL ||
            strstr(name, ".pem") != NULL || strstr(name, "oauthbearer.config") != NULL;
@@ -594,7 +643,7 @@ void ow_config_print(const ow_config *cfg, FILE *out)
         const ow_config_kv *kv = &cfg->passthrough[i];
 
         fprintf(out, "kafka.%s = %s    # %s, passed to librdkafka\n", kv->name,
-                is_secret_passthrough(kv->name) ? "(redacted)" : kv->value,
+                ow_config_is_secret_kafka(kv->name) ? "(redacted)" : kv->value,
                 ow_config_source_name(kv->source));
     }
 }

@@ -418,6 +418,7 @@ static int apply_existing_row(batch *bt, ow_store_item *it, long long id,
     }
     it->decision = OW_DECISION_KEY_REUSED;
     it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
+    ow_hex(digest, 4, it->stored_digest8);
     response_ctx(it, &ctx);
     return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
 }

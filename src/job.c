@@ -44,6 +44,28 @@ static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_me
                                job->req.user_id, errs, &job->invalid_body);
 }
 
+void ow_job_log_key_reused(const ow_job *job)
+{
+    char digest8[9];
+
+    memcpy(digest8, job->item.digest_hex, 8);
+    digest8[8] = '\0';
+    OW_LOG(OW_LOG_WARN, "idempotency_key_reused", OW_F_INT("user_id", job->req.user_id),
+           OW_F_KEY("key", job->key, job->key_len), OW_F_STR("digest", digest8),
+           OW_F_STR("stored_digest", job->item.stored_digest8),
+           OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset));
+    OW_COUNT(keys_reused, 1);
+}
+
+/* A missing or malformed key is a security event too (issue 11). */
+static void log_key_rejected(const ow_job *job, const char *why)
+{
+    OW_LOG(OW_LOG_WARN, "idempotency_key_rejected", OW_F_INT("user_id", job->req.user_id),
+           OW_F_KEY("key", job->key != NULL ? job->key : "", job->key_len), OW_F_STR("error", why),
+           OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset));
+    OW_COUNT(keys_rejected, 1);
+}
+
 ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m,
                             const ow_ticket *t)
 {
@@ -82,6 +104,8 @@ ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *
     } else if (make_invalid(job, lim, m, &errs, key_ok) != OW_OK) {
         goto fail;
     }
+    if (!key_ok)
+        log_key_rejected(job, errs.count > 0 ? errs.items[0].message : "");
     job->bytes = sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
     return job;
 fail:

@@ -1,5 +1,6 @@
 #include "ow/kafka.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,8 +10,14 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
 {
     char errstr[512];
 
-    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        /* librdkafka's reason may quote the value: not for a secret (issue 11). */
+        if (ow_config_is_secret_kafka(name))
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: librdkafka refused the value (not shown: a secret)",
+                                name);
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "kafka.%s: %s", name, errstr);
+    }
     return OW_OK;
 }
 
@@ -170,4 +177,75 @@ const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return NULL;
     return ow_kafka_headers_get(h, name, len);
+}
+
+/* Issue 11: a rejected certificate, a wrong SASL password or a missing ACL
+ * does not heal by itself; librdkafka would retry them forever and the
+ * worker would look merely disconnected. */
+static const char *refusal_kind(int err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+        return "authentication";
+    case RD_KAFKA_RESP_ERR__SSL:
+        return "tls";
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        return "authorization";
+    default:
+        return NULL;
+    }
+}
+
+/* Both clients usually fail the same way: one line per process. */
+static atomic_int refusal_logged;
+
+int ow_kafka_refused(const rd_kafka_t *rk, int err, const char *reason)
+{
+    const char *kind = refusal_kind(err);
+
+    if (kind == NULL)
+        return 0;
+    if (atomic_exchange(&refusal_logged, 1) == 0)
+        OW_LOG(OW_LOG_ERROR, "kafka_refused", OW_F_STR("client", rd_kafka_name(rk)),
+               OW_F_STR("kind", kind),
+               OW_F_STR("error", rd_kafka_err2name((rd_kafka_resp_err_t)err)),
+               OW_F_STR("reason", reason));
+    return 1;
+}
+
+int ow_kafka_check_topics(rd_kafka_t *rk, const char *const *topics, size_t n, ow_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topics[i], NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t e;
+
+        if (rkt == NULL)
+            continue;
+        e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1)
+            e = md->topics[0].err;
+        if (md != NULL)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+        if (e == RD_KAFKA_RESP_ERR__TIMED_OUT || e == RD_KAFKA_RESP_ERR__TRANSPORT)
+            break; /* no broker answers (yet): the clients report why */
+        /* Other answers (a timeout, an unknown topic) are not ours to judge
+         * here: the clients retry them or report them elsewhere. */
+        if (e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) {
+            char reason[200];
+
+            snprintf(reason, sizeof(reason), "topic %s is not visible to this principal",
+                     topics[i]);
+            ow_kafka_refused(rk, e, reason);
+            return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
+                                "Kafka: not authorized for topic %s (see the ACL list in "
+                                "docs/operations.md)",
+                                topics[i]);
+        }
+    }
+    return OW_OK;
 }

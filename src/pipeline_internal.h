@@ -80,6 +80,9 @@ void ow_job_free(ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, ticket and acknowledgement count). */
 void ow_job_free_payload(ow_job *job);
+/* Security events (issue 11): logs idempotency_key_reused at warn with the
+ * user, the masked key and both digests' first 8 hex digits, and counts it. */
+void ow_job_log_key_reused(const ow_job *job);
 /* Ends a job: finishes its ticket (done = its outputs were acknowledged),
  * takes it off the in-flight counts and frees it. */
 void ow_job_end(ow_ledger *l, ow_job *job, int done);

@@ -17,6 +17,15 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
     p->database = cfg->mysql_database;
     p->connect_timeout_s = (unsigned)cfg->mysql_connect_timeout_s;
     p->lock_wait_timeout_s = (unsigned)cfg->request_in_progress_wait_s;
+    /* ow_config_finish checked the name. */
+    p->tls.mode = (ow_ssl_mode)ow_ssl_mode_parse(cfg->mysql_ssl_mode);
+    p->tls.ca = cfg->mysql_ssl_ca;
+    p->tls.capath = cfg->mysql_ssl_capath;
+    p->tls.cert = cfg->mysql_ssl_cert;
+    p->tls.key = cfg->mysql_ssl_key;
+    p->tls.crl = cfg->mysql_ssl_crl;
+    p->tls.tls_version = cfg->mysql_tls_version;
+    p->tls.cipher = cfg->mysql_ssl_cipher;
 }
 
 ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
@@ -34,7 +43,8 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->lock_wait_timeout_s = p->lock_wait_timeout_s;
     s->ids = ids;
     s->rng = (uint64_t)ow_clock_mono_us() ^ (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ULL;
-    if (s->host == NULL || s->user == NULL || s->password == NULL || s->database == NULL)
+    if (s->host == NULL || s->user == NULL || s->password == NULL || s->database == NULL ||
+        ow_store_tls_copy(&s->tls, &p->tls) != OW_OK)
         ow_store_free(&s);
     return s;
 }
@@ -60,6 +70,7 @@ void ow_store_free(ow_store **store)
         memset(s->password, 0, strlen(s->password));
     free(s->password);
     free(s->database);
+    ow_store_tls_free(&s->tls);
     free(s);
     *store = NULL;
 }
@@ -226,22 +237,24 @@ int ow_store_connect(ow_store *s, ow_error *err)
     mysql_options(s->db, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
     mysql_options(s->db, MYSQL_OPT_RECONNECT, &off);
     mysql_options(s->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    ow_store_tls_options(s);
     if (mysql_real_connect(s->db, s->host, s->user, s->password, s->database, s->port, NULL, 0) ==
         NULL) {
         unsigned e = mysql_errno(s->db);
 
-        if (is_connection_error(e) || is_transient_server_error(e))
+        rc = ow_store_tls_connect_failed(s, e, err); /* fatal and logged, or OW_OK */
+        if (rc == OW_OK && (is_connection_error(e) || is_transient_server_error(e)))
             rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
                               "cannot connect to MySQL at %s:%u: %s", s->host, s->port,
                               mysql_error(s->db));
-        else
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
-                              "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port,
-                              s->user, mysql_error(s->db));
+        else if (rc == OW_OK)
+            rc = ow_store_tls_refused(s, e, err);
         ow_store_disconnect(s);
         return rc;
     }
-    rc = session_setup(s, err);
+    rc = ow_store_tls_check_session(s, err);
+    if (rc == OW_OK)
+        rc = session_setup(s, err);
     if (rc != OW_OK)
         ow_store_disconnect(s);
     return rc;

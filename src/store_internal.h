@@ -75,6 +75,7 @@ struct ow_store {
     unsigned port;
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s;
+    ow_store_tls tls; /* owned copies (store_tls.c) */
     MYSQL *db;
     /* The connection failed: its handles stay valid (callers may still hold
      * a statement) until the next ow_store_connect replaces it. */
@@ -116,6 +117,24 @@ int ow_store_commit(ow_store *s, ow_error *err);
 void ow_store_rollback(ow_store *s);
 /* Closes the connection and its cached statements now. */
 void ow_store_disconnect(ow_store *s);
+
+/* TLS (store_tls.c, issue 11). Copies src's strings into dst. */
+int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src);
+void ow_store_tls_free(ow_store_tls *t);
+/* Sets the TLS options of s->tls on s->db before mysql_real_connect. */
+void ow_store_tls_options(ow_store *s);
+/* After mysql_real_connect failed with e: if it is a TLS failure, logs
+ * db_tls_failed once per process and returns a FATAL error; else returns
+ * OW_OK and leaves err alone. */
+int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err);
+/* After mysql_real_connect failed with e, an error retrying cannot fix
+ * (access denied, unknown database): logs db_connect_failed once per
+ * process, with the TLS mode (a plaintext login of a REQUIRE SSL user is
+ * "Access denied" too), and returns a FATAL error. */
+int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err);
+/* After a connect: refuses a plaintext session that the mode forbids, logs
+ * the cipher and TLS version, warns about plaintext beyond loopback. */
+int ow_store_tls_check_session(ow_store *s, ow_error *err);
 
 void ow_params_reset(ow_params *p);
 int ow_params_reserve(ow_params *p, size_t extra);

@@ -169,6 +169,10 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         ow_runstate_set_fatal(&w->rs, "fatal Kafka client error");
         return;
     }
+    if (ow_kafka_refused(rk, err, reason)) {
+        ow_runstate_set_fatal(&w->rs, "Kafka refused the worker's credentials or permissions");
+        return;
+    }
     OW_LOG(OW_LOG_WARN, "kafka_error", OW_F_STR("client", rd_kafka_name(rk)),
            OW_F_STR("error", rd_kafka_err2name((rd_kafka_resp_err_t)err)),
            OW_F_STR("reason", reason));
@@ -376,6 +380,8 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
         dispatch(w, m);
     } else if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
         ow_runstate_set_fatal(&w->rs, "fatal consumer error");
+    } else if (ow_kafka_refused(w->consumer, m->err, rd_kafka_message_errstr(m))) {
+        ow_runstate_set_fatal(&w->rs, "Kafka refused the worker's permissions");
     } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
                OW_F_INT("partition", m->partition));
@@ -615,10 +621,15 @@ static int check_outputs(ow_worker *w, const volatile sig_atomic_t *stop, ow_err
 
 static int start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)
 {
+    const char *topics[] = {w->cfg->topic_input, w->cfg->topic_results, w->cfg->topic_dlq};
     int rc = create_clients(w, err);
 
     if (rc == OW_OK)
         rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
+    /* Issue 11: a missing ACL stops the worker before it decides anything.
+     * The consumer asks: its metadata requests never auto-create a topic. */
+    if (rc == OW_OK)
+        rc = ow_kafka_check_topics(w->consumer, topics, 3, err);
     if (rc != OW_OK)
         return rc;
     w->out_ready = 1;

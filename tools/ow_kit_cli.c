@@ -6,6 +6,8 @@
  *   ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key]   (value on stdin)
  *   ow-kit read BOOTSTRAP TOPIC          one JSON object per message
  *   ow-kit lag BOOTSTRAP GROUP TOPIC     committed vs end offsets; exit 0 when caught up
+ *   ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION
+ *                                        one LITERAL ALLOW ACL (TYPE topic, group, cluster)
  *   ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]
  *              [--clash P] [--invalid P] [--items MAX] [--prefix K]
  *                                        produce a deterministic mix (kit_gen)
@@ -96,6 +98,7 @@ static int usage(void)
           "       ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key] < value\n"
           "       ow-kit read BOOTSTRAP TOPIC\n"
           "       ow-kit lag BOOTSTRAP GROUP TOPIC\n"
+          "       ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION\n"
           "       ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]\n"
           "                  [--clash P] [--invalid P] [--items MAX] [--prefix K]\n",
           stderr);
@@ -206,6 +209,12 @@ int main(int argc, char **argv)
         return cmd_produce(argc, argv);
     if (argc == 4 && strcmp(argv[1], "read") == 0)
         return cmd_read(argv);
+    if (argc == 8 && strcmp(argv[1], "acl") == 0 &&
+        (strcmp(argv[2], "add") == 0 || strcmp(argv[2], "delete") == 0))
+        return kit_acl(argv[3], strcmp(argv[2], "add") == 0, argv[4], argv[5], argv[6], argv[7]) ==
+                       0
+                   ? 0
+                   : 1;
     if (argc == 5 && strcmp(argv[1], "lag") == 0)
         return cmd_lag(argv);
     if (argc >= 5 && strcmp(argv[1], "gen") == 0)

@@ -46,6 +46,14 @@ typedef struct ow_config {
     char *mysql_password_file;
     char *mysql_database;
     int64_t mysql_connect_timeout_s;
+    char *mysql_ssl_mode; /* issue 11: disabled|preferred|required|verify_ca|verify_identity */
+    char *mysql_ssl_ca;
+    char *mysql_ssl_capath;
+    char *mysql_ssl_cert;
+    char *mysql_ssl_key;
+    char *mysql_ssl_crl;
+    char *mysql_tls_version;
+    char *mysql_ssl_cipher;
     /* Requests */
     int64_t request_max_bytes;
     int64_t request_max_orders;
@@ -96,6 +104,11 @@ int ow_config_set(ow_config *cfg, const char *key, const char *value, ow_config_
 void ow_config_print(const ow_config *cfg, FILE *out);
 /* The table as a Markdown table (for the README) or as --help text. */
 void ow_config_print_reference(FILE *out, int markdown);
+
+/* 1 for a librdkafka property that holds a secret (a password, a secret,
+ * inline key material such as ssl.key.pem): redacted by config --print and
+ * kept out of error messages and logs. */
+int ow_config_is_secret_kafka(const char *name);
 
 const char *ow_config_source_name(ow_config_source src);
 /* 1 when address is an IPv4 or IPv6 literal or "localhost" (metrics.address). */

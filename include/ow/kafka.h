@@ -28,6 +28,13 @@ int ow_kafka_check_config(const ow_config *cfg, ow_error *err);
 
 /* Sets one property, turning librdkafka's complaint into an error. */
 int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err);
+/* Issue 11: 1 when err means Kafka refused the worker (a TLS or SASL
+ * failure, a missing ACL), which retrying cannot fix; logs kafka_refused
+ * once per process. 0 for any other error. */
+int ow_kafka_refused(const rd_kafka_t *rk, int err, const char *reason);
+/* Asks for the metadata of each topic; a FATAL error when the broker says
+ * the principal may not see one (no Describe, i.e. no Read or Write ACL). */
+int ow_kafka_check_topics(rd_kafka_t *rk, const char *const *topics, size_t n, ow_error *err);
 
 /* Adds a header whose value is a decimal integer. */
 void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v);

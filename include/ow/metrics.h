@@ -36,7 +36,11 @@
     X(paused, "order_worker_backpressure_pauses_total",                                            \
       "Times the input partitions were paused because too much was in flight.")                    \
     X(dropped, "order_worker_jobs_abandoned_total",                                                \
-      "Messages abandoned unacknowledged (revoked partition or shutdown); redelivered later.")
+      "Messages abandoned unacknowledged (revoked partition or shutdown); redelivered later.")     \
+    X(keys_reused, "order_worker_idempotency_keys_reused_total",                                   \
+      "Security events: a key sent again with a different request (IDEMPOTENCY_KEY_REUSED).")      \
+    X(keys_rejected, "order_worker_malformed_keys_total",                                          \
+      "Security events: messages rejected for a missing or malformed idempotency key.")
 
 #define OW_HIST_BUCKETS 14
 

@@ -29,6 +29,32 @@
 
 typedef struct ow_store ow_store;
 
+/* mysql.ssl_mode, with the meanings of the MySQL client's --ssl-mode
+ * (issue 11). */
+typedef enum {
+    OW_SSL_DISABLED = 0,    /* never TLS */
+    OW_SSL_PREFERRED,       /* TLS when the server offers it, no verification */
+    OW_SSL_REQUIRED,        /* TLS or no session; the certificate is not checked */
+    OW_SSL_VERIFY_CA,       /* and the server's chain must lead to mysql.ssl_ca */
+    OW_SSL_VERIFY_IDENTITY, /* and its certificate must name mysql.host */
+} ow_ssl_mode;
+
+/* TLS settings; NULL or "" = not set. */
+typedef struct {
+    ow_ssl_mode mode;
+    const char *ca;
+    const char *capath;
+    const char *cert;
+    const char *key;
+    const char *crl;
+    const char *tls_version;
+    const char *cipher;
+} ow_store_tls;
+
+/* "verify_ca" -> OW_SSL_VERIFY_CA; -1 for an unknown name. */
+int ow_ssl_mode_parse(const char *name);
+const char *ow_ssl_mode_name(ow_ssl_mode mode);
+
 typedef struct {
     const char *host;
     unsigned port;
@@ -37,6 +63,7 @@ typedef struct {
     const char *database;
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s; /* the in-progress wait */
+    ow_store_tls tls;
 } ow_store_params;
 
 typedef enum {
@@ -60,6 +87,9 @@ typedef struct {
     ow_result_code code;
     ow_buf body;  /* the result value; owned by the item */
     int replayed; /* 1 when body is a stored response published again */
+    /* KEY_REUSED: the first 8 hex digits of the recorded request's digest,
+     * for the security log (issue 11). */
+    char stored_digest8[9];
     /* Private to the store. */
     int64_t request_id;
     int ours;

@@ -150,6 +150,14 @@ static void test_finish_checks(void **state)
          "metrics.address: \"0.0.0\" is not an IPv4 or IPv6 address or localhost"},
         {"metrics.address = ::1::2\n",
          "metrics.address: \"::1::2\" is not an IPv4 or IPv6 address or localhost"},
+        {"mysql.ssl_mode = VERIFY_IDENTITY\n",
+         "mysql.ssl_mode: \"VERIFY_IDENTITY\" is not one of disabled, preferred, required, "
+         "verify_ca, verify_identity"},
+        {"mysql.ssl_mode = verify_identity\n",
+         "mysql.ssl_mode: verify_identity needs mysql.ssl_ca or mysql.ssl_capath"},
+        {"mysql.ssl_mode = verify_ca\nmysql.ssl_cert = c.pem\n",
+         "mysql.ssl_mode: verify_ca needs mysql.ssl_ca or mysql.ssl_capath"},
+        {"mysql.ssl_cert = c.pem\n", "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together"},
     };
 
     (void)state;
@@ -229,13 +237,28 @@ static void test_print_redacts_and_names_sources(void **state)
     assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
     assert_int_equal(ow_config_load_string(&cfg,
                                            "mysql.password = hunter2-secret\n"
-                                           "kafka.sasl.password = kafka-secret\n",
+                                           "kafka.sasl.password = kafka-secret\n"
+                                           "kafka.ssl.key.password = keypass-secret\n"
+                                           "kafka.ssl.key.pem = -----BEGIN PRIVATE KEY-----x\n"
+                                           "kafka.ssl.keystore.password = store-secret\n"
+                                           "kafka.security.protocol = SASL_SSL\n"
+                                           "mysql.ssl_mode = verify_identity\n"
+                                           "mysql.ssl_ca = /etc/ow/ca.pem\n",
                                            "w.conf", &err),
                      OW_OK);
     assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
     out = print_to_string(&cfg);
     assert_null(strstr(out, "hunter2-secret"));
     assert_null(strstr(out, "kafka-secret"));
+    /* Issue 11: key passwords and inline key material are secrets too. */
+    assert_null(strstr(out, "keypass-secret"));
+    assert_null(strstr(out, "BEGIN PRIVATE KEY"));
+    assert_null(strstr(out, "store-secret"));
+    assert_non_null(strstr(out, "kafka.ssl.key.pem = (redacted)"));
+    assert_non_null(strstr(out, "kafka.security.protocol = SASL_SSL"));
+    assert_non_null(strstr(out, "mysql.ssl_mode = verify_identity    # file (w.conf:7)"));
+    assert_non_null(strstr(out, "mysql.ssl_ca = /etc/ow/ca.pem"));
+    assert_non_null(strstr(out, "mysql.ssl_cert =     # default"));
     assert_non_null(strstr(out, "mysql.password = (redacted)    # file (w.conf:1)"));
     assert_non_null(strstr(out, "kafka.sasl.password = (redacted)"));
     assert_non_null(strstr(out, "mysql.host = db.internal    # environment"));

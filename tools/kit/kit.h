@@ -46,6 +46,9 @@ int kit_create_topic_with(const char *bootstrap, const char *topic, int partitio
  * configs go back to their defaults). */
 int kit_alter_topic_config(const char *bootstrap, const char *topic, const char *config,
                            const char *value);
+/* add = 1 creates, 0 deletes one LITERAL ALLOW ACL (see kit_kafka.c). */
+int kit_acl(const char *bootstrap, int add, const char *principal, const char *type,
+            const char *name, const char *op);
 /* A producer for the kit (idempotent, acks=all). */
 rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf);
 /* Produces one message asynchronously; key may be NULL. partition -1 = by key. */

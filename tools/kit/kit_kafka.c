@@ -13,6 +13,23 @@ static rd_kafka_conf_t *base_conf(const char *bootstrap)
 
     rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
     rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    /* OW_KIT_KAFKA_CONF="security.protocol=SSL,ssl.ca.location=..." reaches
+     * every client (the secure tier, issue 11, talks only TLS to its broker). */
+    if (getenv("OW_KIT_KAFKA_CONF") != NULL) {
+        char *copy = strdup(getenv("OW_KIT_KAFKA_CONF"));
+        char *save = NULL;
+
+        for (char *kv = strtok_r(copy, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
+            char *eq = strchr(kv, '=');
+
+            if (eq != NULL) {
+                *eq = '\0';
+                if (rd_kafka_conf_set(c, kv, eq + 1, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                    fprintf(stderr, "ow-kit: OW_KIT_KAFKA_CONF: %s\n", errstr);
+            }
+        }
+        free(copy);
+    }
     return c;
 }
 
@@ -361,5 +378,118 @@ int kit_committed(const char *bootstrap, const char *group, const char *topic, i
     rd_kafka_topic_partition_list_destroy(parts);
     if (rk != NULL)
         rd_kafka_destroy(rk);
+    return rc;
+}
+
+/* Adds or deletes one LITERAL ALLOW ACL for principal on any host (the
+ * secure tier, issue 11). type: topic, group, cluster (name kafka-cluster)
+ *; operation: read, write, describe, idempotent-write,
+ * create, all. */
+static int acl_enum(const char *type, const char *op, rd_kafka_ResourceType_t *rt,
+                    rd_kafka_AclOperation_t *ao)
+{
+    static const struct {
+        const char *name;
+        int v;
+    } types[] = {{"topic", RD_KAFKA_RESOURCE_TOPIC},
+                 {"group", RD_KAFKA_RESOURCE_GROUP},
+                 {"cluster", RD_KAFKA_RESOURCE_BROKER}},
+      ops[] = {{"read", RD_KAFKA_ACL_OPERATION_READ},
+               {"write", RD_KAFKA_ACL_OPERATION_WRITE},
+               {"describe", RD_KAFKA_ACL_OPERATION_DESCRIBE},
+               {"idempotent-write", RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE},
+               {"create", RD_KAFKA_ACL_OPERATION_CREATE},
+               {"all", RD_KAFKA_ACL_OPERATION_ALL}};
+    int found = 0;
+
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (strcmp(type, types[i].name) == 0) {
+            *rt = (rd_kafka_ResourceType_t)types[i].v;
+            found |= 1;
+        }
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        if (strcmp(op, ops[i].name) == 0) {
+            *ao = (rd_kafka_AclOperation_t)ops[i].v;
+            found |= 2;
+        }
+    return found == 3 ? 0 : -1;
+}
+
+int kit_acl(const char *bootstrap, int add, const char *principal, const char *type,
+            const char *name, const char *op)
+{
+    char errstr[256];
+    rd_kafka_ResourceType_t rt;
+    rd_kafka_AclOperation_t ao = RD_KAFKA_ACL_OPERATION_UNKNOWN;
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    rd_kafka_resp_err_t e;
+    int rc = -1;
+
+    if (acl_enum(type, op, &rt, &ao) != 0) {
+        fprintf(stderr, "kit: acl: unknown resource type %s or operation %s\n", type, op);
+        return -1;
+    }
+    rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    if (rk == NULL)
+        return -1;
+    q = rd_kafka_queue_new(rk);
+    if (add) {
+        rd_kafka_AclBinding_t *b =
+            rd_kafka_AclBinding_new(rt, name, RD_KAFKA_RESOURCE_PATTERN_LITERAL, principal, "*", ao,
+                                    RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr, sizeof(errstr));
+
+        rd_kafka_CreateAcls(rk, &b, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 15000);
+        rd_kafka_AclBinding_destroy(b);
+        if (ev != NULL) {
+            size_t cnt = 0;
+            const rd_kafka_CreateAcls_result_t *res = rd_kafka_event_CreateAcls_result(ev);
+            const rd_kafka_acl_result_t **r =
+                res != NULL ? rd_kafka_CreateAcls_result_acls(res, &cnt) : NULL;
+
+            e = rd_kafka_event_error(ev);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR && cnt == 1 &&
+                rd_kafka_acl_result_error(r[0]) == NULL)
+                rc = 0;
+            else
+                fprintf(stderr, "kit: CreateAcls: %s\n",
+                        e != RD_KAFKA_RESP_ERR_NO_ERROR ? rd_kafka_event_error_string(ev)
+                        : cnt == 1 ? rd_kafka_error_string(rd_kafka_acl_result_error(r[0]))
+                                   : "no result");
+        }
+    } else {
+        rd_kafka_AclBindingFilter_t *f = rd_kafka_AclBindingFilter_new(
+            rt, name, RD_KAFKA_RESOURCE_PATTERN_LITERAL, principal, "*", ao,
+            RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr, sizeof(errstr));
+
+        rd_kafka_DeleteAcls(rk, &f, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 15000);
+        rd_kafka_AclBinding_destroy(f);
+        if (ev != NULL) {
+            size_t cnt = 0, n = 0;
+            const rd_kafka_DeleteAcls_result_t *res = rd_kafka_event_DeleteAcls_result(ev);
+            const rd_kafka_DeleteAcls_result_response_t **r =
+                res != NULL ? rd_kafka_DeleteAcls_result_responses(res, &cnt) : NULL;
+
+            e = rd_kafka_event_error(ev);
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR && cnt == 1 &&
+                rd_kafka_DeleteAcls_result_response_error(r[0]) == NULL) {
+                rd_kafka_DeleteAcls_result_response_matching_acls(r[0], &n);
+                rc = n == 1 ? 0 : -1;
+                if (n != 1)
+                    fprintf(stderr, "kit: DeleteAcls matched %zu ACLs, expected 1\n", n);
+            } else {
+                fprintf(stderr, "kit: DeleteAcls failed\n");
+            }
+        }
+    }
+    if (ev == NULL)
+        fprintf(stderr, "kit: no answer to the ACL request\n");
+    else
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
     return rc;
 }

@@ -1,0 +1,231 @@
+/* Store: TLS to MySQL/MariaDB (issue 11).
+ *
+ * mysql.ssl_mode has the meanings of the MySQL client's --ssl-mode. MariaDB
+ * Connector/C (Debian's libmysqlclient) has no MYSQL_OPT_SSL_MODE; it has
+ * MYSQL_OPT_SSL_ENFORCE (try TLS), MYSQL_OPT_SSL_VERIFY_SERVER_CERT (chain
+ * and host name) and, when a CA is given, verifies the chain by itself. MySQL
+ * 8's libmysqlclient has only MYSQL_OPT_SSL_MODE. Whatever the library does,
+ * a mode from `required` up is also checked after the connect: a session
+ * without a cipher is closed and refused (docs/operations.md, "Deploying
+ * securely"). */
+#include <errmsg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/log.h"
+#include "store_internal.h"
+
+static const char *const mode_names[] = {"disabled", "preferred", "required", "verify_ca",
+                                         "verify_identity"};
+
+int ow_ssl_mode_parse(const char *name)
+{
+    for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++) {
+        if (strcmp(name, mode_names[i]) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+const char *ow_ssl_mode_name(ow_ssl_mode mode)
+{
+    if ((unsigned)mode >= sizeof(mode_names) / sizeof(mode_names[0]))
+        return "?";
+    return mode_names[mode];
+}
+
+static int set(const char *v)
+{
+    return v != NULL && *v != '\0';
+}
+
+static int dup_opt(const char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!set(src))
+        return OW_OK;
+    *dst = strdup(src);
+    return *dst != NULL ? OW_OK : OW_ENOMEM;
+}
+
+int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src)
+{
+    int rc = OW_OK;
+
+    memset(dst, 0, sizeof(*dst));
+    dst->mode = src->mode;
+    rc |= dup_opt(&dst->ca, src->ca);
+    rc |= dup_opt(&dst->capath, src->capath);
+    rc |= dup_opt(&dst->cert, src->cert);
+    rc |= dup_opt(&dst->key, src->key);
+    rc |= dup_opt(&dst->crl, src->crl);
+    rc |= dup_opt(&dst->tls_version, src->tls_version);
+    rc |= dup_opt(&dst->cipher, src->cipher);
+    if (rc != OW_OK) {
+        ow_store_tls_free(dst);
+        return OW_ENOMEM;
+    }
+    return OW_OK;
+}
+
+void ow_store_tls_free(ow_store_tls *t)
+{
+    free((char *)t->ca);
+    free((char *)t->capath);
+    free((char *)t->cert);
+    free((char *)t->key);
+    free((char *)t->crl);
+    free((char *)t->tls_version);
+    free((char *)t->cipher);
+    memset(t, 0, sizeof(*t));
+}
+
+static void file_options(MYSQL *db, const ow_store_tls *t)
+{
+    if (set(t->ca))
+        mysql_options(db, MYSQL_OPT_SSL_CA, t->ca);
+    if (set(t->capath))
+        mysql_options(db, MYSQL_OPT_SSL_CAPATH, t->capath);
+    if (set(t->cert))
+        mysql_options(db, MYSQL_OPT_SSL_CERT, t->cert);
+    if (set(t->key))
+        mysql_options(db, MYSQL_OPT_SSL_KEY, t->key);
+    if (set(t->crl))
+        mysql_options(db, MYSQL_OPT_SSL_CRL, t->crl);
+    if (set(t->tls_version))
+        mysql_options(db, MYSQL_OPT_TLS_VERSION, t->tls_version);
+    if (set(t->cipher))
+        mysql_options(db, MYSQL_OPT_SSL_CIPHER, t->cipher);
+}
+
+#ifdef MARIADB_BASE_VERSION
+void ow_store_tls_options(ow_store *s)
+{
+    ow_mybool on = 1;
+    ow_mybool verify = s->tls.mode == OW_SSL_VERIFY_IDENTITY;
+
+    if (s->tls.mode == OW_SSL_DISABLED)
+        return;
+    file_options(s->db, &s->tls);
+    /* Connector/C's "enforce" asks for TLS; it still falls back to plaintext
+     * when the server offers none, which is `preferred`. `required` and up
+     * are refused after the connect (ow_store_tls_check_session). */
+    mysql_options(s->db, MYSQL_OPT_SSL_ENFORCE, &on);
+    mysql_options(s->db, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+}
+#else
+void ow_store_tls_options(ow_store *s)
+{
+    static const unsigned modes[] = {SSL_MODE_DISABLED, SSL_MODE_PREFERRED, SSL_MODE_REQUIRED,
+                                     SSL_MODE_VERIFY_CA, SSL_MODE_VERIFY_IDENTITY};
+    unsigned mode = modes[s->tls.mode];
+
+    if (s->tls.mode != OW_SSL_DISABLED)
+        file_options(s->db, &s->tls);
+    mysql_options(s->db, MYSQL_OPT_SSL_MODE, &mode);
+}
+#endif
+
+/* One db_tls_failed line per process: every lane fails the same way. */
+static atomic_int tls_failure_logged;
+static atomic_int session_logged;
+static atomic_int refused_logged;
+static atomic_int handshake_losses; /* consecutive, process-wide */
+
+static int tls_fatal(ow_store *s, int code, const char *reason, ow_error *err)
+{
+    if (atomic_exchange(&tls_failure_logged, 1) == 0)
+        OW_LOG(OW_LOG_ERROR, "db_tls_failed", OW_F_STR("server", s->host),
+               OW_F_INT("port", s->port), OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)),
+               OW_F_INT("code", code), OW_F_STR("reason", reason));
+    return ow_error_set(err, OW_ERRCLASS_FATAL, code,
+                        "TLS to MySQL at %s:%u failed (mysql.ssl_mode=%s): %s", s->host, s->port,
+                        ow_ssl_mode_name(s->tls.mode), reason);
+}
+
+/* A certificate, a CA or a protocol mismatch does not heal by itself:
+ * retrying it forever would look like an outage (issue 11). Connector/C
+ * reports every failed handshake and verification as 2026. */
+int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err)
+{
+    if (s->tls.mode == OW_SSL_DISABLED)
+        return OW_OK;
+    if (e == CR_SSL_CONNECTION_ERROR)
+        return tls_fatal(s, (int)e, mysql_error(s->db), err);
+    /* With TLS 1.3 the server checks the client certificate after the
+     * client's side of the handshake; a rejected one (expired, revoked,
+     * another CA) may then show as a connection lost while "sending
+     * authentication information", which is also what a server restart
+     * looks like. Seen in the secure tier: three in a row is the
+     * certificate, not an outage. */
+    if (e == CR_SERVER_LOST && set(s->tls.cert) &&
+        strstr(mysql_error(s->db), "authentication") != NULL) {
+        if (atomic_fetch_add(&handshake_losses, 1) + 1 >= 3)
+            return tls_fatal(s, (int)e,
+                             "the server closed the connection during the TLS handshake three "
+                             "times in a row: is mysql.ssl_cert expired, revoked or signed by a CA "
+                             "the server does not trust?",
+                             err);
+        return OW_OK;
+    }
+    atomic_store(&handshake_losses, 0);
+    return OW_OK;
+}
+
+int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err)
+{
+    if (atomic_exchange(&refused_logged, 1) == 0)
+        OW_LOG(OW_LOG_ERROR, "db_connect_failed", OW_F_STR("server", s->host),
+               OW_F_INT("port", s->port), OW_F_STR("user", s->user),
+               OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)), OW_F_INT("code", e),
+               OW_F_STR("error", mysql_error(s->db)));
+    return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
+                        "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port, s->user,
+                        mysql_error(s->db));
+}
+
+static int loopback(const char *host)
+{
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+           strcmp(host, "::1") == 0;
+}
+
+static const char *tls_version(MYSQL *db)
+{
+    const char *v = NULL;
+
+#ifdef MARIADB_BASE_VERSION
+    if (mariadb_get_infov(db, MARIADB_CONNECTION_TLS_VERSION, &v) != 0)
+        v = NULL;
+#else
+    (void)db;
+#endif
+    return v != NULL ? v : "unknown";
+}
+
+int ow_store_tls_check_session(ow_store *s, ow_error *err)
+{
+    const char *cipher = mysql_get_ssl_cipher(s->db);
+    int first = atomic_exchange(&session_logged, 1) == 0;
+
+    atomic_store(&handshake_losses, 0);
+    if (cipher == NULL && s->tls.mode >= OW_SSL_REQUIRED)
+        return tls_fatal(s, 0, "the server did not start TLS (does it have a certificate?)", err);
+    if (cipher == NULL) {
+        if (first && s->tls.mode == OW_SSL_PREFERRED && !loopback(s->host))
+            OW_LOG(OW_LOG_WARN, "db_plaintext", OW_F_STR("server", s->host),
+                   OW_F_INT("port", s->port), OW_F_STR("ssl_mode", "preferred"),
+                   OW_F_STR("hint",
+                            "the session is unencrypted; set mysql.ssl_mode=verify_identity "
+                            "and mysql.ssl_ca"));
+        OW_LOG(first ? OW_LOG_INFO : OW_LOG_DEBUG, "db_session", OW_F_STR("server", s->host),
+               OW_F_INT("port", s->port), OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)),
+               OW_F_STR("tls", "none"));
+        return OW_OK;
+    }
+    OW_LOG(first ? OW_LOG_INFO : OW_LOG_DEBUG, "db_session", OW_F_STR("server", s->host),
+           OW_F_INT("port", s->port), OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)),
+           OW_F_STR("tls", tls_version(s->db)), OW_F_STR("cipher", cipher));
+    return OW_OK;
+}
