@@ -728,6 +728,8 @@ static void clear_decisions(ow_store_item *items, size_t n)
 /* After a deadlock or a lock wait the next call goes one item at a time. */
 static int remember_race(ow_store *s, int rc, const ow_error *err)
 {
+    if (rc != OW_OK && err->code == OW_ER_LOCK_DEADLOCK)
+        s->stats.deadlocks++;
     s->next_one_at_a_time =
         rc != OW_OK && (err->code == OW_ER_LOCK_DEADLOCK || err->code == OW_ER_LOCK_WAIT_TIMEOUT);
     return rc;

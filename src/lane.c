@@ -223,6 +223,7 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
     int64_t t0 = ow_clock_mono_us();
 
     for (unsigned attempt = 0;; attempt++) {
+        uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
         ow_error err;
         int rc = ow_store_decide(l->store, b->items, *nv, 0, &err);
 
@@ -234,6 +235,7 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
             return OW_OK;
         }
         OW_COUNT(retries[err.cls < 4 ? err.cls : 0], 1);
+        OW_COUNT(deadlocks, ow_store_get_stats(l->store)->deadlocks - deadlocks);
         if (err.cls != OW_ERRCLASS_RETRIABLE) {
             OW_LOG(OW_LOG_ERROR, "db_fatal", OW_F_INT("lane", l->index), OW_F_INT("code", err.code),
                    OW_F_STR("error", err.msg));

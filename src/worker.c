@@ -427,9 +427,13 @@ static void metrics_extra(ow_buf *out, void *opaque)
                    "order_worker_assigned_partitions %d\n"
                    "# HELP order_worker_database_up 1 when the last database round trip worked.\n"
                    "# TYPE order_worker_database_up gauge\norder_worker_database_up %d\n"
+                   "# HELP order_worker_broker_up 1 when the last broker check (every second) "
+                   "was answered.\n"
+                   "# TYPE order_worker_broker_up gauge\norder_worker_broker_up %d\n"
                    "# HELP order_worker_input_paused 1 while backpressure pauses the input.\n"
                    "# TYPE order_worker_input_paused gauge\norder_worker_input_paused %d\n",
-                   atomic_load(&w->assigned), atomic_load(&w->rs.db_ok), w->paused);
+                   atomic_load(&w->assigned), atomic_load(&w->rs.db_ok), atomic_load(&w->broker_ok),
+                   w->paused);
 }
 
 static int ready(ow_buf *why, void *opaque)

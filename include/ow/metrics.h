@@ -25,6 +25,8 @@
     X(outputs_too_large, "order_worker_outputs_too_large_total",                                   \
       "Outputs refused for their size and replaced by an OUTPUT_TOO_LARGE dead-letter notice.")    \
     X(transactions, "order_worker_db_transactions_total", "Database transactions run.")            \
+    X(deadlocks, "order_worker_db_deadlocks_total",                                                \
+      "Deciding transactions the database chose as a deadlock victim (retried one by one).")       \
     X(batch_fallbacks, "order_worker_batch_fallbacks_total",                                       \
       "Micro-batches redone one message at a time after a race.")                                  \
     X(offsets_stored, "order_worker_offsets_stored_total",                                         \

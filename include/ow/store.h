@@ -100,6 +100,7 @@ typedef struct {
     uint64_t batch_fallbacks; /* micro-batches redone one message at a time */
     uint64_t order_races;     /* 1062 on an order insert: a concurrent creator */
     uint64_t id_collisions;
+    uint64_t deadlocks; /* decide calls the server chose as a deadlock victim (1213) */
 } ow_store_stats;
 
 struct ow_config;

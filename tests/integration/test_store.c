@@ -465,6 +465,8 @@ static void test_three_sessions_first_rolls_back(void **state)
         fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
+    /* The deadlock was seen and counted (order_worker_db_deadlocks_total). */
+    assert_true(ow_store_get_stats(s1)->deadlocks + ow_store_get_stats(s2)->deadlocks >= 1);
     testmsg_free(&a);
     testmsg_free(&b);
     ow_store_free(&s1);
