@@ -4,11 +4,14 @@
 #
 #   (a) Debian packages (apt-get), only those missing;
 #   (b) the Apache Kafka broker jars, fetched with Maven into
-#       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh).
+#       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh);
+#   (c) the AsyncAPI parser, `npm ci` in tools/contract (pinned by its
+#       package-lock.json; used by the contract tier).
 #
 # Environment:
 #   OW_DEPS_SKIP_APT=1        skip step (a)
 #   OW_DEPS_SKIP_KAFKA=1      skip step (b)
+#   OW_DEPS_SKIP_NPM=1        skip step (c)
 #   OW_DEPS_KAFKA_OPTIONAL=1  if the Maven fetch fails, warn and exit 0
 #                             (services.sh then falls back to the mock broker)
 set -euo pipefail
@@ -26,6 +29,7 @@ PACKAGES=(
   gnuplot-nox curl kcat jq
   openjdk-17-jre-headless maven
   systemd
+  nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
 
 say() { printf 'deps: %s\n' "$*"; }
@@ -141,5 +145,32 @@ fetch_kafka_jars() {
   say "kafka: cached $n jars in ${cache#"$REPO_ROOT"/}/jars ($((SECONDS - t0)) s)"
 }
 
+# The AsyncAPI parser for the contract tier (issue 15), pinned by
+# tools/contract/package-lock.json; node_modules is rebuilt only when the
+# lock file changed.
+install_npm_tools() {
+  local dir="$REPO_ROOT/tools/contract"
+  if [[ ${OW_DEPS_SKIP_NPM:-0} == 1 ]]; then
+    say "npm: skipped (OW_DEPS_SKIP_NPM=1)"
+    return 0
+  fi
+  if cmp -s "$dir/package-lock.json" "$dir/node_modules/.ow-lock" 2>/dev/null; then
+    say "npm: tools/contract already installed"
+    return 0
+  fi
+  # Debian's nodejs comes without npm (NodeSource's includes it).
+  if ! command -v npm >/dev/null 2>&1; then
+    as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends npm \
+      || die "apt-get install npm failed"
+  fi
+  local t0=$SECONDS
+  (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+    || die "npm ci failed in tools/contract"
+  cp "$dir/package-lock.json" "$dir/node_modules/.ow-lock"
+  say "npm: installed tools/contract ($((SECONDS - t0)) s)"
+}
+
 install_packages
+install_npm_tools
 fetch_kafka_jars
