@@ -6,12 +6,15 @@
 #   (b) the Apache Kafka broker jars, fetched with Maven into
 #       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh);
 #   (c) the AsyncAPI parser, `npm ci` in tools/contract (pinned by its
-#       package-lock.json; used by the contract tier).
+#       package-lock.json; used by the contract tier);
+#   (d) the Maven artifacts of examples/java (one online build; the e2e
+#       tier then builds it offline).
 #
 # Environment:
 #   OW_DEPS_SKIP_APT=1        skip step (a)
 #   OW_DEPS_SKIP_KAFKA=1      skip step (b)
 #   OW_DEPS_SKIP_NPM=1        skip step (c)
+#   OW_DEPS_SKIP_EXAMPLES=1   skip step (d)
 #   OW_DEPS_KAFKA_OPTIONAL=1  if the Maven fetch fails, warn and exit 0
 #                             (services.sh then falls back to the mock broker)
 set -euo pipefail
@@ -26,8 +29,8 @@ PACKAGES=(
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client
   clang clang-format libclang-rt-14-dev valgrind
-  gnuplot-nox curl kcat jq
-  openjdk-17-jre-headless maven
+  gnuplot-nox curl kcat jq apache2-utils
+  openjdk-17-jre-headless openjdk-17-jdk-headless maven
   systemd
   nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
@@ -171,6 +174,35 @@ install_npm_tools() {
   say "npm: installed tools/contract ($((SECONDS - t0)) s)"
 }
 
+# The Java client example's dependencies and plugins, into ~/.m2 (issue 15).
+# Redone only when its pom.xml changed (the stamp holds the pom's hash).
+fetch_example_artifacts() {
+  local pom="$REPO_ROOT/examples/java/pom.xml" stamp="$REPO_ROOT/.cache/examples-java.stamp" sum
+  if [[ ${OW_DEPS_SKIP_EXAMPLES:-0} == 1 ]]; then
+    say "examples: skipped (OW_DEPS_SKIP_EXAMPLES=1)"
+    return 0
+  fi
+  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
+  if [[ -f $stamp && $(cat "$stamp") == "$sum" ]]; then
+    say "examples: Maven artifacts of examples/java already fetched"
+    return 0
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn not found (package maven)"
+  local t0=$SECONDS tmp
+  tmp="$(mktemp -d)"
+  if ! mvn -q -B -Dstyle.color=never -f "$pom" -DbuildDirectory="$tmp" compile \
+        dependency:build-classpath -Dmdep.outputFile="$tmp/classpath.txt" >"$tmp/mvn.log" 2>&1; then
+    tail -n 30 "$tmp/mvn.log" >&2 || true
+    rm -rf "$tmp"
+    die "Maven could not build examples/java (log above)"
+  fi
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$stamp")"
+  printf '%s\n' "$sum" >"$stamp"
+  say "examples: fetched the Maven artifacts of examples/java ($((SECONDS - t0)) s)"
+}
+
 install_packages
 install_npm_tools
 fetch_kafka_jars
+fetch_example_artifacts

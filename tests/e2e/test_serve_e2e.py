@@ -23,24 +23,13 @@ import threading
 import time
 import unittest
 
+from owstack import BIN, LOGS, PORT, Stack, configured, sql
+
 SRC = sys.argv[1] if len(sys.argv) > 1 else "."
-BIN = os.environ.get("OW_TEST_WORKER_BIN", "")
-BUILD = os.path.dirname(BIN)
-LOGS = os.environ.get("OW_TEST_LOG_DIR", "/tmp")
-PORT = os.environ.get("OW_TEST_MYSQL_PORT", "")
-BOOT = os.environ.get("OW_TEST_KAFKA_BOOTSTRAP", "")
-SFX = f"{os.getpid()}_{int(time.time())}"
-DB = f"serve_{SFX}"
+STACK = Stack("serve")
 API_USER = f"ow_api_{os.getpid()}"
 API_PW = "a-" + secrets.token_hex(8)
 TOKEN = secrets.token_hex(24)
-TOPICS = {"in": f"serve-in-{SFX}", "out": f"serve-out-{SFX}", "dlq": f"serve-dlq-{SFX}"}
-
-
-def sql(stmt):
-    out = subprocess.run(["mariadb", "-h127.0.0.1", f"-P{PORT}", "-uroot", "-N", "-B", "-e", stmt],
-                         check=True, capture_output=True, text=True)
-    return out.stdout
 
 
 def free_port():
@@ -49,28 +38,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker_env():
-    env = dict(os.environ)
-    env.update({
-        "ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS": BOOT,
-        "ORDER_WORKER_KAFKA_GROUP_ID": f"serve-group-{SFX}",
-        "ORDER_WORKER_TOPIC_INPUT": TOPICS["in"],
-        "ORDER_WORKER_TOPIC_RESULTS": TOPICS["out"],
-        "ORDER_WORKER_TOPIC_DLQ": TOPICS["dlq"],
-        "ORDER_WORKER_MYSQL_HOST": "127.0.0.1",
-        "ORDER_WORKER_MYSQL_PORT": PORT,
-        "ORDER_WORKER_MYSQL_USER": "root",
-        "ORDER_WORKER_MYSQL_PASSWORD": "",
-        "ORDER_WORKER_MYSQL_DATABASE": DB,
-    })
-    return env
-
-
 def send(user, key, doc):
     """`order-worker send --wait`: returns the published result bytes."""
     out = subprocess.run([BIN, "send", "--user", str(user), "--key", key, "-", "--wait",
                           "--timeout-ms", "60000"], input=json.dumps(doc).encode(),
-                         env=worker_env(), capture_output=True, timeout=90)
+                         env=STACK.env(), capture_output=True, timeout=90)
     if out.returncode != 0:
         raise AssertionError(f"send failed: {out.stderr.decode()}")
     return out.stdout.rstrip(b"\n"), out.stderr.decode()
@@ -78,13 +50,13 @@ def send(user, key, doc):
 
 def start_serve(name, extra):
     port = free_port()
-    conf = os.path.join(LOGS, f"{name}-{SFX}.conf")
-    tokf = os.path.join(LOGS, f"{name}-{SFX}.token")
+    conf = os.path.join(LOGS, f"{name}-{os.getpid()}.conf")
+    tokf = os.path.join(LOGS, f"{name}-{os.getpid()}.token")
     with open(tokf, "w") as f:
         f.write(TOKEN + "\n")
     os.chmod(tokf, 0o600)
     lines = [f"mysql.port = {PORT}", f"mysql.user = {API_USER}", f"mysql.password = {API_PW}",
-             f"mysql.database = {DB}", f"api.port = {port}", f"api.token_file = {tokf}",
+             f"mysql.database = {STACK.db}", f"api.port = {port}", f"api.token_file = {tokf}",
              "log.level = debug"] + extra
     with open(conf, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -123,20 +95,12 @@ def db_touches():
 class ServeE2E(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not (BIN and PORT and BOOT):
+        if not configured():
             raise unittest.SkipTest("run through scripts/test.sh (OW_TEST_* not set)")
-        sql(f"CREATE DATABASE {DB}")
-        env = worker_env()
-        subprocess.run([BIN, "migrate"], env=env, check=True, capture_output=True)
+        STACK.create()
         sql(f"SET @api_user='{API_USER}', @api_host='%', @api_password='{API_PW}', "
-            f"@api_database='{DB}'; SOURCE {SRC}/sql/api_user.sql;")
+            f"@api_database='{STACK.db}'; SOURCE {SRC}/sql/api_user.sql;")
         sql("SET GLOBAL userstat = 1")
-        kit = os.path.join(BUILD, "ow-kit")
-        for t, n in (("in", 2), ("out", 2), ("dlq", 1)):
-            subprocess.run([kit, "create-topic", BOOT, TOPICS[t], str(n)], check=True,
-                           capture_output=True)
-        with open(os.path.join(LOGS, "serve-worker.log"), "ab") as log:
-            cls.worker = subprocess.Popen([BIN, "run"], env=env, stderr=log)
         cls.first = {"user_id": 42, "orders": [
             {"external_order_no": "S-001", "amount": "19.90", "product_id": 101}]}
         cls.created, _ = send(42, "serve-first", cls.first)
@@ -151,18 +115,17 @@ class ServeE2E(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for p in (getattr(cls, "serve", None), getattr(cls, "worker", None)):
-            if p is not None:
-                p.terminate()
-                try:
-                    rc = p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    rc = p.wait()
-                if rc != 0:
-                    print(f"process {p.args[1]} exited {rc}", file=sys.stderr)
-        if PORT:
-            sql(f"DROP DATABASE IF EXISTS {DB}; DROP USER IF EXISTS '{API_USER}'@'%'")
+        serve = getattr(cls, "serve", None)  # None when test_11 stopped it
+        if serve is not None:
+            serve.terminate()
+            try:
+                print(f"serve exited {serve.wait(30)}", file=sys.stderr)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait()
+        print(f"worker exited {STACK.destroy()}", file=sys.stderr)
+        if configured():
+            sql(f"DROP USER IF EXISTS '{API_USER}'@'%'")
 
     def test_01_found_is_the_published_bytes(self):
         self.assertIn(b'"code":"CREATED"', self.created)
@@ -329,6 +292,12 @@ class ServeE2E(unittest.TestCase):
         self.assertEqual(status, 201)
         self.assertEqual(body, self.created)
         self.assertIsNone(self.serve.poll(), "serve exited while the database was down")
+
+
+    def test_11_sigterm_stops_it_cleanly(self):
+        self.serve.terminate()
+        self.assertEqual(self.serve.wait(30), 0)
+        type(self).serve = None
 
 
 def run():
