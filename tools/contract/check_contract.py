@@ -18,6 +18,7 @@ Prints one line per failure and a summary; exits 1 on any failure.
 """
 import hashlib
 import json
+import os
 import re
 import sys
 
@@ -218,7 +219,8 @@ def main(argv):
     check_digest(c)
     digest = doc["info"]["x-request-digest"]["example-digest"]
     md = {p: check_markdown(c, p, digest) for p in markdown}
-    summary = [f"{n_doc} document examples"] + [f"{n} json blocks in {p}" for p, n in md.items()]
+    summary = [f"{n_doc} document examples"] + [
+        f"{n} examples in {os.path.relpath(p)}" for p, n in md.items()]
     if capture is not None:
         counts, codes = check_capture(c, capture)
         if counts["result"] == 0 or counts["dead_letter"] == 0:
