@@ -92,7 +92,8 @@ static const config_row config_table[] = {
     {"api.threads", CT_INT, 1, 64, "4", 0, ROW_OFF(api_threads),
      "Serving threads of the query service, each with its own database connection."},
     {"api.max_connections", CT_INT, 1, 10000, "512", 0, ROW_OFF(api_max_connections),
-     "Most simultaneous client connections of the query service; more are refused."},
+     "Most simultaneous client connections of the query service; more wait to be "
+     "accepted."},
     {"api.request_timeout_s", CT_INT, 1, 300, "10", 0, ROW_OFF(api_request_timeout_s),
      "Seconds a query-service connection may stay idle or slow before it is closed."},
     {"api.rate_limit", CT_INT, 0, 1000000, "100", 0, ROW_OFF(api_rate_limit),
