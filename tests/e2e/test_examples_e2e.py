@@ -44,16 +44,21 @@ def topics():
             "--results-topic", STACK.topics["out"]]
 
 
+JAVA_CP = []
+
+
 def java(extra):
-    jdir = os.path.join(SRC, "examples", "java")
-    target = os.path.join(LOGS, "example-java-target")
-    # Offline: scripts/deps.sh fetched every artifact on its first run.
-    run("java-build", ["mvn", "-o", "-B", "-q", "-f", os.path.join(jdir, "pom.xml"),
-                       f"-DbuildDirectory={target}", "compile", "dependency:build-classpath",
-                       f"-Dmdep.outputFile={target}/classpath.txt"])
-    with open(os.path.join(target, "classpath.txt")) as f:
-        cp = f"{target}/classes:{f.read().strip()}"
-    return run("java", ["java", "-cp", cp, "example.OrderClient"] + topics() + extra)
+    """Builds the Java example once (offline: scripts/deps.sh fetched every
+    artifact on its first run), then runs it with extra arguments."""
+    if not JAVA_CP:
+        jdir = os.path.join(SRC, "examples", "java")
+        target = os.path.join(LOGS, "example-java-target")
+        run("java-build", ["mvn", "-o", "-B", "-q", "-f", os.path.join(jdir, "pom.xml"),
+                           f"-DbuildDirectory={target}", "compile", "dependency:build-classpath",
+                           f"-Dmdep.outputFile={target}/classpath.txt"])
+        with open(os.path.join(target, "classpath.txt")) as f:
+            JAVA_CP.append(f"{target}/classes:{f.read().strip()}")
+    return run("java", ["java", "-cp", JAVA_CP[0], "example.OrderClient"] + topics() + extra)
 
 
 class Examples(unittest.TestCase):
