@@ -4,11 +4,17 @@
 #
 #   (a) Debian packages (apt-get), only those missing;
 #   (b) the Apache Kafka broker jars, fetched with Maven into
-#       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh).
+#       <repo>/.cache/kafka/<version>/jars (used by scripts/services.sh);
+#   (c) the AsyncAPI parser, `npm ci` in tools/contract (pinned by its
+#       package-lock.json; used by the contract tier);
+#   (d) the Maven artifacts of examples/java (one online build; the e2e
+#       tier then builds it offline).
 #
 # Environment:
 #   OW_DEPS_SKIP_APT=1        skip step (a)
 #   OW_DEPS_SKIP_KAFKA=1      skip step (b)
+#   OW_DEPS_SKIP_NPM=1        skip step (c)
+#   OW_DEPS_SKIP_EXAMPLES=1   skip step (d)
 #   OW_DEPS_KAFKA_OPTIONAL=1  if the Maven fetch fails, warn and exit 0
 #                             (services.sh then falls back to the mock broker)
 set -euo pipefail
@@ -23,10 +29,11 @@ PACKAGES=(
   libcmocka-dev libmicrohttpd-dev
   mariadb-server mariadb-client
   clang clang-format libclang-rt-14-dev valgrind
-  gnuplot-nox curl kcat jq openssl
-  openjdk-17-jre-headless maven
+  gnuplot-nox curl kcat jq openssl apache2-utils
+  openjdk-17-jre-headless openjdk-17-jdk-headless maven
   systemd
   prometheus dpkg-dev lintian
+  nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
 
 say() { printf 'deps: %s\n' "$*"; }
@@ -160,5 +167,61 @@ fetch_kafka_jars() {
   say "kafka: cached $n jars in ${cache#"$REPO_ROOT"/}/jars ($((SECONDS - t0)) s)"
 }
 
+# The AsyncAPI parser for the contract tier (issue 15), pinned by
+# tools/contract/package-lock.json; node_modules is rebuilt only when the
+# lock file changed.
+install_npm_tools() {
+  local dir="$REPO_ROOT/tools/contract"
+  if [[ ${OW_DEPS_SKIP_NPM:-0} == 1 ]]; then
+    say "npm: skipped (OW_DEPS_SKIP_NPM=1)"
+    return 0
+  fi
+  if cmp -s "$dir/package-lock.json" "$dir/node_modules/.ow-lock" 2>/dev/null; then
+    say "npm: tools/contract already installed"
+    return 0
+  fi
+  # Debian's nodejs comes without npm (NodeSource's includes it).
+  if ! command -v npm >/dev/null 2>&1; then
+    as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends npm \
+      || die "apt-get install npm failed"
+  fi
+  local t0=$SECONDS
+  (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+    || die "npm ci failed in tools/contract"
+  cp "$dir/package-lock.json" "$dir/node_modules/.ow-lock"
+  say "npm: installed tools/contract ($((SECONDS - t0)) s)"
+}
+
+# The Java client example's dependencies and plugins, into ~/.m2 (issue 15).
+# Redone only when its pom.xml changed (the stamp holds the pom's hash).
+fetch_example_artifacts() {
+  local pom="$REPO_ROOT/examples/java/pom.xml" stamp="$REPO_ROOT/.cache/examples-java.stamp" sum
+  if [[ ${OW_DEPS_SKIP_EXAMPLES:-0} == 1 ]]; then
+    say "examples: skipped (OW_DEPS_SKIP_EXAMPLES=1)"
+    return 0
+  fi
+  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
+  if [[ -f $stamp && $(cat "$stamp") == "$sum" ]]; then
+    say "examples: Maven artifacts of examples/java already fetched"
+    return 0
+  fi
+  command -v mvn >/dev/null 2>&1 || die "mvn not found (package maven)"
+  local t0=$SECONDS tmp
+  tmp="$(mktemp -d)"
+  if ! mvn -q -B -Dstyle.color=never -f "$pom" -DbuildDirectory="$tmp" compile \
+        dependency:build-classpath -Dmdep.outputFile="$tmp/classpath.txt" >"$tmp/mvn.log" 2>&1; then
+    tail -n 30 "$tmp/mvn.log" >&2 || true
+    rm -rf "$tmp"
+    die "Maven could not build examples/java (log above)"
+  fi
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$stamp")"
+  printf '%s\n' "$sum" >"$stamp"
+  say "examples: fetched the Maven artifacts of examples/java ($((SECONDS - t0)) s)"
+}
+
 install_packages
+install_npm_tools
 fetch_kafka_jars
+fetch_example_artifacts

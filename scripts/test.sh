@@ -7,7 +7,11 @@
 # Tiers, in order (OW_TEST_TIERS selects some, e.g. OW_TEST_TIERS="unit e2e"):
 #   unit         cmocka tests of the pure modules and the CLI (no services)
 #   integration  cmocka tests against MariaDB (and librdkafka's mock cluster)
-#   e2e          the built binary against Apache Kafka and MariaDB
+#   e2e          the built binary against Apache Kafka and MariaDB, the client
+#                examples (examples/), the query service (`serve`)
+#   contract     docs/asyncapi.yaml through the AsyncAPI parser; every example
+#                and every result and dead letter the e2e tier read against
+#                its schemas (scripts/contract.sh)
 #   sanitize     unit + integration again under ASan + UBSan
 #   valgrind     a short end-to-end run with the workers under memcheck
 #   secure       scripts/secure.sh: TLS-only MariaDB and Kafka (SSL, SASL_SSL, ACLs),
@@ -23,7 +27,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e sanitize valgrind alerts secure fuzz chaos}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure fuzz chaos}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -64,6 +68,10 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithD
 cmake --build "$BUILD"
 mkdir -p "$LOGS"
 export OW_TEST_LOG_DIR="$LOGS"
+# The e2e tier appends every result and dead letter it reads here (issue 15);
+# the contract tier validates them.
+CAPTURE="$LOGS/contract-capture.jsonl"
+rm -f "$CAPTURE"
 
 start_services() {
   OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all
@@ -114,12 +122,19 @@ has_tier package && script_tier package "$ROOT/scripts/package-test.sh"
 if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind || has_tier alerts; then
   start_services
   has_tier integration && ctest_tier integration
-  has_tier e2e && ctest_tier e2e
+  has_tier e2e && OW_TEST_CONTRACT_CAPTURE="$CAPTURE" ctest_tier e2e
   has_tier sanitize && script_tier sanitize "$ROOT/scripts/sanitize.sh"
   has_tier valgrind && script_tier valgrind "$ROOT/scripts/valgrind.sh"
   # Last: it stops and restarts the database.
   has_tier alerts && OW_BUILD_DIR="$BUILD" script_tier alerts "$ROOT/scripts/alerts-test.sh"
   stop_services
+fi
+if has_tier contract; then
+  if has_tier e2e; then
+    script_tier contract "$ROOT/scripts/contract.sh" "$CAPTURE"
+  else
+    script_tier contract "$ROOT/scripts/contract.sh"
+  fi
 fi
 # Starts and stops its own TLS-only services (in .run/secure).
 has_tier secure && script_tier secure "$ROOT/scripts/secure.sh"

@@ -107,6 +107,23 @@ static const config_row config_table[] = {
      "literal, or localhost (127.0.0.1)."},
     {"metrics.port", CT_INT, 0, 65535, "0", 0, ROW_OFF(metrics_port),
      "Port of the HTTP endpoint; 0 disables it."},
+    /* The result query service, `order-worker serve` (issue 15). */
+    {"api.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(api_address),
+     "Address the query service (serve) binds to; loopback unless a proxy needs more."},
+    {"api.port", CT_INT, 1, 65535, "8480", 0, ROW_OFF(api_port), "Port of the query service."},
+    {"api.token_file", CT_STRING, 0, 0, "", 0, ROW_OFF(api_token_file),
+     "File holding the bearer token clients of the query service must send (one line; "
+     "required by serve)."},
+    {"api.threads", CT_INT, 1, 64, "4", 0, ROW_OFF(api_threads),
+     "Serving threads of the query service, each with its own database connection."},
+    {"api.max_connections", CT_INT, 1, 10000, "512", 0, ROW_OFF(api_max_connections),
+     "Most simultaneous client connections of the query service; more wait to be "
+     "accepted."},
+    {"api.request_timeout_s", CT_INT, 1, 300, "10", 0, ROW_OFF(api_request_timeout_s),
+     "Seconds a query-service connection may stay idle or slow before it is closed."},
+    {"api.rate_limit", CT_INT, 0, 1000000, "100", 0, ROW_OFF(api_rate_limit),
+     "Requests per second one client address may make to the query service (bursts of "
+     "as many); more get 429. 0 = no limit."},
 };
 
 #define N_ROWS (sizeof(config_table) / sizeof(config_table[0]))

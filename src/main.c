@@ -45,6 +45,7 @@ const ow_command ow_commands[] = {
      ow_help_send},
     {"config", "print the effective configuration or the key reference", ow_cmd_config,
      ow_help_config},
+    {"serve", "answer result and order queries over HTTP (read-only)", ow_cmd_serve, ow_help_serve},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -344,6 +344,57 @@ int ow_admin_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_le
     return rc;
 }
 
+static const char *const sql_order_by_ext =
+    "SELECT id, order_no, external_order_no, amount, product_id, quantity FROM orders "
+    "WHERE user_id = ? AND external_order_no = ?";
+
+/* One row, read outside any explicit transaction: a single statement sees
+ * one snapshot by itself. */
+int ow_admin_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext_len,
+                       ow_admin_order *out, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    order_cols c;
+    int frc;
+    int rc;
+
+    if (ext_len == 0 || ext_len > OW_EXT_NO_MAX)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "external_order_no: must be 1 to %d bytes", OW_EXT_NO_MAX);
+    rc = ow_store_connect(s, err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql_order_by_ext, &st, err);
+    if (rc == OW_OK) {
+        ow_params_reset(&s->params);
+        if (ow_params_reserve(&s->params, 2) != OW_OK)
+            rc = ow_store_oom(err);
+    }
+    if (rc == OW_OK) {
+        ow_param_int(&s->params, user_id);
+        ow_param_bytes(&s->params, ext, ext_len);
+        rc = ow_store_execute(s, st, &s->params, "look up order", err);
+    }
+    if (rc == OW_OK) {
+        bind_order_cols(&c);
+        if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
+            rc = ow_store_fail(s, mysql_stmt_errno(st), "look up order", err);
+    }
+    if (rc == OW_OK) {
+        frc = mysql_stmt_fetch(st);
+        if (frc == MYSQL_NO_DATA)
+            rc = OW_ENOTFOUND;
+        else if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            rc = ow_store_fail(s, mysql_stmt_errno(st), "look up order", err);
+        else
+            take_order(&c, out);
+        mysql_stmt_free_result(st);
+    }
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_store_rollback(s);
+    return rc;
+}
+
 /* --- purge --------------------------------------------------------------- */
 
 static const char *const sql_cutoff = "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS DATETIME(6))";

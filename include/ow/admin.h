@@ -72,6 +72,12 @@ void ow_admin_record_cleanup(ow_admin_record *r);
 int ow_admin_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_len,
                     ow_admin_record *out, ow_error *err);
 
+/* One order by its business key (user_id, external_order_no), for the
+ * query service (issue 15). Returns 0, OW_ENOTFOUND (err untouched), or an
+ * error. */
+int ow_admin_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext_len,
+                       ow_admin_order *out, ow_error *err);
+
 /* --- purge --------------------------------------------------------------- */
 
 #define OW_PURGE_BATCH_DEFAULT 1000

@@ -57,6 +57,7 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_audit(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_send(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_config(int argc, char **argv, const volatile sig_atomic_t *stop);
+int ow_cmd_serve(int argc, char **argv, const volatile sig_atomic_t *stop);
 void ow_help_run(void);
 void ow_help_migrate(void);
 void ow_help_lookup(void);
@@ -64,6 +65,7 @@ void ow_help_purge(void);
 void ow_help_audit(void);
 void ow_help_send(void);
 void ow_help_config(void);
+void ow_help_serve(void);
 /* The configuration key reference, as `order-worker --help` ends. */
 void ow_help_config_keys(void);
 

@@ -73,6 +73,14 @@ typedef struct ow_config {
     int64_t log_level;
     char *metrics_address;
     int64_t metrics_port;
+    /* Query service (serve) */
+    char *api_address;
+    int64_t api_port;
+    char *api_token_file;
+    int64_t api_threads;
+    int64_t api_max_connections;
+    int64_t api_request_timeout_s;
+    int64_t api_rate_limit;
 
     /* kafka.* keys that are not in the table, in the order first seen. */
     ow_config_kv passthrough[OW_CONFIG_MAX_PASSTHROUGH];
