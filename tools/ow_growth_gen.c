@@ -6,13 +6,18 @@
  *
  * Writes request records FIRST+1 .. FIRST+COUNT with the worker's row
  * shapes: a time-ordered id (the layout of src/idgen.c, node 1023, which no
- * worker uses by default), user 1..1000, a key "pre-<16 hex digits>" in
- * random order like the bench's --random-keys, a 32-byte digest (hex; the
+ * worker uses by default), user 1..1000, a key "bench-<16 hex digits>" made
+ * exactly like ow-bench --random-keys makes its keys (from numbers below
+ * ow-bench's --first-number, so never the same key), so that the keys the
+ * benchmark's worker inserts land at random places among the preloaded
+ * ones, as UUID keys would; a 32-byte digest (hex; the
  * loader UNHEXes it), status SUCCEEDED, 201 and the response body the
  * worker would have stored, and 1..9 orders (mean 5) each with its own id,
  * order_no, external_order_no "P<n>-<i>", amount, product_id (NULL half the
- * time) and quantity. Record n is created at 2026-01-02 00:00:00 plus
- * n / 2000 seconds (the seed's 2,000 requests/s peak), so every preloaded
+ * time) and quantity. External order numbers are the client's: per user
+ * they grow (the bench's are "N<number>-<i>"), so new orders go to the end
+ * of each user's range in uq_orders_user_ext, not to random places.
+ * Record n is created at 2026-01-02 00:00:00 plus n / 2000 seconds (the seed's 2,000 requests/s peak), so every preloaded
  * row is months older than anything a benchmark run writes and a purge
  * with --older-than 1d removes exactly the preload.
  */
@@ -76,7 +81,7 @@ static void one_record(const outputs *o, uint64_t n)
         memcpy(digest + i * 8, &d, 8);
     }
     ow_hex(digest, sizeof(digest), hex);
-    snprintf(key, sizeof(key), "pre-%016" PRIx64, mix64(n));
+    snprintf(key, sizeof(key), "bench-%016" PRIx64, mix64(n));
     created_at(n, at);
     fprintf(o->req, "%" PRId64 "\t%" PRId64 "\t%s\t%s\tSUCCEEDED\t201\t", id, user, key, hex);
     fprintf(o->req,
