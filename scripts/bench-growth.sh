@@ -80,6 +80,18 @@ services_up=1
 source "$OW_RUN_DIR/services.env"
 [[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start; run scripts/deps.sh"
 
+# The broker's JVM warms up as in scripts/bench.sh, so that step 0 is not
+# measured on a cold broker (the first full run's step 0 was, which made
+# every later step look better than it: docs/performance.md).
+WARMUP_S="${OW_BENCH_JVM_WARMUP_S:-20}"
+if ((WARMUP_S > 0)); then
+  say "warming the broker's JVM for ${WARMUP_S} s"
+  "$BUILD/ow-kit" create-topic "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup 6 >/dev/null
+  "$BUILD/ow-kit" gen "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup $((4000 * WARMUP_S)) --rate 4000 \
+    --prefix warm >/dev/null 2>&1
+  "$BUILD/ow-kit" read "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup >/dev/null
+fi
+
 DB=owg
 sql() { mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
 q() { sql -N -B "$DB" -e "$1"; }
