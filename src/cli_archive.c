@@ -23,16 +23,18 @@ static int fail(char err[OW_ARCHIVE_ERR_MAX], const char *what, const char *path
 int ow_archive_check_dir(const char *dir, char err[OW_ARCHIVE_ERR_MAX])
 {
     struct stat st;
+    const char *why = NULL;
 
     if (stat(dir, &st) != 0)
-        return fail(err, "--archive: cannot use", dir);
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, OW_ARCHIVE_ERR_MAX, "--archive: %s is not a directory", dir);
-        return -1;
-    }
-    if (access(dir, W_OK | X_OK) != 0)
-        return fail(err, "--archive: cannot write to", dir);
-    return 0;
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (why == NULL)
+        return 0;
+    snprintf(err, OW_ARCHIVE_ERR_MAX, "--archive: cannot write archive files to %s: %s", dir, why);
+    return -1;
 }
 
 static int put(json_t *obj, const char *name, json_t *value)

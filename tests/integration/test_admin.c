@@ -443,6 +443,15 @@ static void test_purge_archive_lookup(void **state)
     ow_admin_record_init(&before);
     assert_int_equal(ow_admin_lookup(s, 5, "old-3", 5, &before, &err), OW_OK);
 
+    /* An archive directory that is not there: refused, nothing deleted. */
+    purge[6] = "/nonexistent/ow-archive";
+    r = cli(&db, purge);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "--archive: cannot write archive files to /nonexistent/"));
+    testcli_result_free(&r);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 13);
+    purge[6] = dir;
+
     r = cli(&db, purge);
     if (r.status != 0)
         fail_msg("purge --archive: status %d: %s", r.status, r.err);
