@@ -18,6 +18,11 @@
 #   scripts/bench.sh --items-1000 -n 2000     every batch 1,000 orders (peak RSS)
 #   scripts/bench.sh --verify ...     also run ow-verify on every completed run
 #   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
+#   scripts/bench.sh --growth [--quick]   rows 0..10M (--quick: 0, 1M): decide rate, p99,
+#                                     sizes, buffer pool hit rate; growth.png (issue 13)
+#   scripts/bench.sh --purge [--quick]    p99 with and without a purge of 5M records
+#                                     (--quick: 200,000) beside the worker; see
+#                                     scripts/bench-growth.sh
 #
 # Any other option goes to ow-bench (`build/ow-bench --help` lists them),
 # e.g. -n 20000, --naive-prefix 500, --tuned-lanes 8, --lanes 1,4,
@@ -35,6 +40,10 @@ T_START=$SECONDS
 
 say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
 die() { say "ERROR: $*"; exit 2; }
+
+case " $* " in
+  *" --growth "* | *" --purge "*) exec "$ROOT/scripts/bench-growth.sh" "$@" ;;
+esac
 
 OUT="" QUICK=0 VERIFY=0 SWEEP=0 PASS=()
 while (($# > 0)); do

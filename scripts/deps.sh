@@ -26,7 +26,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
-  libcmocka-dev libmicrohttpd-dev
+  libcmocka-dev libmicrohttpd-dev zlib1g-dev
   mariadb-server mariadb-client
   clang clang-format libclang-rt-14-dev valgrind
   gnuplot-nox curl kcat jq openssl apache2-utils

@@ -3,12 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "archive_internal.h"
 #include "ow/admin.h"
 #include "ow/cli.h"
 
 void ow_help_lookup(void)
 {
     puts("usage: order-worker lookup --user U --key K [--config FILE]\n"
+         "       order-worker lookup --archive DIR --user U --key K\n"
          "\n"
          "Prints the stored request record of user U and idempotency key K as JSON on\n"
          "stdout: id, user_id, idempotency_key, status, request_digest,\n"
@@ -16,6 +18,13 @@ void ow_help_lookup(void)
          "the orders this request created (an order an earlier request had already\n"
          "created is listed in the response, not here), and the stored response\n"
          "body embedded as JSON.\n"
+         "\n"
+         "With --archive DIR it reads no database: it searches the files that\n"
+         "`order-worker purge --archive DIR` wrote and prints the archived record\n"
+         "(id, user_id, idempotency_key, request_digest, status, response_status,\n"
+         "response_body as the stored string, created_at, orders' id and order_no),\n"
+         "plus archive_file (the newest file holding it) and archive_copies (a\n"
+         "record archived again after a crash is there more than once).\n"
          "\n"
          "Exit status: 0 found, 3 no such record, 1 database error, 2 bad arguments\n"
          "or configuration.");
@@ -112,7 +121,7 @@ static int print_record(const ow_admin_record *r)
 /* Validates --user and --key; returns OW_EXIT_OK or OW_EXIT_USAGE. */
 static int lookup_args(int argc, char **argv, int64_t *user, const char **key)
 {
-    static const char *const known[] = {"--config", "--user", "--key", NULL};
+    static const char *const known[] = {"--config", "--user", "--key", "--archive", NULL};
     ow_field_errors errs;
 
     if (ow_cli_args(argc, argv, known, "lookup", NULL, 0) < 0 ||
@@ -154,6 +163,35 @@ static int lookup_print(ow_store *s, int64_t user, const char *key)
     return code;
 }
 
+/* --archive DIR: the record from the purge archive. */
+static int lookup_archive(const char *dir, int64_t user, const char *key)
+{
+    char err[OW_ARCHIVE_ERR_MAX], file[4096];
+    json_t *found = NULL;
+    int copies = 0;
+    int rc = ow_archive_find(dir, user, key, &found, file, sizeof(file), &copies, err);
+
+    if (rc < 0) {
+        fprintf(stderr, "order-worker lookup: %s\n", err);
+        return OW_EXIT_FAILURE;
+    }
+    if (rc == 0) {
+        fprintf(stderr,
+                "order-worker lookup: no archived request for user %lld with key %s in %s\n",
+                (long long)user, key, dir);
+        return OW_EXIT_NOT_FOUND;
+    }
+    rc = json_object_set_new(found, "archive_file", json_string(file)) != 0 ||
+         json_object_set_new(found, "archive_copies", json_integer(copies)) != 0 ||
+         json_dumpf(found, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF;
+    json_decref(found);
+    if (rc != 0) {
+        fprintf(stderr, "order-worker lookup: cannot write the record\n");
+        return OW_EXIT_FAILURE;
+    }
+    return OW_EXIT_OK;
+}
+
 int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
 {
     ow_config cfg;
@@ -165,6 +203,8 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
 
     (void)stop;
     code = lookup_args(argc, argv, &user, &key);
+    if (code == OW_EXIT_OK && ow_cli_opt(argc, argv, "--archive") != NULL)
+        return lookup_archive(ow_cli_opt(argc, argv, "--archive"), user, key);
     if (code == OW_EXIT_OK)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "archive_internal.h"
 #include "ow/admin.h"
 #include "ow/cli.h"
 
@@ -9,8 +10,8 @@
 
 void ow_help_purge(void)
 {
-    puts("usage: order-worker purge --older-than DURATION [--batch N] [--dry-run]\n"
-         "                          [--config FILE]\n"
+    puts("usage: order-worker purge --older-than DURATION [--batch N] [--max-rate R]\n"
+         "                          [--archive DIR] [--dry-run] [--config FILE]\n"
          "\n"
          "Deletes the request records (idempotency_requests) created more than\n"
          "DURATION ago: 30d, 12h, 90m or 3600s. The cutoff is computed once, from the\n"
@@ -19,15 +20,27 @@ void ow_help_purge(void)
          "After a record is purged its key is forgotten: a redelivered message with\n"
          "that key is decided again as a new request.\n"
          "\n"
-         "Works in batches of N records (default 1000, at most 100000), each one\n"
-         "transaction, oldest first, so a purge can be interrupted (SIGINT or SIGTERM\n"
-         "stops it between batches) and run again. A batch that fails with a\n"
+         "Works in chunks of N records (default 1000, at most 100000), oldest first,\n"
+         "walking the creation-time index from where the last chunk ended. A chunk is\n"
+         "read without locks, then deleted by primary key in one short transaction\n"
+         "that locks only its own rows, so a worker deciding beside it waits at most\n"
+         "one chunk's transaction, and only when it touches one of those records or\n"
+         "their orders (a late retry). A purge can be interrupted (SIGINT or SIGTERM\n"
+         "stops it between chunks) or killed, and run again: it continues with the\n"
+         "oldest records left. A chunk that fails with a\n"
          "transient error (deadlock, lost connection) is retried with backoff, up to\n"
-         "10 times. A batch holds its rows' locks until it commits, so keep N moderate\n"
-         "while workers run. Progress goes to stderr, the summary to stdout. The\n"
-         "database user needs DELETE on idempotency_requests and UPDATE on orders.\n"
+         "10 times. Progress goes to stderr, the summary to stdout. The database user\n"
+         "needs SELECT and DELETE on idempotency_requests and SELECT, UPDATE on orders.\n"
          "\n"
-         "  --dry-run   only count the records that would be deleted\n"
+         "  --max-rate R   delete at most R records per second (default: no limit)\n"
+         "  --archive DIR  before a chunk is deleted, write its records with their\n"
+         "                 orders' ids and numbers to DIR/requests-<first id>-<last id>\n"
+         "                 .jsonl.gz (gzip, one JSON object per line), fsync it and\n"
+         "                 rename it into place. A crash between that and the delete\n"
+         "                 archives the chunk again on the next run: a record may be in\n"
+         "                 the archive twice, never deleted without being in it.\n"
+         "                 `order-worker lookup --archive DIR` reads it back.\n"
+         "  --dry-run      only count the records that would be deleted\n"
          "\n"
          "Exit status: 0 done, 1 database error or interrupted, 2 bad arguments or\n"
          "configuration.");
@@ -40,16 +53,23 @@ typedef struct {
     ow_timestamp cutoff;
     char cutoff_text[OW_TIMESTAMP_TEXT_MAX];
     size_t batch;
-    int64_t estimate; /* old records counted at the start */
+    int64_t max_rate;    /* records per second; 0: no limit */
+    const char *archive; /* NULL: no archive */
+    int64_t estimate;    /* old records counted at the start */
     int64_t deleted;
     int64_t detached;
+    int64_t started_us;
+    char archive_err[OW_ARCHIVE_ERR_MAX];
+    ow_purge_pos pos;
+    ow_purge_chunk chunk;
     int tty;
     uint64_t seed;
 } purge_run;
 
-static int purge_args(int argc, char **argv, int64_t *older_than, size_t *batch)
+static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
 {
-    static const char *const known[] = {"--config", "--older-than", "--batch", "--dry-run!", NULL};
+    static const char *const known[] = {"--config",  "--older-than", "--batch", "--max-rate",
+                                        "--archive", "--dry-run!",   NULL};
     const char *v;
     const char *why = NULL;
     int64_t n = OW_PURGE_BATCH_DEFAULT;
@@ -70,7 +90,20 @@ static int purge_args(int argc, char **argv, int64_t *older_than, size_t *batch)
                 OW_PURGE_BATCH_MAX, v);
         return OW_EXIT_USAGE;
     }
-    *batch = (size_t)n;
+    p->batch = (size_t)n;
+    v = ow_cli_opt(argc, argv, "--max-rate");
+    if (v != NULL && (ow_parse_int64(v, &p->max_rate) != OW_OK || p->max_rate < 1)) {
+        fprintf(stderr,
+                "order-worker purge: --max-rate: must be a positive integer (records per "
+                "second), got \"%s\"\n",
+                v);
+        return OW_EXIT_USAGE;
+    }
+    p->archive = ow_cli_opt(argc, argv, "--archive");
+    if (p->archive != NULL && ow_archive_check_dir(p->archive, p->archive_err) != 0) {
+        fprintf(stderr, "order-worker purge: %s\n", p->archive_err);
+        return OW_EXIT_USAGE;
+    }
     return OW_EXIT_OK;
 }
 
@@ -81,18 +114,28 @@ static void progress(purge_run *p)
     fflush(stderr);
 }
 
-/* One batch, retried with backoff while its errors are transient. */
-static int purge_batch(purge_run *p, ow_purge_batch *b, ow_error *err)
+/* One step of a chunk: select (with the archive's columns when archiving)
+ * or delete. */
+static int chunk_step(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+{
+    if (step == 0)
+        return ow_admin_purge_select(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL,
+                                     &p->chunk, err);
+    return ow_admin_purge_delete(p->s, &p->chunk, &p->pos, b, err);
+}
+
+/* A step, retried with backoff while its errors are transient. */
+static int retried(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
 {
     for (unsigned attempt = 0;; attempt++) {
         int64_t delay;
-        int rc = ow_admin_purge_batch(p->s, &p->cutoff, p->batch, b, err);
+        int rc = chunk_step(p, step, b, err);
 
         if (rc == OW_OK || err->cls != OW_ERRCLASS_RETRIABLE || attempt + 1 >= PURGE_ATTEMPTS)
             return rc;
         delay = ow_backoff_ms(p->cfg->retry_backoff_ms, p->cfg->retry_backoff_max_ms, attempt,
                               &p->seed);
-        fprintf(stderr, "%spurge: batch failed (%s); retrying in %lld ms\n", p->tty ? "\n" : "",
+        fprintf(stderr, "%spurge: chunk failed (%s); retrying in %lld ms\n", p->tty ? "\n" : "",
                 err->msg, (long long)delay);
         ow_sleep_ms(delay, p->stop);
         if (*p->stop)
@@ -100,22 +143,53 @@ static int purge_batch(purge_run *p, ow_purge_batch *b, ow_error *err)
     }
 }
 
-/* Runs batches until none is left, a stop is requested, or an error. */
-static int purge_loop(purge_run *p, ow_error *err)
+/* Sleeps until deleting p->deleted records has taken 1 / max_rate s each. */
+static void throttle(purge_run *p)
+{
+    int64_t due_us, now_us;
+
+    if (p->max_rate <= 0)
+        return;
+    due_us = p->started_us + p->deleted * 1000000 / p->max_rate;
+    now_us = ow_clock_mono_us();
+    if (due_us > now_us)
+        ow_sleep_ms((due_us - now_us + 999) / 1000, p->stop);
+}
+
+/* Select, archive, delete: one chunk. *last set when no chunk follows. */
+static int purge_chunk(purge_run *p, int *last, ow_error *err)
 {
     ow_purge_batch b;
-    int rc = OW_OK;
+    int rc = retried(p, 0, &b, err);
 
-    while (rc == OW_OK && !*p->stop) {
-        rc = purge_batch(p, &b, err);
-        if (rc != OW_OK)
-            break;
-        p->deleted += b.requests_deleted;
-        p->detached += b.orders_detached;
-        if (b.requests_selected > 0)
-            progress(p);
-        if (b.requests_selected < (int64_t)p->batch)
-            break;
+    *last = 1;
+    if (rc != OW_OK || p->chunk.n == 0)
+        return rc;
+    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
+                            p->archive_err);
+    }
+    rc = retried(p, 1, &b, err);
+    if (rc != OW_OK)
+        return rc;
+    p->deleted += b.requests_deleted;
+    p->detached += b.orders_detached;
+    progress(p);
+    *last = p->chunk.n < p->batch;
+    return OW_OK;
+}
+
+/* Runs chunks until none is left, a stop is requested, or an error. */
+static int purge_loop(purge_run *p, ow_error *err)
+{
+    int rc = OW_OK;
+    int last = 0;
+
+    p->started_us = ow_clock_mono_us();
+    while (rc == OW_OK && !last && !*p->stop) {
+        rc = purge_chunk(p, &last, err);
+        if (rc == OW_OK && !last)
+            throttle(p);
     }
     if (p->tty && p->deleted > 0)
         fputc('\n', stderr);
@@ -165,7 +239,7 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
     ow_config cfg;
     ow_idgen ids;
     int64_t older_than = 0;
-    int code = purge_args(argc, argv, &older_than, &p.batch);
+    int code = purge_args(argc, argv, &older_than, &p);
 
     if (code == OW_EXIT_OK)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
@@ -182,6 +256,7 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
     } else {
         code = purge_run_all(&p, older_than, ow_cli_flag(argc, argv, "--dry-run"));
     }
+    ow_purge_chunk_cleanup(&p.chunk);
     ow_store_free(&p.s);
     ow_config_cleanup(&cfg);
     return code;

@@ -377,14 +377,14 @@ int ow_admin_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext
     if (rc == OW_OK) {
         bind_order_cols(&c);
         if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-            rc = ow_store_fail(s, mysql_stmt_errno(st), "look up order", err);
+            rc = ow_store_fail_stmt(s, st, "look up order", err);
     }
     if (rc == OW_OK) {
         frc = mysql_stmt_fetch(st);
         if (frc == MYSQL_NO_DATA)
             rc = OW_ENOTFOUND;
         else if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
-            rc = ow_store_fail(s, mysql_stmt_errno(st), "look up order", err);
+            rc = ow_store_fail_stmt(s, st, "look up order", err);
         else
             take_order(&c, out);
         mysql_stmt_free_result(st);
@@ -400,8 +400,19 @@ int ow_admin_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext
 static const char *const sql_cutoff = "SELECT CAST(NOW(6) - INTERVAL ? SECOND AS DATETIME(6))";
 static const char *const sql_count_old =
     "SELECT COUNT(*) FROM idempotency_requests WHERE created_at < ?";
-static const char *const sql_select_old =
-    "SELECT id FROM idempotency_requests WHERE created_at < ? ORDER BY created_at, id LIMIT ?";
+/* The chunk after position (c, i): created_at < cutoff, (created_at, id) >
+ * (c, i), written so that the range on ix_requests_created is
+ * [c, cutoff) and the walk never revisits the delete-marked entries of the
+ * chunks before it (issue 13). */
+#define SQL_AFTER_POS                                                          \
+    " FROM idempotency_requests WHERE created_at < ? AND created_at >= ? AND " \
+    "(created_at > ? OR id > ?) ORDER BY created_at, id LIMIT ?"
+static const char *const sql_select_old = "SELECT id, created_at" SQL_AFTER_POS;
+static const char *const sql_select_old_records =
+    "SELECT id, created_at, user_id, idempotency_key, status, request_digest, response_status, "
+    "response_body" SQL_AFTER_POS;
+static const char *const sql_chunk_orders_head =
+    "SELECT id, order_no, request_id FROM orders WHERE request_id IN (";
 static const char *const sql_detach_head =
     "UPDATE orders SET request_id = NULL WHERE request_id IN (";
 static const char *const sql_delete_head = "DELETE FROM idempotency_requests WHERE id IN (";
@@ -451,42 +462,6 @@ int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count
     return rc;
 }
 
-static int select_old_ids(ow_store *s, const ow_timestamp *cutoff, size_t limit, long long *ids,
-                          size_t *n, ow_error *err)
-{
-    MYSQL_STMT *st = NULL;
-    MYSQL_BIND params[2], res;
-    MYSQL_TIME t;
-    long long lim = (long long)limit, id = 0;
-    ow_mybool nul = 0;
-    int frc = 0;
-    int rc = ow_store_prepare(s, sql_select_old, &st, err);
-
-    *n = 0;
-    to_mysql_time(cutoff, &t);
-    bind_time(&params[0], &t);
-    bind_int(&params[1], &lim, NULL);
-    bind_int(&res, &id, &nul);
-    if (rc == OW_OK)
-        rc = exec_binds(s, st, params, "select old requests", err);
-    if (rc == OW_OK && mysql_stmt_bind_result(st, &res) != 0)
-        rc = ow_store_fail_stmt(s, st, "select old requests", err);
-    while (rc == OW_OK) {
-        frc = mysql_stmt_fetch(st);
-        if (frc != 0)
-            break;
-        if (*n < limit)
-            ids[(*n)++] = id;
-    }
-    if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail_stmt(s, st, "select old requests", err);
-    if (st != NULL) {
-        mysql_stmt_free_result(st);
-        mysql_stmt_close(st);
-    }
-    return rc;
-}
-
 /* head + ID_CHUNK placeholders + ")". */
 static int build_in_list(const char *head, ow_buf *sql)
 {
@@ -531,36 +506,294 @@ static int run_in_chunks(ow_store *s, const char *head, const long long *ids, si
     return rc;
 }
 
-int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
-                         ow_error *err)
+void ow_purge_chunk_init(ow_purge_chunk *c)
 {
-    long long *ids = NULL;
-    size_t n = 0;
+    memset(c, 0, sizeof(*c));
+}
+
+static void chunk_clear(ow_purge_chunk *c)
+{
+    for (size_t i = 0; c->records != NULL && i < c->n; i++)
+        ow_admin_record_cleanup(&c->records[i]);
+    free(c->records);
+    free(c->ids);
+    ow_purge_chunk_init(c);
+}
+
+void ow_purge_chunk_cleanup(ow_purge_chunk *c)
+{
+    chunk_clear(c);
+}
+
+/* The five parameters of SQL_AFTER_POS. */
+typedef struct {
+    MYSQL_BIND b[5];
+    MYSQL_TIME cutoff, from;
+    long long id, limit;
+} pos_params;
+
+static void bind_pos(pos_params *p, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                     size_t limit)
+{
+    static const ow_timestamp origin = {1000, 1, 1, 0, 0, 0, 0};
+
+    to_mysql_time(cutoff, &p->cutoff);
+    to_mysql_time(pos->started ? &pos->created_at : &origin, &p->from);
+    p->id = pos->started ? pos->id : INT64_MIN;
+    p->limit = (long long)limit;
+    bind_time(&p->b[0], &p->cutoff);
+    bind_time(&p->b[1], &p->from);
+    bind_time(&p->b[2], &p->from);
+    bind_int(&p->b[3], &p->id, NULL);
+    bind_int(&p->b[4], &p->limit, NULL);
+}
+
+/* The columns of sql_select_old_records (the first two: sql_select_old). */
+typedef struct {
+    MYSQL_BIND res[8];
+    ow_mybool nul[8];
+    long long id, user_id, response_status;
+    MYSQL_TIME created;
+    unsigned long key_len, status_len, digest_len, body_len;
+    char key[OW_KEY_MAX + 1];
+    char status[16];
+    unsigned char digest[OW_DIGEST_LEN];
+} chunk_cols;
+
+static void bind_chunk_cols(chunk_cols *c)
+{
+    memset(c, 0, sizeof(*c));
+    bind_int(&c->res[0], &c->id, &c->nul[0]);
+    bind_time(&c->res[1], &c->created);
+    c->res[1].is_null = &c->nul[1];
+    bind_int(&c->res[2], &c->user_id, &c->nul[2]);
+    ow_result_bytes(&c->res[3], c->key, sizeof(c->key) - 1, &c->key_len, &c->nul[3]);
+    ow_result_bytes(&c->res[4], c->status, sizeof(c->status) - 1, &c->status_len, &c->nul[4]);
+    ow_result_bytes(&c->res[5], c->digest, sizeof(c->digest), &c->digest_len, &c->nul[5]);
+    bind_int(&c->res[6], &c->response_status, &c->nul[6]);
+    ow_result_bytes(&c->res[7], NULL, 0, &c->body_len, &c->nul[7]);
+}
+
+static void take_chunk_record(const chunk_cols *c, ow_admin_record *r)
+{
+    r->id = c->id;
+    r->user_id = c->user_id;
+    r->key_len = clamp_len(c->key_len, sizeof(r->key));
+    memcpy(r->key, c->key, r->key_len);
+    r->key[r->key_len] = '\0';
+    memcpy(r->status, c->status, clamp_len(c->status_len, sizeof(r->status)));
+    r->status[clamp_len(c->status_len, sizeof(r->status))] = '\0';
+    r->digest_hex[0] = '\0';
+    if (!c->nul[5] && c->digest_len == OW_DIGEST_LEN)
+        ow_hex(c->digest, OW_DIGEST_LEN, r->digest_hex);
+    r->response_status = c->response_status;
+    from_mysql_time(&c->created, &r->created_at);
+}
+
+/* One fetched row into the chunk: its id, position and (records) columns. */
+static int take_chunk_row(ow_store *s, MYSQL_STMT *st, const chunk_cols *c, int with_records,
+                          ow_purge_chunk *ch, ow_error *err)
+{
+    ch->ids[ch->n] = c->id;
+    ch->last.id = c->id;
+    ch->last.started = 1;
+    from_mysql_time(&c->created, &ch->last.created_at);
+    if (with_records) {
+        ow_admin_record *r = &ch->records[ch->n];
+
+        ow_admin_record_init(r);
+        take_chunk_record(c, r);
+        ch->n++;
+        return ow_store_fetch_column(s, st, 7, c->nul[7] ? 0 : c->body_len, &r->response,
+                                     "read response body", err);
+    }
+    ch->n++;
+    return OW_OK;
+}
+
+static int select_chunk(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                        size_t limit, int with_records, ow_purge_chunk *ch, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    pos_params pp;
+    chunk_cols c;
+    int frc = 0;
     int rc;
 
-    memset(out, 0, sizeof(*out));
+    if (with_records)
+        rc = ow_store_prepare(s, sql_select_old_records, &st, err);
+    else
+        rc = ow_store_prepare(s, sql_select_old, &st, err);
+    bind_pos(&pp, cutoff, pos, limit);
+    bind_chunk_cols(&c);
+    if (rc == OW_OK)
+        rc = exec_binds(s, st, pp.b, "select old requests", err);
+    if (rc == OW_OK && (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0))
+        rc = ow_store_fail_stmt(s, st, "select old requests", err);
+    while (rc == OW_OK && ch->n < limit) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        rc = take_chunk_row(s, st, &c, with_records, ch, err);
+    }
+    if (rc == OW_OK && frc != 0 && frc != MYSQL_NO_DATA && frc != MYSQL_DATA_TRUNCATED)
+        rc = ow_store_fail_stmt(s, st, "select old requests", err);
+    if (st != NULL) {
+        mysql_stmt_free_result(st);
+        mysql_stmt_close(st);
+    }
+    return rc;
+}
+
+/* The record of request id in the chunk (ids ascending by position, not by
+ * id: a linear search over at most one chunk). */
+static ow_admin_record *chunk_record(ow_purge_chunk *ch, long long id)
+{
+    for (size_t i = 0; i < ch->n; i++)
+        if (ch->records[i].id == id)
+            return &ch->records[i];
+    return NULL;
+}
+
+static int add_chunk_order(ow_purge_chunk *ch, long long id, const char *order_no,
+                           unsigned long no_len, long long request_id, ow_error *err)
+{
+    ow_admin_record *r = chunk_record(ch, request_id);
+    ow_admin_order *o;
+
+    if (r == NULL)
+        return OW_OK;
+    o = realloc(r->orders, (r->n_orders + 1) * sizeof(*o));
+    if (o == NULL)
+        return ow_store_oom(err);
+    r->orders = o;
+    o = &r->orders[r->n_orders++];
+    memset(o, 0, sizeof(*o));
+    o->id = id;
+    memcpy(o->order_no, order_no, clamp_len(no_len, sizeof(o->order_no)));
+    return OW_OK;
+}
+
+/* Reads the orders of ids[done..done+ID_CHUNK) with a prepared IN list. */
+static int chunk_orders_part(ow_store *s, MYSQL_STMT *st, ow_purge_chunk *ch, size_t done,
+                             ow_error *err)
+{
+    MYSQL_BIND res[3];
+    ow_mybool nul[3] = {0};
+    long long id = 0, request_id = 0;
+    char order_no[OW_ORDER_NO_MAX + 1];
+    unsigned long no_len = 0;
+    int frc = 0;
+    int rc;
+
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, ID_CHUNK) != OW_OK)
+        return ow_store_oom(err);
+    for (size_t i = 0; i < ID_CHUNK; i++)
+        ow_param_int(&s->params, ch->ids[done + i < ch->n ? done + i : ch->n - 1]);
+    rc = ow_store_execute(s, st, &s->params, "select the orders of old requests", err);
+    bind_int(&res[0], &id, &nul[0]);
+    ow_result_bytes(&res[1], order_no, sizeof(order_no) - 1, &no_len, &nul[1]);
+    bind_int(&res[2], &request_id, &nul[2]);
+    if (rc == OW_OK && mysql_stmt_bind_result(st, res) != 0)
+        rc = ow_store_fail_stmt(s, st, "select the orders of old requests", err);
+    while (rc == OW_OK) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        rc = add_chunk_order(ch, id, order_no, no_len, request_id, err);
+    }
+    if (rc == OW_OK && frc != MYSQL_NO_DATA)
+        rc = ow_store_fail_stmt(s, st, "select the orders of old requests", err);
+    mysql_stmt_free_result(st);
+    return rc;
+}
+
+static int select_chunk_orders(ow_store *s, ow_purge_chunk *ch, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    ow_buf sql;
+    int rc;
+
+    ow_buf_init(&sql);
+    rc = build_in_list(sql_chunk_orders_head, &sql) == OW_OK ? OW_OK : ow_store_oom(err);
+    if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql.data, &st, err);
+    for (size_t done = 0; rc == OW_OK && done < ch->n; done += ID_CHUNK)
+        rc = chunk_orders_part(s, st, ch, done, err);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_buf_cleanup(&sql);
+    return rc;
+}
+
+int ow_admin_purge_select(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                          size_t limit, int with_records, ow_purge_chunk *c, ow_error *err)
+{
+    int rc;
+
+    chunk_clear(c);
     if (limit == 0 || limit > OW_PURGE_BATCH_MAX)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "batch: must be 1 to %d",
                             OW_PURGE_BATCH_MAX);
-    ids = malloc(limit * sizeof(*ids));
-    if (ids == NULL)
+    c->ids = malloc(limit * sizeof(*c->ids));
+    c->records = with_records ? calloc(limit, sizeof(*c->records)) : NULL;
+    if (c->ids == NULL || (with_records && c->records == NULL)) {
+        chunk_clear(c);
         return ow_store_oom(err);
+    }
     rc = ow_store_connect(s, err);
     if (rc == OW_OK)
-        rc = select_old_ids(s, cutoff, limit, ids, &n, err);
-    if (rc == OW_OK && n > 0)
-        rc = run_in_chunks(s, sql_detach_head, ids, n, &out->orders_detached, "detach orders", err);
-    if (rc == OW_OK && n > 0)
-        rc = run_in_chunks(s, sql_delete_head, ids, n, &out->requests_deleted, "delete requests",
+        rc = select_chunk(s, cutoff, pos, limit, with_records, c, err);
+    if (rc == OW_OK && with_records && c->n > 0)
+        rc = select_chunk_orders(s, c, err);
+    /* Plain reads took no lock; end the read view now, before the caller
+     * spends time on the archive. */
+    ow_store_rollback(s);
+    if (rc != OW_OK)
+        chunk_clear(c);
+    return rc;
+}
+
+int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *pos,
+                          ow_purge_batch *out, ow_error *err)
+{
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = ow_store_connect(s, err);
+    if (rc == OW_OK && c->n > 0)
+        rc = run_in_chunks(s, sql_detach_head, c->ids, c->n, &out->orders_detached, "detach orders",
                            err);
+    if (rc == OW_OK && c->n > 0)
+        rc = run_in_chunks(s, sql_delete_head, c->ids, c->n, &out->requests_deleted,
+                           "delete requests", err);
     if (rc == OW_OK)
         rc = ow_store_commit(s, err);
     if (rc != OW_OK) {
         ow_store_rollback(s);
         memset(out, 0, sizeof(*out));
+        return rc;
     }
-    out->requests_selected = rc == OW_OK ? (int64_t)n : 0;
-    free(ids);
+    out->requests_selected = (int64_t)c->n;
+    if (c->n > 0)
+        *pos = c->last;
+    return OW_OK;
+}
+
+int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
+                         ow_error *err)
+{
+    ow_purge_chunk c;
+    ow_purge_pos pos = {0};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    ow_purge_chunk_init(&c);
+    rc = ow_admin_purge_select(s, cutoff, &pos, limit, 0, &c, err);
+    if (rc == OW_OK)
+        rc = ow_admin_purge_delete(s, &c, &pos, out, err);
+    ow_purge_chunk_cleanup(&c);
     return rc;
 }
 

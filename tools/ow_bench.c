@@ -74,7 +74,8 @@ static void usage(void)
           "           [--clash PCT (1)] [--invalid PCT (0)] [--items-min A (1)] [--items-max B "
           "(20)]\n"
           "           [--items-mean M (5; 0 = uniform)] [--items-1000 (every batch 1000 items)]\n"
-          "           [--partitions P (6)]\n"
+          "           [--partitions P (6)] [--first-number K (0): messages numbered from K+1]\n"
+          "           [--random-keys (keys in random order, like UUIDs)]\n"
           "  runs:    [--naive-prefix K (min(N,5000))] [--naive-time-limit S (120)] [--no-naive]\n"
           "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
@@ -82,7 +83,8 @@ static void usage(void)
           "  modes:   [--rate R [--warmup S (10)]]\n"
           "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
           "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
-          "  other:   [--stall-timeout S (120)] [--stop-timeout S (30)] [--keep-databases]\n"
+          "  other:   [--database NAME (an existing migrated database, kept: --growth)]\n"
+          "           [--stall-timeout S (120)] [--stop-timeout S (30)] [--keep-databases]\n"
           "           [--watch NAME=PID,...] (processes whose CPU time is reported)\n",
           stderr);
 }
@@ -182,6 +184,8 @@ static int parse_flag(options *o, const char *arg)
         o->sweep = 1;
     else if (strcmp(arg, "--keep-databases") == 0)
         o->env.keep_databases = 1;
+    else if (strcmp(arg, "--random-keys") == 0)
+        o->gen.random_keys = 1;
     else if (strcmp(arg, "--items-1000") == 0) {
         o->gen.items_min = o->gen.items_max = 1000;
         o->gen.items_mean = 0;
@@ -217,6 +221,14 @@ static int parse_data_opt(options *o, const char *k, const char *v)
         return parse_int(k, v, 1, 10000, &g->items_max);
     if (strcmp(k, "--items-mean") == 0)
         return parse_double(k, v, 0, 10000, &g->items_mean);
+    if (strcmp(k, "--first-number") == 0) {
+        long first;
+
+        if (parse_long(k, v, 0, 0x7fffffffffffL, &first) != 0)
+            return -1;
+        g->first = (uint64_t)first;
+        return 0;
+    }
     if (strcmp(k, "--partitions") == 0)
         return parse_int(k, v, 1, BM_MAX_PARTS, &o->env.partitions);
     return 1;
@@ -270,6 +282,8 @@ static int parse_env_opt(options *o, const char *k, const char *v)
         e->mysql_root_user = v;
     else if (strcmp(k, "--mysql-password") == 0)
         e->mysql_root_password = v;
+    else if (strcmp(k, "--database") == 0)
+        e->database = v;
     else if (strcmp(k, "--worker") == 0)
         e->worker_bin = v;
     else if (strcmp(k, "--out") == 0)

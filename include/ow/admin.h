@@ -102,6 +102,39 @@ typedef struct {
 int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
                          ow_error *err);
 
+/* Issue 13: a purge walks ix_requests_created in (created_at, id) order
+ * from where its last chunk ended, in chunks that are each one short
+ * transaction: a plain (non-locking) read selects the chunk, the caller may
+ * archive it, then one READ COMMITTED transaction detaches the chunk's
+ * orders and deletes its requests by primary key, taking record locks on
+ * those rows only (no gap locks at READ COMMITTED, no foreign keys). */
+typedef struct {
+    ow_timestamp created_at; /* of the last record deleted */
+    int64_t id;
+    int started; /* 0: from the oldest record */
+} ow_purge_pos;
+
+typedef struct {
+    long long *ids; /* the chunk's request ids, oldest first */
+    size_t n;
+    ow_admin_record *records; /* with_records: n records, each with its orders' id and order_no */
+    ow_purge_pos last;        /* position of ids[n - 1] */
+} ow_purge_chunk;
+
+void ow_purge_chunk_init(ow_purge_chunk *c);
+void ow_purge_chunk_cleanup(ow_purge_chunk *c);
+
+/* Selects the next chunk of up to limit (1..OW_PURGE_BATCH_MAX) records
+ * created before cutoff and after pos; with_records also reads each
+ * record's columns and its orders (for the archive). Holds no lock once it
+ * returns. c->n < limit: this is the last chunk. */
+int ow_admin_purge_select(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                          size_t limit, int with_records, ow_purge_chunk *c, ow_error *err);
+/* One transaction: request_id = NULL on the chunk's orders, its requests
+ * deleted, commit; then *pos = c->last. On error nothing was committed. */
+int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *pos,
+                          ow_purge_batch *out, ow_error *err);
+
 /* --- audit --------------------------------------------------------------- */
 
 typedef enum {

@@ -2,8 +2,11 @@
  * The operator operations against a real MariaDB, both as functions
  * (ow/admin.h) and through the built binary (exit codes, output):
  * lookup found / not found, purge in batches with orders kept, dry run,
- * and an audit in which every check fires, next to a clean one.
+ * the purge archive (issue 13: lookup --archive, --max-rate, a purge killed
+ * at random points loses no record from the archive), and an audit in which
+ * every check fires, next to a clean one.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -43,8 +49,9 @@ static long long count(testdb *t, const char *sql)
     return testdb_count(t, sql);
 }
 
-/* Runs the binary against database t; argv after the binary, NULL-terminated. */
-static testcli_result cli(testdb *t, const char *const *args)
+/* Runs the binary against database t; argv after the binary, NULL-terminated;
+ * killed (SIGKILL, status -1) after timeout_ms. */
+static testcli_result cli_for(testdb *t, const char *const *args, int timeout_ms)
 {
     char env[5][200];
     char *envp[6];
@@ -66,9 +73,14 @@ static testcli_result cli(testdb *t, const char *const *args)
     while (*args != NULL && n < 15)
         argv[n++] = (char *)*args++;
     argv[n] = NULL;
-    if (testcli_run(argv, envp, NULL, 0, 60000, &r) != 0)
+    if (testcli_run(argv, envp, NULL, 0, timeout_ms, &r) != 0)
         fail_msg("cannot run %s", argv[0]);
     return r;
+}
+
+static testcli_result cli(testdb *t, const char *const *args)
+{
+    return cli_for(t, args, 60000);
 }
 
 static int setup(void **state)
@@ -274,8 +286,7 @@ static void test_purge_batches(void **state)
     assert_int_equal(ow_admin_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
     assert_int_equal(b.requests_selected, 0);
     assert_int_equal(ow_admin_purge_batch(s, &cutoff, 0, &b, &err), OW_EINVAL);
-    assert_int_equal(ow_admin_purge_batch(s, &cutoff, OW_PURGE_BATCH_MAX + 1, &b, &err),
-                     OW_EINVAL);
+    assert_int_equal(ow_admin_purge_batch(s, &cutoff, OW_PURGE_BATCH_MAX + 1, &b, &err), OW_EINVAL);
     ow_store_free(&s);
 }
 
@@ -344,6 +355,268 @@ static void test_purge_cli(void **state)
     ow_store_free(&s);
 }
 
+/* --- purge archive (issue 13) ------------------------------------------------ */
+
+/* A fresh, empty archive directory under the build tree's temp space. */
+static void archive_dir(char *dir, size_t size, const char *name)
+{
+    char cmd[600];
+
+    snprintf(dir, size, "%s/ow-test-archive-%ld-%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (long)getpid(), name);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(mkdir(dir, 0750), 0);
+}
+
+static void archive_remove(const char *dir)
+{
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Per request id: how many times the archive in dir holds it (ids below
+ * max_id), with every line checked to be a complete record. Returns the
+ * number of lines; *files the number of archive files. */
+static long archive_count(const char *dir, int *seen, long long max_id, int *files)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[700], line[8192];
+    long lines = 0;
+
+    assert_non_null(d);
+    *files = 0;
+    while ((e = readdir(d)) != NULL) {
+        gzFile gz;
+
+        if (strncmp(e->d_name, "requests-", 9) != 0)
+            continue; /* ".", "..", and a leftover .tmp-* of a killed run */
+        (*files)++;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        gz = gzopen(path, "rb");
+        assert_non_null(gz);
+        while (gzgets(gz, line, sizeof(line)) != NULL) {
+            json_error_t jerr;
+            json_t *j = json_loads(line, 0, &jerr);
+            long long id;
+
+            if (j == NULL)
+                fail_msg("%s: a line is not JSON: %s", path, jerr.text);
+            id = json_integer_value(json_object_get(j, "id"));
+            assert_true(id >= 1 && id < max_id);
+            assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
+            assert_int_equal(json_array_size(json_object_get(j, "orders")), 1);
+            assert_non_null(json_string_value(json_object_get(j, "response_body")));
+            seen[id]++;
+            lines++;
+            json_decref(j);
+        }
+        gzclose(gz);
+    }
+    closedir(d);
+    return lines;
+}
+
+static void test_purge_archive_lookup(void **state)
+{
+    static const char *const again =
+        "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"P-3\",\"amount\":1}]}";
+    ow_store *s = testdb_store(&db, &ids, 5);
+    const char *found[] = {"lookup", "--archive", NULL, "--user", "5", "--key", "old-3", NULL};
+    const char *missing[] = {"lookup", "--archive", NULL, "--user", "5", "--key", "new-9", NULL};
+    const char *purge[] = {"purge", "--older-than", "30d", "--batch", "3", "--archive", NULL, NULL};
+    char dir[512];
+    ow_admin_record before;
+    ow_error err;
+    testcli_result r;
+    json_error_t jerr;
+    json_t *j, *orders;
+    int files = 0;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "lookup");
+    found[2] = missing[2] = purge[6] = dir;
+    purge_fixture(s);
+    ow_admin_record_init(&before);
+    assert_int_equal(ow_admin_lookup(s, 5, "old-3", 5, &before, &err), OW_OK);
+
+    /* An archive directory that is not there: refused, nothing deleted. */
+    purge[6] = "/nonexistent/ow-archive";
+    r = cli(&db, purge);
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "--archive: cannot write archive files to /nonexistent/"));
+    testcli_result_free(&r);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 13);
+    purge[6] = dir;
+
+    r = cli(&db, purge);
+    if (r.status != 0)
+        fail_msg("purge --archive: status %d: %s", r.status, r.err);
+    testcli_result_free(&r);
+    assert_purged();
+    /* 7 records in chunks of 3: three files. */
+    {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+
+        assert_non_null(d);
+        while ((e = readdir(d)) != NULL)
+            files += strncmp(e->d_name, "requests-", 9) == 0;
+        closedir(d);
+    }
+    assert_int_equal(files, 3);
+
+    r = cli(&db, found);
+    if (r.status != 0)
+        fail_msg("lookup --archive: status %d: %s", r.status, r.err);
+    j = json_loads(r.out, 0, &jerr);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "id")), before.id);
+    assert_int_equal(json_integer_value(json_object_get(j, "user_id")), 5);
+    assert_string_equal(json_string_value(json_object_get(j, "idempotency_key")), "old-3");
+    assert_string_equal(json_string_value(json_object_get(j, "request_digest")), before.digest_hex);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
+    assert_int_equal(json_integer_value(json_object_get(j, "response_status")), 201);
+    assert_int_equal(json_string_length(json_object_get(j, "response_body")), before.response.len);
+    assert_memory_equal(json_string_value(json_object_get(j, "response_body")),
+                        before.response.data, before.response.len);
+    assert_int_equal(json_integer_value(json_object_get(j, "archive_copies")), 1);
+    orders = json_object_get(j, "orders");
+    assert_int_equal(json_array_size(orders), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(orders, 0), "id")),
+                     before.orders[0].id);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(orders, 0), "order_no")),
+                        before.orders[0].order_no);
+    json_decref(j);
+    testcli_result_free(&r);
+
+    /* A record that was not purged is not in the archive. */
+    r = cli(&db, missing);
+    assert_int_equal(r.status, 3);
+    assert_non_null(strstr(r.err, "no archived request for user 5 with key new-9"));
+    testcli_result_free(&r);
+
+    /* A retry after its record was purged is decided as new and creates
+     * nothing twice: its order exists, so it is answered existing: true. */
+    record(s, "old-3", again, OW_DECISION_CREATED);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders"), 14);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE external_order_no = 'P-3'"), 1);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests WHERE "
+                                "idempotency_key = 'old-3' AND "
+                                "LOCATE('\"existing\":true', response_body) > 0"),
+                     1);
+    ow_admin_record_cleanup(&before);
+    archive_remove(dir);
+    ow_store_free(&s);
+}
+
+/* n requests 2 hours old with one order each, ids 1..n, plus 5 new ones. */
+static void purge_bulk(int n)
+{
+    char sql[700];
+
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
+             "status, response_status, response_body, created_at) SELECT seq, 9, "
+             "CONCAT('bulk-', seq), UNHEX(SHA2(seq, 256)), 'SUCCEEDED', 201, "
+             "CONCAT('{\"n\":', seq, '}'), NOW(6) - INTERVAL 2 HOUR + INTERVAL seq MICROSECOND "
+             "FROM seq_1_to_%d",
+             n);
+    testdb_exec(&db, sql);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity, "
+             "request_id) SELECT seq, CONCAT('OW-T', seq), 9, CONCAT('B-', seq), 1, 1, seq "
+             "FROM seq_1_to_%d",
+             n);
+    testdb_exec(&db, sql);
+    testdb_exec(&db, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                     "request_digest, status, response_status, response_body) SELECT "
+                     "1000000 + seq, 9, CONCAT('recent-', seq), UNHEX(SHA2(seq, 256)), "
+                     "'SUCCEEDED', 201, '{}' FROM seq_1_to_5");
+}
+
+/* --max-rate bounds the rate from above, so only a lower bound on the time
+ * is asserted (a loaded machine only makes it slower). */
+static void test_purge_max_rate(void **state)
+{
+    static const char *const args[] = {"purge", "--older-than", "1h", "--batch",
+                                       "5",     "--max-rate",   "20", NULL};
+    testcli_result r;
+    int64_t t0;
+
+    (void)state;
+    purge_bulk(30);
+    t0 = ow_clock_mono_us();
+    r = cli(&db, args);
+    if (r.status != 0)
+        fail_msg("purge --max-rate: status %d: %s", r.status, r.err);
+    /* 30 records at 20/s: the sixth chunk waits until 1.25 s after the start. */
+    assert_true(ow_clock_mono_us() - t0 >= 1200000);
+    assert_non_null(strstr(r.out, "purge: deleted 30 request records"));
+    testcli_result_free(&r);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 5);
+}
+
+#define KILL_POINTS 20
+#define BULK 2000
+
+/* The rule of the archive: a purge SIGKILLed at KILL_POINTS random moments
+ * and then run to the end deletes every old record once, and every deleted
+ * record is in the archive (duplicates allowed). Chunks of 5 records, so
+ * that a run takes seconds and the kills land in every phase of a chunk in
+ * proportion to its length: selecting, compressing, fsyncing the file,
+ * renaming, fsyncing the directory, deleting, committing. */
+static void test_purge_archive_killed(void **state)
+{
+    const char *args[] = {"purge", "--older-than", "1h", "--batch", "5", "--archive", NULL, NULL};
+    static int seen[BULK + 1];
+    unsigned seed = (unsigned)time(NULL);
+    char dir[512];
+    testcli_result r;
+    long lines;
+    int killed = 0, files = 0, dups = 0;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "killed");
+    args[6] = dir;
+    purge_bulk(BULK);
+    srand(seed);
+    print_message("purge kill test: seed %u, %d kill points\n", seed, KILL_POINTS);
+    for (int k = 0; k < KILL_POINTS; k++) {
+        int after_ms = 30 + rand() % 300;
+
+        r = cli_for(&db, args, after_ms);
+        killed += r.status == -1;
+        if (r.status != -1 && r.status != 0)
+            fail_msg("kill point %d: purge exited %d: %s", k, r.status, r.err);
+        testcli_result_free(&r);
+    }
+    r = cli(&db, args);
+    if (r.status != 0)
+        fail_msg("the last purge: status %d: %s", r.status, r.err);
+    testcli_result_free(&r);
+    print_message("purge kill test: %d of %d runs were killed mid-purge\n", killed, KILL_POINTS);
+    assert_true(killed > 0);
+    /* Every old record is gone, the recent ones are kept, every order kept. */
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 5);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests WHERE id <= 2000"), 0);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), BULK);
+    memset(seen, 0, sizeof(seen));
+    lines = archive_count(dir, seen, BULK + 1, &files);
+    for (int id = 1; id <= BULK; id++) {
+        if (seen[id] == 0)
+            fail_msg("request %d was deleted but is not in the archive", id);
+        dups += seen[id] - 1;
+    }
+    print_message(
+        "purge kill test: %ld archived lines in %d files for %d records (%d duplicates)\n", lines,
+        files, BULK, dups);
+    archive_remove(dir);
+}
+
 /* --- audit ------------------------------------------------------------------- */
 
 static void test_audit_clean(void **state)
@@ -358,8 +631,9 @@ static void test_audit_clean(void **state)
     (void)state;
     record(s, "a-1", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":1}]}",
            OW_DECISION_CREATED);
-    record(s, "a-2", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":1},"
-                     "{\"external_order_no\":\"A-2\",\"amount\":2}]}",
+    record(s, "a-2",
+           "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":1},"
+           "{\"external_order_no\":\"A-2\",\"amount\":2}]}",
            OW_DECISION_CREATED);
     record(s, "a-3", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"A-1\",\"amount\":9}]}",
            OW_DECISION_CONFLICT);
@@ -393,8 +667,8 @@ static void test_audit_clean(void **state)
     "INSERT INTO idempotency_requests (id, user_id, idempotency_key, request_digest, status, " \
     "response_status, response_body) VALUES (" #id ", " #user ", '" key "', "                  \
     "UNHEX(SHA2('" key "', 256)), '" status "', " #code ", '" body "')"
-#define ORDER(id, user, ext, request)                                                          \
-    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity, "         \
+#define ORDER(id, user, ext, request)                                                  \
+    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity, " \
     "request_id) VALUES (" #id ", 'OW-T" #id "', " #user ", '" ext "', 1.00, 1, " #request ")"
 
 /* Bad rows of every kind, in a database of their own (its unique keys are
@@ -498,8 +772,8 @@ static void test_audit_every_check_fires(void **state)
     r = cli(&bad, audit);
     assert_int_equal(r.status, 4);
     assert_non_null(strstr(r.out, "FAIL duplicate request keys: 1 finding(s), all of them"));
-    assert_non_null(strstr(
-        r.out, "FAIL orders without a SUCCEEDED request: 13 finding(s), first examples"));
+    assert_non_null(
+        strstr(r.out, "FAIL orders without a SUCCEEDED request: 13 finding(s), first examples"));
     assert_null(strstr(r.out, "twice-secret-key"));
     assert_null(strstr(r.out, "DUP-ORDER-NO"));
     testcli_result_free(&r);
@@ -663,6 +937,9 @@ int main(void)
         cmocka_unit_test_setup(test_purge_batches, setup),
         cmocka_unit_test_setup(test_purge_large_batch, setup),
         cmocka_unit_test_setup(test_purge_cli, setup),
+        cmocka_unit_test_setup(test_purge_archive_lookup, setup),
+        cmocka_unit_test_setup(test_purge_max_rate, setup),
+        cmocka_unit_test_setup(test_purge_archive_killed, setup),
         cmocka_unit_test_setup(test_audit_clean, setup),
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),

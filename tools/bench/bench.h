@@ -43,6 +43,8 @@ typedef struct {
     const char *worker_env[BM_MAX_ENV]; /* extra NAME=value for every worker run */
     size_t n_worker_env;
     volatile sig_atomic_t *interrupted;
+    const char *database; /* non-NULL: every run uses this existing, migrated database
+                               * and keeps it (the growth benchmark's preloaded tables) */
 } bm_env;
 
 /* --- The data set --------------------------------------------------------- */
@@ -70,6 +72,8 @@ typedef struct {
     int pct_retry, pct_reuse, pct_clash, pct_invalid;
     int items_min, items_max;
     double items_mean; /* 0: uniform in items_min..items_max */
+    uint64_t first;    /* messages are numbered from first + 1 (kit_gen_set_numbering) */
+    int random_keys;
 } bm_gen_opts;
 
 int bm_data_generate(const bm_gen_opts *o, bm_data *d);
@@ -197,6 +201,8 @@ void bm_db_close(bm_db **db);
 /* A fresh database migrated by `order-worker migrate` (as root), on which
  * the worker user may SELECT, INSERT and UPDATE. */
 int bm_db_create(const bm_env *e, const char *name);
+/* Grants the worker user what it needs on an existing database. */
+int bm_db_grant(const bm_env *e, const char *name);
 void bm_db_drop(const bm_env *e, const char *name);
 /* Creates the worker user with a random password (written to
  * e->password_file). */

@@ -66,6 +66,7 @@ int bm_data_generate(const bm_gen_opts *o, bm_data *d)
         kit_gen_free(g);
         return -1;
     }
+    kit_gen_set_numbering(g, o->first, o->random_keys);
     d->v = bm_xcalloc((size_t)o->n, sizeof(*d->v));
     for (long i = 0; i < o->n; i++) {
         const kit_gen_msg *m = kit_gen_next(g);

@@ -87,6 +87,21 @@ static int migrate(const bm_env *e, const char *name)
     return status == 0 ? 0 : -1;
 }
 
+int bm_db_grant(const bm_env *e, const char *name)
+{
+    bm_db *db = bm_db_connect(e, NULL);
+    char sql[512];
+    int rc = db != NULL ? 0 : -1;
+
+    if (rc == 0) {
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
+                 e->worker_user);
+        rc = exec(db, sql);
+    }
+    bm_db_close(&db);
+    return rc;
+}
+
 int bm_db_create(const bm_env *e, const char *name)
 {
     bm_db *db = bm_db_connect(e, NULL);

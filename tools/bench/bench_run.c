@@ -402,7 +402,10 @@ static void names(const bm_env *e, const bm_spec *s, bm_result *r)
     r->lanes = s->lanes;
     r->batch = s->batch;
     r->inflight = s->inflight;
-    snprintf(r->database, sizeof(r->database), "owb_%s_%.40s", e->run_id, s->name);
+    if (e->database != NULL)
+        snprintf(r->database, sizeof(r->database), "%s", e->database);
+    else
+        snprintf(r->database, sizeof(r->database), "owb_%s_%.40s", e->run_id, s->name);
     for (char *p = r->database; *p != '\0'; p++)
         if (*p == '-')
             *p = '_';
@@ -414,7 +417,7 @@ static void names(const bm_env *e, const bm_spec *s, bm_result *r)
 
 static int prepare(const bm_env *e, const bm_topic *in, bm_result *r)
 {
-    if (bm_db_create(e, r->database) != 0)
+    if ((e->database != NULL ? bm_db_grant(e, r->database) : bm_db_create(e, r->database)) != 0)
         return -1;
     if (kit_create_topic(e->bootstrap, r->results, in->partitions) != 0 ||
         kit_create_topic(e->bootstrap, r->dlq, 1) != 0) {
@@ -562,7 +565,7 @@ int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm
            s->rate > 0 ? " produced while it runs" : " in its topic before it starts");
     run_worker(e, s, &in, r, &ch, &ws, &c0, &spawn_wall);
     rc = ch.pid > 0 ? finish(e, &in, &ch, &ws, spawn_wall, &c0, r) : -1;
-    if (!e->keep_databases)
+    if (!e->keep_databases && e->database == NULL)
         bm_db_drop(e, r->database);
     bm_topic_cleanup(&in);
     return rc;

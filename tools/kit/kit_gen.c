@@ -27,6 +27,7 @@ struct kit_gen {
     size_t n_cdf;
     char prefix[48];
     uint64_t counter;
+    int random_keys;
     past *hist;
     size_t n_hist;
     size_t cap_hist;
@@ -67,6 +68,20 @@ kit_gen *kit_gen_new(uint64_t seed, int pct_retry, int pct_reuse, int pct_clash,
     g->buf_cap = 1 << 16;
     g->buf = malloc(g->buf_cap);
     return g;
+}
+
+void kit_gen_set_numbering(kit_gen *g, uint64_t first, int random_keys)
+{
+    g->counter = first;
+    g->random_keys = random_keys;
+}
+
+/* splitmix64's finaliser: a bijection, so distinct numbers give distinct keys. */
+static uint64_t mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
 }
 
 void kit_gen_free(kit_gen *g)
@@ -288,7 +303,11 @@ const kit_gen_msg *kit_gen_next(kit_gen *g)
     case KIT_NEW:
         m->user_id = 1 + below(g, 1000);
         m->n_orders = draw_items(g);
-        snprintf(m->key, sizeof(m->key), "%s-%llu", g->prefix, (unsigned long long)g->counter);
+        if (g->random_keys)
+            snprintf(m->key, sizeof(m->key), "%s-%016llx", g->prefix,
+                     (unsigned long long)mix64(g->counter));
+        else
+            snprintf(m->key, sizeof(m->key), "%s-%llu", g->prefix, (unsigned long long)g->counter);
         snprintf(tag, sizeof(tag), "N%llu", (unsigned long long)g->counter);
         len = batch_json(g, m->user_id, tag, m->n_orders, NULL, 0, &cents0);
         break;

@@ -1,0 +1,44 @@
+/*
+ * The purge archive (issue 13): each purged chunk's request records as
+ * gzip-compressed JSON lines, one file per chunk, written durably before
+ * the chunk's delete commits. Part of the command line front end; the only
+ * code that links zlib.
+ *
+ * File: DIR/requests-<first id>-<last id>.jsonl.gz (19-digit ids, so the
+ * names sort by id, which is time). Line: {"id", "user_id",
+ * "idempotency_key", "request_digest" (hex), "status", "response_status",
+ * "response_body" (the stored bytes as a string), "created_at" (database
+ * time zone), "orders": [{"id", "order_no"}]}.
+ *
+ * Crash rule: a chunk is written to DIR/.tmp-<name>.<pid>, fsynced, renamed
+ * and DIR fsynced before its delete starts; a crash after the rename and
+ * before the commit leaves a file whose records are still in the database,
+ * and the next purge archives them again (duplicates: allowed). A record is
+ * never deleted before a file holding it is durable (a gap: impossible).
+ * Leftover .tmp-* files are incomplete and are ignored.
+ */
+#ifndef OW_ARCHIVE_INTERNAL_H
+#define OW_ARCHIVE_INTERNAL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ow/admin.h"
+
+#define OW_ARCHIVE_ERR_MAX 4400 /* a path (4096) and its error */
+
+/* Checks that dir exists and is a writable directory. */
+int ow_archive_check_dir(const char *dir, char err[OW_ARCHIVE_ERR_MAX]);
+
+/* Writes c's records (c->records must be set) durably. Returns 0 or -1
+ * with err set; on -1 nothing may be deleted. */
+int ow_archive_write(const char *dir, const ow_purge_chunk *c, char err[OW_ARCHIVE_ERR_MAX]);
+
+/* Searches every archive file in dir for (user, key). Returns 1 and the
+ * newest file's record in *found (the caller decrefs) and that file's name
+ * and how many copies exist; 0 when there is none; -1 with err set. */
+int ow_archive_find(const char *dir, int64_t user, const char *key, json_t **found, char *file,
+                    size_t file_size, int *copies, char err[OW_ARCHIVE_ERR_MAX]);
+
+#endif
