@@ -32,22 +32,22 @@
 /* The statements of the set-based path, cached per row bucket by the
  * connection (ow_store_stmt). */
 static const ow_sql_shape lock_orders_sql = {
-    0,
+    OW_SLOT_DECIDE + 0,
     "SELECT id, order_no, user_id, external_order_no, amount, product_id, quantity FROM orders "
     "WHERE (user_id, external_order_no) IN (",
     "(?,?)", ") FOR UPDATE"};
 static const ow_sql_shape insert_requests_sql = {
-    1,
+    OW_SLOT_DECIDE + 1,
     "INSERT IGNORE INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
     "status, response_status, response_body) VALUES ",
     "(?,?,?,?,?,?,?)", ""};
 static const ow_sql_shape select_requests_sql = {
-    2,
+    OW_SLOT_DECIDE + 2,
     "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body FROM "
     "idempotency_requests WHERE (user_id, idempotency_key) IN (",
     "(?,?)", ")"};
 static const ow_sql_shape insert_orders_sql = {
-    3,
+    OW_SLOT_DECIDE + 3,
     "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
     "request_id) VALUES ",
     "(?,?,?,?,?,?,?,?)", ""};

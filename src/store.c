@@ -401,6 +401,7 @@ void ow_params_free(ow_params *p)
     free(p->ival);
     free(p->len);
     free(p->text);
+    free(p->time);
     free(p->isnull);
     memset(p, 0, sizeof(*p));
 }
@@ -424,8 +425,10 @@ int ow_params_reserve(ow_params *p, size_t extra)
     p->ival = calloc(cap, sizeof(*p->ival));
     p->len = calloc(cap, sizeof(*p->len));
     p->text = calloc(cap, sizeof(*p->text));
+    p->time = calloc(cap, sizeof(*p->time));
     p->isnull = calloc(cap, sizeof(*p->isnull));
-    if (p->b == NULL || p->ival == NULL || p->len == NULL || p->text == NULL || p->isnull == NULL) {
+    if (p->b == NULL || p->ival == NULL || p->len == NULL || p->text == NULL || p->time == NULL ||
+        p->isnull == NULL) {
         ow_params_free(p);
         return OW_ENOMEM;
     }
@@ -492,6 +495,24 @@ void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull)
     memset(b, 0, sizeof(*b));
     b->buffer_type = MYSQL_TYPE_LONGLONG;
     b->buffer = v;
+    b->is_null = isnull;
+}
+
+void ow_param_time(ow_params *p, const MYSQL_TIME *t)
+{
+    MYSQL_BIND *b = next_bind(p);
+
+    p->time[p->n] = *t;
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = &p->time[p->n];
+    p->n++;
+}
+
+void ow_result_time(MYSQL_BIND *b, MYSQL_TIME *t, ow_mybool *isnull)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = t;
     b->is_null = isnull;
 }
 

@@ -16,7 +16,8 @@
 #include "ow/log.h"
 #include "store_internal.h"
 
-#define ID_CHUNK 256 /* ids per UPDATE/DELETE statement of a purge batch */
+#define ID_BUCKET 8                /* ow_store_stmt's bucket of ID_CHUNK rows */
+#define ID_CHUNK (1u << ID_BUCKET) /* ids per IN list of a purge chunk: 256 */
 
 /* --- Small helpers ------------------------------------------------------- */
 
@@ -51,28 +52,16 @@ static void from_mysql_time(const MYSQL_TIME *m, ow_timestamp *t)
     t->microsecond = m->second_part;
 }
 
-static void bind_time(MYSQL_BIND *b, MYSQL_TIME *t)
+/* s->params, emptied, with room for n parameters. Every statement here binds
+ * its parameters through the store's ow_param_* helpers, like decide.c. */
+static ow_params *params_for(ow_store *s, size_t n, ow_error *err)
 {
-    memset(b, 0, sizeof(*b));
-    b->buffer_type = MYSQL_TYPE_DATETIME;
-    b->buffer = t;
-}
-
-/* Binds a parameter or result column of type BIGINT to v. */
-static void bind_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull)
-{
-    ow_result_int(b, v, isnull);
-}
-
-/* Executes st with the given parameter binds (params may be NULL). */
-static int exec_binds(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *params, const char *what,
-                      ow_error *err)
-{
-    if (params != NULL && mysql_stmt_bind_param(st, params) != 0)
-        return ow_store_fail_stmt(s, st, what, err);
-    if (mysql_stmt_execute(st) != 0)
-        return ow_store_fail_stmt(s, st, what, err);
-    return OW_OK;
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, n) != OW_OK) {
+        ow_store_oom(err);
+        return NULL;
+    }
+    return &s->params;
 }
 
 /* Fetches the one row of an executed statement whose result is one column. */
@@ -97,7 +86,7 @@ static int fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char
 }
 
 /* Runs sql (parameters in params, may be NULL) and reads one integer. */
-static int query_int(ow_store *s, const char *sql, MYSQL_BIND *params, int64_t *v, const char *what,
+static int query_int(ow_store *s, const char *sql, ow_params *params, int64_t *v, const char *what,
                      ow_error *err)
 {
     MYSQL_STMT *st = NULL;
@@ -107,8 +96,8 @@ static int query_int(ow_store *s, const char *sql, MYSQL_BIND *params, int64_t *
     int rc = ow_store_prepare(s, sql, &st, err);
 
     if (rc == OW_OK)
-        rc = exec_binds(s, st, params, what, err);
-    bind_int(&res, &value, &nul);
+        rc = ow_store_execute(s, st, params, what, err);
+    ow_result_int(&res, &value, &nul);
     if (rc == OW_OK)
         rc = fetch_single(s, st, &res, what, err);
     if (st != NULL)
@@ -166,10 +155,10 @@ typedef struct {
 static void bind_request_cols(request_cols *c, ow_admin_record *r)
 {
     memset(c, 0, sizeof(*c));
-    bind_int(&c->res[0], &c->id, &c->nul[0]);
+    ow_result_int(&c->res[0], &c->id, &c->nul[0]);
     ow_result_bytes(&c->res[1], r->status, sizeof(r->status) - 1, &c->status_len, &c->nul[1]);
     ow_result_bytes(&c->res[2], c->digest, sizeof(c->digest), &c->digest_len, &c->nul[2]);
-    bind_int(&c->res[3], &c->response_status, &c->nul[3]);
+    ow_result_int(&c->res[3], &c->response_status, &c->nul[3]);
     c->res[4].buffer_type = MYSQL_TYPE_DATETIME;
     c->res[4].buffer = &c->created;
     c->res[4].is_null = &c->nul[4];
@@ -253,14 +242,14 @@ typedef struct {
 static void bind_order_cols(order_cols *c)
 {
     memset(c, 0, sizeof(*c));
-    bind_int(&c->res[0], &c->id, &c->nul[0]);
+    ow_result_int(&c->res[0], &c->id, &c->nul[0]);
     ow_result_bytes(&c->res[1], c->o.order_no, sizeof(c->o.order_no) - 1, &c->order_no_len,
                     &c->nul[1]);
     ow_result_bytes(&c->res[2], c->o.external_order_no, sizeof(c->o.external_order_no) - 1,
                     &c->ext_len, &c->nul[2]);
     ow_result_bytes(&c->res[3], c->o.amount, sizeof(c->o.amount) - 1, &c->amount_len, &c->nul[3]);
-    bind_int(&c->res[4], &c->product_id, &c->nul[4]);
-    bind_int(&c->res[5], &c->quantity, &c->nul[5]);
+    ow_result_int(&c->res[4], &c->product_id, &c->nul[4]);
+    ow_result_int(&c->res[5], &c->quantity, &c->nul[5]);
 }
 
 static size_t clamp_len(unsigned long len, size_t cap)
@@ -411,29 +400,34 @@ static const char *const sql_select_old = "SELECT id, created_at" SQL_AFTER_POS;
 static const char *const sql_select_old_records =
     "SELECT id, created_at, user_id, idempotency_key, status, request_digest, response_status, "
     "response_body" SQL_AFTER_POS;
-static const char *const sql_chunk_orders_head =
-    "SELECT id, order_no, request_id FROM orders WHERE request_id IN (";
-static const char *const sql_detach_head =
-    "UPDATE orders SET request_id = NULL WHERE request_id IN (";
-static const char *const sql_delete_head = "DELETE FROM idempotency_requests WHERE id IN (";
+/* IN lists of ID_CHUNK ids, cached by the connection (ow_store_stmt). */
+static const ow_sql_shape chunk_orders_sql = {
+    OW_SLOT_PURGE + 0, "SELECT id, order_no, request_id FROM orders WHERE request_id IN (", "?",
+    ")"};
+static const ow_sql_shape detach_sql = {
+    OW_SLOT_PURGE + 1, "UPDATE orders SET request_id = NULL WHERE request_id IN (", "?", ")"};
+static const ow_sql_shape delete_sql = {OW_SLOT_PURGE + 2,
+                                        "DELETE FROM idempotency_requests WHERE id IN (", "?", ")"};
 
 int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutoff, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
-    MYSQL_BIND param, res;
+    MYSQL_BIND res;
     MYSQL_TIME t;
-    long long secs = older_than_s;
     ow_mybool nul = 0;
+    ow_params *p = NULL;
     int rc = ow_store_connect(s, err);
 
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql_cutoff, &st, err);
-    bind_int(&param, &secs, NULL);
-    if (rc == OW_OK)
-        rc = exec_binds(s, st, &param, "compute cutoff", err);
+    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+        rc = OW_EFATAL;
+    if (rc == OW_OK) {
+        ow_param_int(p, older_than_s);
+        rc = ow_store_execute(s, st, p, "compute cutoff", err);
+    }
     memset(&t, 0, sizeof(t));
-    bind_time(&res, &t);
-    res.is_null = &nul;
+    ow_result_time(&res, &t, &nul);
     if (rc == OW_OK)
         rc = fetch_single(s, st, &res, "compute cutoff", err);
     if (rc == OW_OK && nul)
@@ -449,60 +443,41 @@ int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutof
 
 int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count, ow_error *err)
 {
-    MYSQL_BIND param;
     MYSQL_TIME t;
+    ow_params *p = NULL;
     int rc = ow_store_connect(s, err);
 
     *count = 0;
     to_mysql_time(cutoff, &t);
-    bind_time(&param, &t);
-    if (rc == OW_OK)
-        rc = query_int(s, sql_count_old, &param, count, "count old requests", err);
+    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+        rc = OW_EFATAL;
+    if (rc == OW_OK) {
+        ow_param_time(p, &t);
+        rc = query_int(s, sql_count_old, p, count, "count old requests", err);
+    }
     ow_store_rollback(s);
     return rc;
 }
 
-/* head + ID_CHUNK placeholders + ")". */
-static int build_in_list(const char *head, ow_buf *sql)
-{
-    int rc = ow_buf_appends(sql, head);
-
-    for (size_t i = 0; rc == OW_OK && i < ID_CHUNK; i++)
-        rc = ow_buf_appends(sql, i == 0 ? "?" : ",?");
-    if (rc == OW_OK)
-        rc = ow_buf_appendc(sql, ')');
-    return rc;
-}
-
-/* Runs head "(?,...)" over ids[0..n) in chunks of ID_CHUNK; the last chunk
- * repeats its last id to fill the list, which changes nothing it matches.
- * Adds the affected rows to *affected. */
-static int run_in_chunks(ow_store *s, const char *head, const long long *ids, size_t n,
+/* Runs shape over ids[0..n) in chunks of ID_CHUNK; the last chunk repeats
+ * its last id to fill the list, which changes nothing it matches. Adds the
+ * affected rows to *affected. */
+static int run_in_chunks(ow_store *s, const ow_sql_shape *shape, const long long *ids, size_t n,
                          int64_t *affected, const char *what, ow_error *err)
 {
-    MYSQL_STMT *st = NULL;
-    ow_buf sql;
-    int rc;
+    int rc = OW_OK;
 
-    ow_buf_init(&sql);
-    rc = build_in_list(head, &sql) == OW_OK ? OW_OK : ow_store_oom(err);
-    if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql.data, &st, err);
     for (size_t done = 0; rc == OW_OK && done < n; done += ID_CHUNK) {
-        ow_params_reset(&s->params);
-        if (ow_params_reserve(&s->params, ID_CHUNK) != OW_OK) {
-            rc = ow_store_oom(err);
-            break;
-        }
-        for (size_t i = 0; i < ID_CHUNK; i++)
+        MYSQL_STMT *st = NULL;
+
+        rc = ow_store_stmt(s, shape, ID_BUCKET, &st, err);
+        for (size_t i = 0; rc == OW_OK && i < ID_CHUNK; i++)
             ow_param_int(&s->params, ids[done + i < n ? done + i : n - 1]);
-        rc = ow_store_execute(s, st, &s->params, what, err);
+        if (rc == OW_OK)
+            rc = ow_store_execute(s, st, &s->params, what, err);
         if (rc == OW_OK)
             *affected += (int64_t)mysql_stmt_affected_rows(st);
     }
-    if (st != NULL)
-        mysql_stmt_close(st);
-    ow_buf_cleanup(&sql);
     return rc;
 }
 
@@ -525,27 +500,24 @@ void ow_purge_chunk_cleanup(ow_purge_chunk *c)
     chunk_clear(c);
 }
 
-/* The five parameters of SQL_AFTER_POS. */
-typedef struct {
-    MYSQL_BIND b[5];
-    MYSQL_TIME cutoff, from;
-    long long id, limit;
-} pos_params;
-
-static void bind_pos(pos_params *p, const ow_timestamp *cutoff, const ow_purge_pos *pos,
-                     size_t limit)
+/* Binds the five parameters of SQL_AFTER_POS into s->params. */
+static int pos_params(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                      size_t limit, ow_error *err)
 {
     static const ow_timestamp origin = {1000, 1, 1, 0, 0, 0, 0};
+    ow_params *p = params_for(s, 5, err);
+    MYSQL_TIME until, from;
 
-    to_mysql_time(cutoff, &p->cutoff);
-    to_mysql_time(pos->started ? &pos->created_at : &origin, &p->from);
-    p->id = pos->started ? pos->id : INT64_MIN;
-    p->limit = (long long)limit;
-    bind_time(&p->b[0], &p->cutoff);
-    bind_time(&p->b[1], &p->from);
-    bind_time(&p->b[2], &p->from);
-    bind_int(&p->b[3], &p->id, NULL);
-    bind_int(&p->b[4], &p->limit, NULL);
+    if (p == NULL)
+        return OW_EFATAL;
+    to_mysql_time(cutoff, &until);
+    to_mysql_time(pos->started ? &pos->created_at : &origin, &from);
+    ow_param_time(p, &until);
+    ow_param_time(p, &from);
+    ow_param_time(p, &from);
+    ow_param_int(p, pos->started ? pos->id : INT64_MIN);
+    ow_param_int(p, (long long)limit);
+    return OW_OK;
 }
 
 /* The columns of sql_select_old_records (the first two: sql_select_old). */
@@ -563,14 +535,14 @@ typedef struct {
 static void bind_chunk_cols(chunk_cols *c)
 {
     memset(c, 0, sizeof(*c));
-    bind_int(&c->res[0], &c->id, &c->nul[0]);
-    bind_time(&c->res[1], &c->created);
+    ow_result_int(&c->res[0], &c->id, &c->nul[0]);
+    ow_result_time(&c->res[1], &c->created, &c->nul[1]);
     c->res[1].is_null = &c->nul[1];
-    bind_int(&c->res[2], &c->user_id, &c->nul[2]);
+    ow_result_int(&c->res[2], &c->user_id, &c->nul[2]);
     ow_result_bytes(&c->res[3], c->key, sizeof(c->key) - 1, &c->key_len, &c->nul[3]);
     ow_result_bytes(&c->res[4], c->status, sizeof(c->status) - 1, &c->status_len, &c->nul[4]);
     ow_result_bytes(&c->res[5], c->digest, sizeof(c->digest), &c->digest_len, &c->nul[5]);
-    bind_int(&c->res[6], &c->response_status, &c->nul[6]);
+    ow_result_int(&c->res[6], &c->response_status, &c->nul[6]);
     ow_result_bytes(&c->res[7], NULL, 0, &c->body_len, &c->nul[7]);
 }
 
@@ -615,7 +587,6 @@ static int select_chunk(ow_store *s, const ow_timestamp *cutoff, const ow_purge_
                         size_t limit, int with_records, ow_purge_chunk *ch, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
-    pos_params pp;
     chunk_cols c;
     int frc = 0;
     int rc;
@@ -624,10 +595,11 @@ static int select_chunk(ow_store *s, const ow_timestamp *cutoff, const ow_purge_
         rc = ow_store_prepare(s, sql_select_old_records, &st, err);
     else
         rc = ow_store_prepare(s, sql_select_old, &st, err);
-    bind_pos(&pp, cutoff, pos, limit);
     bind_chunk_cols(&c);
     if (rc == OW_OK)
-        rc = exec_binds(s, st, pp.b, "select old requests", err);
+        rc = pos_params(s, cutoff, pos, limit, err);
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, &s->params, "select old requests", err);
     if (rc == OW_OK && (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0))
         rc = ow_store_fail_stmt(s, st, "select old requests", err);
     while (rc == OW_OK && ch->n < limit) {
@@ -675,26 +647,24 @@ static int add_chunk_order(ow_purge_chunk *ch, long long id, const char *order_n
 }
 
 /* Reads the orders of ids[done..done+ID_CHUNK) with a prepared IN list. */
-static int chunk_orders_part(ow_store *s, MYSQL_STMT *st, ow_purge_chunk *ch, size_t done,
-                             ow_error *err)
+static int chunk_orders_part(ow_store *s, ow_purge_chunk *ch, size_t done, ow_error *err)
 {
+    MYSQL_STMT *st = NULL;
     MYSQL_BIND res[3];
     ow_mybool nul[3] = {0};
     long long id = 0, request_id = 0;
     char order_no[OW_ORDER_NO_MAX + 1];
     unsigned long no_len = 0;
     int frc = 0;
-    int rc;
+    int rc = ow_store_stmt(s, &chunk_orders_sql, ID_BUCKET, &st, err);
 
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, ID_CHUNK) != OW_OK)
-        return ow_store_oom(err);
-    for (size_t i = 0; i < ID_CHUNK; i++)
+    for (size_t i = 0; rc == OW_OK && i < ID_CHUNK; i++)
         ow_param_int(&s->params, ch->ids[done + i < ch->n ? done + i : ch->n - 1]);
-    rc = ow_store_execute(s, st, &s->params, "select the orders of old requests", err);
-    bind_int(&res[0], &id, &nul[0]);
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, &s->params, "select the orders of old requests", err);
+    ow_result_int(&res[0], &id, &nul[0]);
     ow_result_bytes(&res[1], order_no, sizeof(order_no) - 1, &no_len, &nul[1]);
-    bind_int(&res[2], &request_id, &nul[2]);
+    ow_result_int(&res[2], &request_id, &nul[2]);
     if (rc == OW_OK && mysql_stmt_bind_result(st, res) != 0)
         rc = ow_store_fail_stmt(s, st, "select the orders of old requests", err);
     while (rc == OW_OK) {
@@ -705,25 +675,17 @@ static int chunk_orders_part(ow_store *s, MYSQL_STMT *st, ow_purge_chunk *ch, si
     }
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
         rc = ow_store_fail_stmt(s, st, "select the orders of old requests", err);
-    mysql_stmt_free_result(st);
+    if (st != NULL)
+        mysql_stmt_free_result(st);
     return rc;
 }
 
 static int select_chunk_orders(ow_store *s, ow_purge_chunk *ch, ow_error *err)
 {
-    MYSQL_STMT *st = NULL;
-    ow_buf sql;
-    int rc;
+    int rc = OW_OK;
 
-    ow_buf_init(&sql);
-    rc = build_in_list(sql_chunk_orders_head, &sql) == OW_OK ? OW_OK : ow_store_oom(err);
-    if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql.data, &st, err);
     for (size_t done = 0; rc == OW_OK && done < ch->n; done += ID_CHUNK)
-        rc = chunk_orders_part(s, st, ch, done, err);
-    if (st != NULL)
-        mysql_stmt_close(st);
-    ow_buf_cleanup(&sql);
+        rc = chunk_orders_part(s, ch, done, err);
     return rc;
 }
 
@@ -763,11 +725,11 @@ int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *po
     memset(out, 0, sizeof(*out));
     rc = ow_store_connect(s, err);
     if (rc == OW_OK && c->n > 0)
-        rc = run_in_chunks(s, sql_detach_head, c->ids, c->n, &out->orders_detached, "detach orders",
+        rc = run_in_chunks(s, &detach_sql, c->ids, c->n, &out->orders_detached, "detach orders",
                            err);
     if (rc == OW_OK && c->n > 0)
-        rc = run_in_chunks(s, sql_delete_head, c->ids, c->n, &out->requests_deleted,
-                           "delete requests", err);
+        rc = run_in_chunks(s, &delete_sql, c->ids, c->n, &out->requests_deleted, "delete requests",
+                           err);
     if (rc == OW_OK)
         rc = ow_store_commit(s, err);
     if (rc != OW_OK) {
@@ -895,9 +857,9 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
     unsigned e;
     int frc = 0;
 
-    bind_int(&res[0], &a, &nul[0]);
+    ow_result_int(&res[0], &a, &nul[0]);
     ow_result_bytes(&res[1], b, sizeof(b), &blen, &nul[1]);
-    bind_int(&res[2], &c, &nul[2]);
+    ow_result_int(&res[2], &c, &nul[2]);
     if (mysql_stmt_bind_result(st, res) != 0)
         return ow_store_fail_stmt(s, st, "audit examples", err);
     while (chk->n_examples < OW_AUDIT_EXAMPLES) {
@@ -918,8 +880,7 @@ static int fetch_examples(ow_store *s, const audit_def *d, MYSQL_STMT *st, ow_au
 static int audit_examples(ow_store *s, const audit_def *d, ow_audit_check *chk, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
-    MYSQL_BIND param;
-    long long limit = OW_AUDIT_EXAMPLES;
+    ow_params *p = NULL;
     ow_buf sql;
     int rc;
 
@@ -929,9 +890,12 @@ static int audit_examples(ow_store *s, const audit_def *d, ow_audit_check *chk, 
              : ow_store_oom(err);
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql.data, &st, err);
-    bind_int(&param, &limit, NULL);
-    if (rc == OW_OK)
-        rc = exec_binds(s, st, &param, "audit examples", err);
+    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+        rc = OW_EFATAL;
+    if (rc == OW_OK) {
+        ow_param_int(p, OW_AUDIT_EXAMPLES);
+        rc = ow_store_execute(s, st, p, "audit examples", err);
+    }
     if (rc == OW_OK)
         rc = fetch_examples(s, d, st, chk, err);
     if (st != NULL)

@@ -17,6 +17,8 @@ typedef bool ow_mybool;
 #define OW_STMT_BUCKETS 9 /* statements for 1, 2, 4, ... 256 rows */
 #define OW_STMT_MAX_ROWS 256
 #define OW_STMT_SLOTS 8 /* shapes the cache can hold */
+/* Which cache slots each module's shapes use (slot numbers are unique). */
+enum { OW_SLOT_DECIDE = 0 /* 4 shapes, decide.c */, OW_SLOT_PURGE = 4 /* 3, store_admin.c */ };
 
 /* A statement shape, owned by the module whose SQL it is (issue 10): head,
  * the tuple repeated for each row (comma separated), tail. A row's
@@ -34,6 +36,7 @@ typedef struct {
     long long *ival;
     unsigned long *len;
     char (*text)[OW_AMOUNT_TEXT_MAX];
+    MYSQL_TIME *time;
     ow_mybool *isnull;
     size_t n;
     size_t cap;
@@ -143,10 +146,12 @@ void ow_param_int(ow_params *p, long long v);
 void ow_param_null(ow_params *p);
 void ow_param_bytes(ow_params *p, const void *data, size_t len);
 void ow_param_amount(ow_params *p, int64_t cents);
+void ow_param_time(ow_params *p, const MYSQL_TIME *t);
 
 /* Binds a result column. */
 void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull);
 void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len, ow_mybool *isnull);
+void ow_result_time(MYSQL_BIND *b, MYSQL_TIME *t, ow_mybool *isnull);
 
 #define OW_ER_DUP_ENTRY 1062
 #define OW_ER_LOCK_WAIT_TIMEOUT 1205
