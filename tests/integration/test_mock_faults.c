@@ -847,13 +847,31 @@ static void test_broker_down(void **state)
 #define STOP_TIMEOUT_MS 2000
 #define STOP_SLACK_MS 2500
 
+/* SIGTERM: the worker must exit 0 within limit_ms; returns how long it took. */
+static int64_t stop_within(scenario *s, int64_t limit_ms, const char *during)
+{
+    int64_t took = now_ms();
+    int status;
+
+    assert_int_equal(kill(s->worker, SIGTERM), 0);
+    status = kit_wait(s->worker, 120000);
+    took = now_ms() - took;
+    s->worker = 0;
+    if (status != 0)
+        fail_msg("%s: the worker exited with %d after SIGTERM %s (see %s)", s->name, status,
+                 during, s->log);
+    if (took > limit_ms)
+        fail_msg("%s: SIGTERM %s took %lld ms with shutdown.timeout_ms = %d (see %s)", s->name,
+                 during, (long long)took, STOP_TIMEOUT_MS, s->log);
+    return took;
+}
+
 static void test_stop_during_outage(void **state)
 {
     scenario *s = *state;
     int64_t committed[IN_PARTS];
     snapshot snap;
     int64_t took;
-    int status;
 
     s->shutdown_timeout_ms = STOP_TIMEOUT_MS;
     produce_inputs(s, 30);
@@ -863,16 +881,7 @@ static void test_stop_during_outage(void **state)
     assert_int_equal(rd_kafka_mock_broker_set_down(s->mc, 3), 0);
     produce_inputs(s, 30);
     sleep_ms(1000); /* consumed and decided; their results wait for broker 3 */
-    took = now_ms();
-    assert_int_equal(kill(s->worker, SIGTERM), 0);
-    status = kit_wait(s->worker, 60000);
-    took = now_ms() - took;
-    s->worker = 0;
-    if (status != 0)
-        fail_msg("stop: the worker exited with %d after SIGTERM (see %s)", status, s->log);
-    if (took > STOP_TIMEOUT_MS + STOP_SLACK_MS)
-        fail_msg("stop: SIGTERM took %lld ms with shutdown.timeout_ms = %d (see %s)",
-                 (long long)took, STOP_TIMEOUT_MS, s->log);
+    took = stop_within(s, STOP_TIMEOUT_MS + STOP_SLACK_MS, "during the outage");
     read_committed(s, committed);
     assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, 3), 0);
     memset(&snap, 0, sizeof(snap));
@@ -948,7 +957,6 @@ static void test_stop_with_cluster_down(void **state)
     scenario *s = *state;
     int64_t committed[IN_PARTS];
     int64_t took;
-    int status;
 
     s->shutdown_timeout_ms = STOP_TIMEOUT_MS;
     produce_inputs(s, 30);
@@ -958,17 +966,7 @@ static void test_stop_with_cluster_down(void **state)
     for (int32_t b = 1; b <= 3; b++)
         assert_int_equal(rd_kafka_mock_broker_set_down(s->mc, b), 0);
     sleep_ms(500);
-    took = now_ms();
-    assert_int_equal(kill(s->worker, SIGTERM), 0);
-    status = kit_wait(s->worker, 120000);
-    took = now_ms() - took;
-    s->worker = 0;
-    if (status != 0)
-        fail_msg("down: the worker exited with %d after SIGTERM (see %s)", status, s->log);
-    if (took > STOP_TIMEOUT_MS + ALL_DOWN_SLACK_MS)
-        fail_msg("down: SIGTERM took %lld ms with shutdown.timeout_ms = %d and every broker "
-                 "down (see %s)",
-                 (long long)took, STOP_TIMEOUT_MS, s->log);
+    took = stop_within(s, STOP_TIMEOUT_MS + ALL_DOWN_SLACK_MS, "with every broker down");
     for (int32_t b = 1; b <= 3; b++)
         assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, b), 0);
     read_committed(s, committed);
