@@ -134,6 +134,7 @@ int testcli_run(char *const argv[], char *const env[], const char *in, size_t in
     long long deadline = now_ms() + timeout_ms;
     int pin[2], pout[2], perr[2];
     char **envp = kit_env_merge((const char *const *)env, SIZE_MAX);
+    int timed_out;
     pid_t pid;
 
     memset(r, 0, sizeof(*r));
@@ -156,9 +157,14 @@ int testcli_run(char *const argv[], char *const env[], const char *in, size_t in
         close(perr[0]);
         return -1;
     }
-    if (pump(pin[1], in, in != NULL ? in_len : 0, pout[0], perr[0], deadline, r) != 0)
+    timed_out = pump(pin[1], in, in != NULL ? in_len : 0, pout[0], perr[0], deadline, r) != 0;
+    if (timed_out)
         kill(pid, SIGKILL);
     r->status = wait_child(pid, deadline);
+    /* Killed at the deadline: -1 as documented, also when the wait already
+     * reaped the kill as 128 + SIGKILL (seen once in the purge kill test). */
+    if (timed_out)
+        r->status = -1;
     if (r->out == NULL)
         r->out = calloc(1, 1);
     if (r->err == NULL)
