@@ -344,13 +344,6 @@ static enum MHD_Result reply_record(struct MHD_Connection *c, const ow_admin_rec
     return rc;
 }
 
-/* Every pooled connection is in use: 503 with Retry-After. */
-static enum MHD_Result reply_busy(struct MHD_Connection *c)
-{
-    return reply_error(c, 503, "BUSY", "every database connection is busy; retry", "Retry-After",
-                       RETRY_AFTER_S);
-}
-
 static enum MHD_Result serve_request(ow_api *a, struct MHD_Connection *c, const ow_route *route)
 {
     ow_admin_record rec;
@@ -360,7 +353,8 @@ static enum MHD_Result serve_request(ow_api *a, struct MHD_Connection *c, const 
     int rc;
 
     if (s == NULL)
-        return reply_busy(c);
+        return reply_error(c, 503, "BUSY", "every database connection is busy; retry",
+                           "Retry-After", RETRY_AFTER_S);
     ow_admin_record_init(&rec);
     rc = ow_admin_lookup(s, route->user_id, route->segment, route->segment_len, &rec, &err);
     pool_give(a, s);
@@ -407,7 +401,8 @@ static enum MHD_Result serve_order(ow_api *a, struct MHD_Connection *c, const ow
     int rc;
 
     if (s == NULL)
-        return reply_busy(c);
+        return reply_error(c, 503, "BUSY", "every database connection is busy; retry",
+                           "Retry-After", RETRY_AFTER_S);
     rc = ow_admin_order_get(s, route->user_id, route->segment, route->segment_len, &o, &err);
     pool_give(a, s);
     if (rc == OW_ENOTFOUND)
