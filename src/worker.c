@@ -568,14 +568,6 @@ static int check_topic(ow_worker *w, const char *key, const char *topic, ow_erro
         else if (te == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
                  te == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION)
             rc = OW_EFATAL;
-        if (te == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) {
-            char reason[300];
-
-            /* A missing Write ACL (issue 11): the same kafka_refused line
-             * as the other refusals. */
-            snprintf(reason, sizeof(reason), "topic %s is not visible to this principal", topic);
-            ow_kafka_refused(w->producer, te, reason);
-        }
         if (rc == OW_ENOTFOUND || rc == OW_EFATAL)
             ow_error_set(err, OW_ERRCLASS_FATAL, (int)te, "%s: topic %s: %s", key, topic,
                          rd_kafka_err2str(te));
@@ -633,17 +625,15 @@ static int check_outputs(ow_worker *w, const volatile sig_atomic_t *stop, ow_err
 
 static int start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)
 {
-    const char *input[] = {w->cfg->topic_input};
+    const char *topics[] = {w->cfg->topic_input, w->cfg->topic_results, w->cfg->topic_dlq};
     int rc = create_clients(w, err);
 
     if (rc == OW_OK)
         rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
-    /* Issue 11: a missing Read ACL on the input stops the worker before it
-     * decides anything (the consumer asks: its metadata requests never
-     * auto-create a topic). The output topics, Write ACLs included, are
-     * checked once, by check_outputs. */
+    /* Issue 11: a missing ACL stops the worker before it decides anything.
+     * The consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)
-        rc = ow_kafka_check_topics(w->consumer, input, 1, err);
+        rc = ow_kafka_check_topics(w->consumer, topics, 3, err);
     if (rc != OW_OK)
         return rc;
     w->out_ready = 1;
