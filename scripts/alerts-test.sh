@@ -191,10 +191,12 @@ grep -vE '^#' "$WORK/metrics.txt" | sed -E 's/[{ ].*//' | sort -u >"$WORK/expose
 missing=$(comm -23 "$WORK/named.txt" "$WORK/exposed.txt")
 [[ -z $missing ]] || die "named in the dashboard or rules but not in /metrics: $missing"
 say "metric names: all $(wc -l <"$WORK/named.txt") named by the dashboard and the rules are in a replica's /metrics"
-# Recorded series the alerts use are defined by the rules.
+# Recorded series the alerts use are defined by the rules, and appear once a
+# rate has two samples (waited for: one check without waiting failed once).
+has_series() { [[ $(count "$1") -gt 0 ]]; }
 for rec in $(grep -oE '[a-z_]+:order_worker_[a-z0-9_]+:[a-z0-9_]+' "$RULES" | sort -u); do
   grep -qE "record: $rec\$" "$RULES" || die "recorded series $rec is used but not recorded"
-  [[ $(count "$rec") -gt 0 ]] || die "Prometheus has no recorded series $rec"
+  wait_for 30 "Prometheus has the recorded series $rec" has_series "$rec"
 done
 # Every dashboard query, with Grafana's variables filled in, evaluates and
 # returns series.
