@@ -212,7 +212,12 @@ else
   say "verifier self-check passed: $detected of 4 planted violations reported"
 fi
 if ((kills < 10)); then say "only $kills kills happened (need at least 10)"; status=1; fi
-if [[ -n $unexpected ]]; then say "a replica exited unexpectedly"; status=1; fi
+if [[ -n $unexpected ]]; then
+  say "a replica exited unexpectedly"
+  # A stop held past its bound says where (issue 9).
+  { grep -h '"stop_overrun"' "$RUN"/worker-*.log || true; } | while read -r l; do say "  $l"; done
+  status=1
+fi
 if ((hung > 0)); then say "$hung replica(s) hung on shutdown"; status=1; fi
 say "took $((SECONDS - T_START)) s; $( ((status == 0)) && echo PASSED || echo FAILED)"
 exit "$status"

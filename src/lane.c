@@ -236,7 +236,8 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
         }
         OW_COUNT(retries[err.cls < 4 ? err.cls : 0], 1);
         OW_COUNT(deadlocks, ow_store_get_stats(l->store)->deadlocks - deadlocks);
-        if (err.cls != OW_ERRCLASS_RETRIABLE) {
+        /* A call the stop cancelled can fail in any class: it is abandoned. */
+        if (err.cls != OW_ERRCLASS_RETRIABLE && !atomic_load(&l->cancelled)) {
             OW_LOG(OW_LOG_ERROR, "db_fatal", OW_F_INT("lane", l->index), OW_F_INT("code", err.code),
                    OW_F_STR("error", err.msg));
             ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
@@ -444,6 +445,8 @@ static void *lane_main(void *arg)
 
         l->head = l->tail = NULL;
         l->queued = 0;
+        l->exited = 1;
+        pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
         finish_list(l->env->ledger, rest);
     }
@@ -516,8 +519,26 @@ void ow_lane_stop(ow_lane *l)
     pthread_mutex_unlock(&l->mu);
 }
 
-void ow_lane_join(ow_lane *l)
+void ow_lane_join(ow_lane *l, int64_t deadline_ms)
 {
+    int exited;
+
+    pthread_mutex_lock(&l->mu);
+    while (l->started && !l->exited && ow_clock_mono_ms() < deadline_ms) {
+        struct timespec ts;
+
+        ow_deadline_after_ms(deadline_ms - ow_clock_mono_ms(), &ts);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    exited = l->exited;
+    pthread_mutex_unlock(&l->mu);
+    if (l->started && !exited) {
+        OW_LOG(OW_LOG_WARN, "lane_cancelled", OW_F_INT("lane", l->index),
+               OW_F_STR("reason", "still in a database call at its share of the stop deadline; "
+                                  "its batch is rolled back and redelivered"));
+        atomic_store(&l->cancelled, 1);
+        ow_store_cancel(l->store);
+    }
     if (l->started)
         pthread_join(l->thread, NULL);
     l->started = 0;

@@ -28,6 +28,8 @@ typedef struct {
     ow_job *tail;
     size_t queued;
     int stop;
+    int exited;            /* the thread has left its loop (under mu) */
+    _Atomic int cancelled; /* the stop cancelled its database call */
     pthread_t thread;
     int started;
     unsigned index;
@@ -45,8 +47,10 @@ void ow_lane_drop_partition(ow_lane *lane, int32_t partition);
 void ow_lane_stop(ow_lane *lane);
 /* Waits for the lane's thread and closes its connection. The lane's queue
  * stays usable (empty) until ow_lane_destroy: leaving the group after the
- * lanes stopped still drops revoked partitions from it. */
-void ow_lane_join(ow_lane *lane);
+ * lanes stopped still drops revoked partitions from it. A lane still busy
+ * at deadline_ms (monotonic) has its database call cancelled first: its
+ * batch is rolled back and redelivered later (issue 9). */
+void ow_lane_join(ow_lane *lane, int64_t deadline_ms);
 void ow_lane_destroy(ow_lane *lane);
 
 #endif

@@ -3,6 +3,7 @@
 #include <errmsg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "ow/config.h"
 #include "ow/log.h"
@@ -42,6 +43,8 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->connect_timeout_s = p->connect_timeout_s;
     s->lock_wait_timeout_s = p->lock_wait_timeout_s;
     s->ids = ids;
+    s->sock = -1;
+    pthread_mutex_init(&s->cancel_mu, NULL);
     s->rng = (uint64_t)ow_clock_mono_us() ^ (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ULL;
     if (s->host == NULL || s->user == NULL || s->password == NULL || s->database == NULL ||
         ow_store_tls_copy(&s->tls, &p->tls) != OW_OK)
@@ -71,8 +74,18 @@ void ow_store_free(ow_store **store)
     free(s->password);
     free(s->database);
     ow_store_tls_free(&s->tls);
+    pthread_mutex_destroy(&s->cancel_mu);
     free(s);
     *store = NULL;
+}
+
+/* Publishes the connection's socket to ow_store_cancel; the lock keeps a
+ * cancel from shutting down a descriptor that was closed and reused. */
+static void set_sock(ow_store *s, int sock)
+{
+    pthread_mutex_lock(&s->cancel_mu);
+    s->sock = sock;
+    pthread_mutex_unlock(&s->cancel_mu);
 }
 
 void ow_store_disconnect(ow_store *s)
@@ -84,10 +97,30 @@ void ow_store_disconnect(ow_store *s)
             s->stmts[k][b] = NULL;
         }
     }
+    set_sock(s, -1);
     if (s->db != NULL)
         mysql_close(s->db);
     s->db = NULL;
     s->broken = 0;
+}
+
+void ow_store_cancel(ow_store *s)
+{
+    pthread_mutex_lock(&s->cancel_mu);
+    s->cancelled = 1;
+    if (s->sock >= 0)
+        shutdown(s->sock, SHUT_RDWR);
+    pthread_mutex_unlock(&s->cancel_mu);
+}
+
+static int cancelled(ow_store *s)
+{
+    int c;
+
+    pthread_mutex_lock(&s->cancel_mu);
+    c = s->cancelled;
+    pthread_mutex_unlock(&s->cancel_mu);
+    return c;
 }
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s)
@@ -229,6 +262,8 @@ int ow_store_connect(ow_store *s, ow_error *err)
     if (s->db != NULL && !s->broken)
         return OW_OK;
     ow_store_disconnect(s);
+    if (cancelled(s))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0, "database call cancelled by the stop");
     s->db = mysql_init(NULL);
     if (s->db == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
@@ -252,6 +287,9 @@ int ow_store_connect(ow_store *s, ow_error *err)
         ow_store_disconnect(s);
         return rc;
     }
+    set_sock(s, (int)mysql_get_socket(s->db));
+    if (cancelled(s)) /* a cancel that came while connecting */
+        shutdown(s->sock, SHUT_RDWR);
     rc = ow_store_tls_check_session(s, err);
     if (rc == OW_OK)
         rc = session_setup(s, err);

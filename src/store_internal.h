@@ -3,6 +3,7 @@
 #define OW_STORE_INTERNAL_H
 
 #include <mysql.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "ow/store.h"
@@ -80,6 +81,11 @@ struct ow_store {
     unsigned lock_wait_timeout_s;
     ow_store_tls tls; /* owned copies (store_tls.c) */
     MYSQL *db;
+    /* ow_store_cancel's view of the connection: its socket (-1 when none)
+     * and whether it was cancelled, both under cancel_mu. */
+    pthread_mutex_t cancel_mu;
+    int sock;
+    int cancelled;
     /* The connection failed: its handles stay valid (callers may still hold
      * a statement) until the next ow_store_connect replaces it. */
     int broken;

@@ -40,6 +40,7 @@ typedef struct {
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
     int consumer_unsafe;       /* closing it could abort (see leave_group) */
     int consumer_closed;       /* the group was left cleanly */
+    ow_stopguard guard;        /* bounds the whole stop (issue 9) */
 
     /* Readiness, for /readyz. */
     _Atomic int broker_ok;  /* the delivery poller's last metadata request was answered */
@@ -713,6 +714,7 @@ static void leave_group(ow_worker *w)
      * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
      * first. Messages that arrive meanwhile are not processed. A worker
      * that failed before subscribing has no join to wait for. */
+    ow_runstate_step(&w->rs, "leave: first join");
     while (w->subscribed && !atomic_load(&w->ever_assigned) && ow_clock_mono_ms() < deadline) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
 
@@ -731,7 +733,9 @@ static void leave_group(ow_worker *w)
         OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "stop deadline"));
         return;
     }
+    ow_runstate_step(&w->rs, "leave: unsubscribe");
     rd_kafka_unsubscribe(w->consumer);
+    ow_runstate_step(&w->rs, "leave: revoke");
     while (ow_clock_mono_ms() < deadline && idle < 3) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
 
@@ -739,6 +743,7 @@ static void leave_group(ow_worker *w)
             rd_kafka_message_destroy(m);
         idle = assignment_empty(w->consumer) ? idle + 1 : 0;
     }
+    ow_runstate_step(&w->rs, "leave: close");
     close_consumer(w);
 }
 
@@ -771,12 +776,16 @@ static void shut_down(ow_worker *w)
     int64_t left;
 
     w->rs.deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
+    ow_stopguard_start(&w->guard, &w->rs);
     atomic_store(&w->rs.stopping, 1);
     w->rs.stop_sleep = 1; /* wakes lanes sleeping between database retries */
+    ow_runstate_step(&w->rs, "lanes");
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_stop(&w->lanes[i]);
+    /* Lanes get what the flush and the leave do not keep. */
     for (size_t i = 0; i < w->n_lanes; i++)
-        ow_lane_join(&w->lanes[i]);
+        ow_lane_join(&w->lanes[i], w->rs.deadline_ms - 2 * leave_reserve_ms(w->cfg));
+    ow_runstate_step(&w->rs, "flush");
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)
         pthread_join(w->poller, NULL);
@@ -790,6 +799,7 @@ static void shut_down(ow_worker *w)
     if (w->consumer != NULL) {
         /* Half of what is left, so that leaving the group has the rest. */
         left = w->rs.deadline_ms - ow_clock_mono_ms();
+        ow_runstate_step(&w->rs, "commit");
         commit_stored(w, "shutdown", ow_clock_mono_ms() + (left > 0 ? left / 2 : 0));
         leave_group(w);
     }
@@ -797,15 +807,18 @@ static void shut_down(ow_worker *w)
 
 static void destroy(ow_worker *w)
 {
+    ow_runstate_step(&w->rs, "destroy");
     ow_http_stop(&w->http);
     /* A member of the group that could not leave it by the deadline is not
      * destroyed: librdkafka's destroy would wait for the coordinator all
      * the same (6 s more with every broker down, seen in the mock test).
      * The process exits next; the group drops the member after its session
      * timeout. A consumer that never subscribed has no group to leave. */
+    ow_runstate_step(&w->rs, "destroy: consumer");
     if (w->consumer != NULL && !w->consumer_unsafe && (w->consumer_closed || !w->subscribed))
         rd_kafka_destroy_flags(w->consumer,
                                w->consumer_closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    ow_runstate_step(&w->rs, "destroy: producer");
     if (w->producer != NULL)
         rd_kafka_destroy(w->producer);
     ow_ledger_destroy(&w->ledger);
@@ -849,6 +862,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     if (rc == OW_OK && atomic_load(&w.rs.fatal))
         rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
     destroy(&w);
+    ow_stopguard_end(&w.guard);
     OW_LOG(OW_LOG_INFO, "worker_stopped", OW_F_INT("clean", rc == OW_OK));
     return rc;
 }

@@ -118,6 +118,11 @@ int ow_store_connect(ow_store *s, ow_error *err);
 int ow_store_ping(ow_store *s, ow_error *err);
 /* 1 while a connection is open (it may still turn out to be dead). */
 int ow_store_connected(const ow_store *s);
+/* From another thread: makes the call in progress fail at once (its socket
+ * is shut down, so the server rolls the transaction back) and every later
+ * connect fail too. A stop uses it on a lane blocked in the database past
+ * its share of shutdown.timeout_ms (issue 9). */
+void ow_store_cancel(ow_store *s);
 
 void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len);
 void ow_store_item_cleanup(ow_store_item *it);

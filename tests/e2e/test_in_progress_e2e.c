@@ -28,6 +28,7 @@
 
 static teststack ts;
 static pid_t worker;
+static MYSQL *locker; /* holds a table lock in test_stop_cancels_a_blocked_statement */
 
 /* The stored response of the held record: a well-formed 201 body (the
  * contract tier validates every result the tests read, issue 15), built
@@ -105,6 +106,8 @@ static int teardown(void **state)
     (void)state;
     if (worker > 0)
         kill(worker, SIGKILL);
+    if (locker != NULL) /* a failed test still holds its lock: drop it first */
+        mysql_close(locker);
     testdb_drop(&ts.db);
     return 0;
 }
@@ -267,11 +270,103 @@ static void test_send_wait_past_in_progress(void **state)
     worker = 0;
 }
 
+/* Whether the worker's connection waits on a table lock (bounded: 30 s). */
+static int worker_waits_on_lock(void)
+{
+    for (int i = 0; i < 60; i++) {
+        if (testdb_count(&ts.db, "SELECT COUNT(*) FROM information_schema.processlist "
+                                 "WHERE state LIKE 'Waiting for table metadata lock%'") > 0)
+            return 1;
+        usleep(500000);
+    }
+    return 0;
+}
+
+/* Issue 9: a lane blocked in the database must not hold the stop. Another
+ * session locks the requests table, so the worker's deciding statement
+ * waits (up to its 46 s read timeout here). SIGTERM must end the worker
+ * within its 3 s shutdown.timeout_ms: the lane's call is cancelled, its
+ * transaction rolled back, its offset not committed. After the lock goes,
+ * the next worker decides the message once. */
+static void test_stop_cancels_a_blocked_statement(void **state)
+{
+    static const char stop_value[] =
+        "{\"user_id\":78,\"orders\":[{\"external_order_no\":\"SB-1\",\"amount\":\"1.00\"}]}";
+    rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
+    testenv slow;
+    char log2[300], text[1 << 16];
+    int64_t before = -1, after = -1;
+    kit_msgs results = {0};
+    const kit_msg *created = NULL;
+    FILE *f;
+    size_t n;
+
+    (void)state;
+    assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 1, &before), 0);
+    locker = testdb_connect(&ts.db);
+    if (mysql_query(locker, "LOCK TABLES idempotency_requests WRITE") != 0)
+        fail_msg("lock: %s", mysql_error(locker));
+    slow = env;
+    testenv_add(&slow, "ORDER_WORKER_MYSQL_CONNECT_TIMEOUT_S=20");
+    testenv_add(&slow, "ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=3000");
+    teststack_log(&ts, "worker-stop-blocked.log", log2, sizeof(log2));
+    worker = teststack_spawn(&slow, log2);
+    assert_int_equal(kit_produce(p, ts.topic_in, 0, "stop-key", 8, stop_value, strlen(stop_value)),
+                     0);
+    assert_int_equal(kit_flush(p, 30000), 0);
+    rd_kafka_destroy(p);
+    assert_true(worker_waits_on_lock());
+    kill(worker, SIGTERM);
+    /* 3 s budget + 2 s guard + margin for a loaded machine; the blocked
+     * statement alone would hold the worker for 46 s. */
+    assert_int_equal(kit_wait(worker, 15000), 0);
+    worker = 0;
+    f = fopen(log2, "r");
+    assert_non_null(f);
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    assert_non_null(strstr(text, "\"event\":\"lane_cancelled\""));
+    assert_null(strstr(text, "\"event\":\"stop_overrun\""));
+    assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 1, &after), 0);
+    assert_int_equal(after, before);
+    assert_int_equal(mysql_query(locker, "UNLOCK TABLES"), 0);
+    mysql_close(locker);
+    locker = NULL;
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders WHERE user_id = 78"), 0);
+
+    worker = teststack_spawn(&env, log_path);
+    for (int waited = 0; waited < 60 && created == NULL; waited++) {
+        kit_msgs_free(&results);
+        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, &results);
+        for (size_t i = 0; i < results.n; i++) {
+            if (results.v[i].key_len == 8 && memcmp(results.v[i].key, "stop-key", 8) == 0)
+                created = &results.v[i];
+        }
+        if (created == NULL)
+            usleep(500000);
+    }
+    assert_non_null(created);
+    assert_non_null(strstr(created->value, "\"code\":\"CREATED\""));
+    kit_msgs_free(&results);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders WHERE user_id = 78"), 1);
+    for (int waited = 0; waited < 60 && after != before + 1; waited++) {
+        assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 1, &after), 0);
+        if (after != before + 1)
+            usleep(250000);
+    }
+    assert_int_equal(after, before + 1);
+    kill(worker, SIGTERM);
+    assert_int_equal(kit_wait(worker, 30000), 0);
+    worker = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_progress_until_the_holder_commits),
         cmocka_unit_test(test_send_wait_past_in_progress),
+        cmocka_unit_test(test_stop_cancels_a_blocked_statement),
     };
 
     mysql_library_init(0, NULL, NULL);

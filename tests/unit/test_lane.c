@@ -32,12 +32,15 @@ typedef struct {
     char published[MAX_SEEN][64];
     size_t n_published;
     /* Scripted answers. */
-    int in_progress_left;  /* the first N decides of key "busy" answer IN_PROGRESS */
-    int retriable_left;    /* the first N decide calls fail RETRIABLE */
-    int fatal;             /* every decide call fails FATAL */
+    int in_progress_left; /* the first N decides of key "busy" answer IN_PROGRESS */
+    int retriable_left;   /* the first N decide calls fail RETRIABLE */
+    int fatal;            /* every decide call fails FATAL */
+    int hang;             /* decide blocks until ow_store_cancel (30 s at most) */
+    int cancels;          /* ow_store_cancel calls */
+    pthread_cond_t cv;    /* signals a cancel */
 } seen_t;
 
-static seen_t seen = {PTHREAD_MUTEX_INITIALIZER};
+static seen_t seen = {PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 static ow_ledger ledger;
 
 /* --- The store, faked -------------------------------------------------------- */
@@ -81,6 +84,28 @@ int ow_store_connected(const ow_store *s)
     return 1;
 }
 
+void ow_store_cancel(ow_store *s)
+{
+    (void)s;
+    pthread_mutex_lock(&seen.mu);
+    seen.cancels++;
+    pthread_cond_broadcast(&seen.cv);
+    pthread_mutex_unlock(&seen.mu);
+}
+
+/* A call blocked in the database until a cancel; it then fails as a TLS
+ * connection cut mid-read does, in a class that is not RETRIABLE. */
+static int hang_until_cancelled(ow_error *err)
+{
+    struct timespec ts;
+
+    ow_deadline_after_ms(30000, &ts);
+    while (seen.cancels == 0 && pthread_cond_timedwait(&seen.cv, &seen.mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&seen.mu);
+    return ow_error_set(err, OW_ERRCLASS_FATAL, 2026, "TLS/SSL error: unexpected eof");
+}
+
 void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
 {
     memset(it, 0, sizeof(*it));
@@ -103,6 +128,8 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     (void)one_at_a_time;
     ow_error_clear(err);
     pthread_mutex_lock(&seen.mu);
+    if (seen.hang)
+        return hang_until_cancelled(err);
     if (seen.fatal) {
         pthread_mutex_unlock(&seen.mu);
         return ow_error_set(err, OW_ERRCLASS_FATAL, 1146, "no such table");
@@ -167,11 +194,14 @@ typedef struct {
     int64_t next_offset;
 } fixture;
 
+static int stores; /* how often the done watermark moved */
+
 static void count_store(void *opaque, int32_t partition, int64_t offset)
 {
     (void)opaque;
     (void)partition;
     (void)offset;
+    stores++;
 }
 
 static int setup(void **state)
@@ -185,6 +215,8 @@ static int setup(void **state)
     memset(seen.published, 0, sizeof(seen.published));
     seen.n_batches = seen.n_published = 0;
     seen.in_progress_left = seen.retriable_left = seen.fatal = 0;
+    seen.hang = seen.cancels = 0;
+    stores = 0;
     pthread_mutex_unlock(&seen.mu);
     assert_int_equal(ow_config_init(&f.cfg, &err), OW_OK);
     f.cfg.batch_max_messages = 4;
@@ -203,7 +235,7 @@ static int teardown(void **state)
     fixture *f = *state;
 
     ow_lane_stop(&f->lane);
-    ow_lane_join(&f->lane);
+    ow_lane_join(&f->lane, ow_clock_mono_ms() + 10000);
     ow_lane_destroy(&f->lane);
     ow_ledger_destroy(&ledger);
     ow_config_cleanup(&f->cfg);
@@ -303,8 +335,7 @@ static void test_same_key_waits_for_next_batch(void **state)
 static void test_colliding_orders_split(void **state)
 {
     fixture *f = *state;
-    ow_job *jobs[3] = {simple(f, "k1", "same"), simple(f, "k2", "same"),
-                       simple(f, "k3", "other")};
+    ow_job *jobs[3] = {simple(f, "k1", "same"), simple(f, "k2", "same"), simple(f, "k3", "other")};
 
     enqueue_then_start(f, jobs, 3);
     wait_published(3);
@@ -396,6 +427,28 @@ static void test_retries_then_fatal(void **state)
     assert_int_equal(seen.n_published, 2);
 }
 
+/* Issue 9: a stop does not wait for a lane blocked in the database past
+ * the lane's deadline. Its call is cancelled, and the batch is abandoned
+ * (no output, the offset not done) without taking the failure of the
+ * cancelled call for a fatal error. */
+static void test_stop_cancels_a_blocked_lane(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[1] = {simple(f, "stuck", "o1")};
+
+    seen.hang = 1;
+    enqueue_then_start(f, jobs, 1);
+    ow_sleep_ms(50, NULL); /* the lane is inside decide, waiting */
+    atomic_store(&f->rs.stopping, 1);
+    f->rs.deadline_ms = ow_clock_mono_ms() + 100;
+    ow_lane_stop(&f->lane);
+    ow_lane_join(&f->lane, ow_clock_mono_ms() + 100);
+    assert_int_equal(seen.cancels, 1);
+    assert_int_equal(seen.n_published, 0);
+    assert_false(atomic_load(&f->rs.fatal));
+    assert_int_equal(stores, 0); /* its offset is not done: redelivered */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +458,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_job_is_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_progress_retries_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retries_then_fatal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
