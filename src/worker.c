@@ -530,7 +530,18 @@ static int subscribe(ow_worker *w, ow_error *err)
  * but a database that is only unreachable is waited for by the lanes. */
 static int check_database(ow_worker *w, ow_error *err)
 {
-    int rc = ow_store_ping(w->lanes[0].store, err);
+    /* A connection of its own: lane 0's belongs to lane 0's thread, whose
+     * idle ping may run while this one waits for a slow server. */
+    ow_store_params p;
+    ow_store *s;
+    int rc;
+
+    ow_store_params_from_config(w->cfg, &p);
+    s = ow_store_new(&p, &w->ids);
+    if (s == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    rc = ow_store_ping(s, err);
+    ow_store_free(&s);
 
     atomic_store(&w->rs.db_ok, rc == OW_OK);
     if (rc != OW_OK && err->cls == OW_ERRCLASS_RETRIABLE) {
