@@ -37,6 +37,7 @@ typedef struct {
     int fatal;            /* every decide call fails FATAL */
     int hang;             /* decide blocks until ow_store_cancel (30 s at most) */
     int cancels;          /* ow_store_cancel calls */
+    int hanging;          /* a decide call is blocked in hang mode */
     pthread_cond_t cv;    /* signals a cancel */
 } seen_t;
 
@@ -100,6 +101,7 @@ static int hang_until_cancelled(ow_error *err)
     struct timespec ts;
 
     ow_deadline_after_ms(30000, &ts);
+    seen.hanging = 1;
     while (seen.cancels == 0 && pthread_cond_timedwait(&seen.cv, &seen.mu, &ts) == 0)
         ;
     pthread_mutex_unlock(&seen.mu);
@@ -215,7 +217,7 @@ static int setup(void **state)
     memset(seen.published, 0, sizeof(seen.published));
     seen.n_batches = seen.n_published = 0;
     seen.in_progress_left = seen.retriable_left = seen.fatal = 0;
-    seen.hang = seen.cancels = 0;
+    seen.hang = seen.cancels = seen.hanging = 0;
     stores = 0;
     pthread_mutex_unlock(&seen.mu);
     assert_int_equal(ow_config_init(&f.cfg, &err), OW_OK);
@@ -438,7 +440,17 @@ static void test_stop_cancels_a_blocked_lane(void **state)
 
     seen.hang = 1;
     enqueue_then_start(f, jobs, 1);
-    ow_sleep_ms(50, NULL); /* the lane is inside decide, waiting */
+    for (int i = 0; i < 10000; i++) { /* until the lane is inside decide */
+        int in;
+
+        pthread_mutex_lock(&seen.mu);
+        in = seen.hanging;
+        pthread_mutex_unlock(&seen.mu);
+        if (in)
+            break;
+        ow_sleep_ms(1, NULL);
+    }
+    assert_int_equal(seen.hanging, 1);
     atomic_store(&f->rs.stopping, 1);
     f->rs.deadline_ms = ow_clock_mono_ms() + 100;
     ow_lane_stop(&f->lane);
