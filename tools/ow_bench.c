@@ -25,6 +25,12 @@
  *           --repeat rounds (median per point); writes sweep.csv, sweep.dat
  *           and sweep.gp (gnuplot) in --out.
  *
+ * --replay: decide N batches, then a cold worker in a new group reads the
+ *           same topic against the same database, so that every input is a
+ *           replay (issue 12); checks that each replayed body is the first
+ *           result's, byte for byte, with replayed: true, and prints
+ *           ratios: replay/decide = X.XX (batches/s)
+ *
  * Exit status: 0 when every run completed without losing a message, 1 when
  * one did not, 2 for bad arguments or a setup failure. Timings are never
  * judged. scripts/bench.sh starts the services and runs this.
@@ -50,6 +56,7 @@ typedef struct {
     int tuned_lanes, tuned_batch, tuned_inflight;
     double rate;
     int sweep;
+    int replay;
     int repeat;
     long sweep_n;
     int lanes[MAX_GRID], batches[MAX_GRID];
@@ -80,7 +87,7 @@ static void usage(void)
           "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
-          "  modes:   [--rate R [--warmup S (10)]]\n"
+          "  modes:   [--rate R [--warmup S (10)]] | [--replay]\n"
           "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
           "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--database NAME (an existing migrated database, kept: --growth)]\n"
@@ -182,6 +189,8 @@ static int parse_flag(options *o, const char *arg)
         o->db_limit = 0;
     else if (strcmp(arg, "--sweep") == 0)
         o->sweep = 1;
+    else if (strcmp(arg, "--replay") == 0)
+        o->replay = 1;
     else if (strcmp(arg, "--keep-databases") == 0)
         o->env.keep_databases = 1;
     else if (strcmp(arg, "--random-keys") == 0)
@@ -324,8 +333,8 @@ static int check_options(const options *o)
         bm_log("the percentages of retries, reuses, clashes and invalid add up to more than 100");
         return -1;
     }
-    if (o->sweep && o->rate > 0) {
-        bm_log("--sweep and --rate are separate modes");
+    if (o->sweep + (o->rate > 0) + o->replay > 1) {
+        bm_log("--sweep, --rate and --replay are separate modes");
         return -1;
     }
     return 0;
@@ -497,6 +506,88 @@ static int mode_rate(const options *o, const bm_data *d)
     return rc != 0 ? 1 : 0;
 }
 
+/* Every replayed body against the first result of its input (issue 12). */
+static int check_replay(const bm_result *first, const bm_result *again, size_t n)
+{
+    size_t same = 0, replayed = 0, differ = 0, missing = 0, not_marked = 0, reused = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned a = first->body_flags[i], b = again->body_flags[i];
+
+        if (!(a & BM_BODY_SEEN) || !(b & BM_BODY_SEEN)) {
+            missing += (a & BM_BODY_SEEN) != (b & BM_BODY_SEEN);
+            continue;
+        }
+        if (memcmp(first->body_sha[i], again->body_sha[i], 32) != 0) {
+            differ++;
+            continue;
+        }
+        same++;
+        if (BM_BODY_CODE(b) == BM_CODE_REPLAYED)
+            replayed++;
+        else if (BM_BODY_CODE(b) == BM_CODE_REUSED)
+            reused++; /* nothing stored to replay: the same 409 again, replayed: false */
+        else
+            not_marked++;
+    }
+    printf("replay check: %zu inputs; %zu bodies byte-identical to the first result (%zu with "
+           "replayed: true, %zu IDEMPOTENCY_KEY_REUSED, which store nothing), %zu differ, "
+           "%zu without replayed: true, %zu missing\n",
+           n, same, replayed, reused, differ, not_marked, missing);
+    return differ == 0 && not_marked == 0 && missing == 0 ? 0 : 1;
+}
+
+static int run_on_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r)
+{
+    int rc = bm_run_topic(e, s, in, r);
+
+    bm_report_details(stdout, r);
+    fflush(stdout);
+    return rc;
+}
+
+static int mode_replay(const options *o, const bm_data *d)
+{
+    bm_env e = o->env;
+    bm_result runs[2];
+    bm_topic in;
+    bm_spec s;
+    char db[128];
+    int rc;
+
+    memset(runs, 0, sizeof(runs));
+    memset(&in, 0, sizeof(in));
+    snprintf(db, sizeof(db), "owb_%s_replay", e.run_id);
+    e.database = db;
+    rc = bm_db_create(&e, db) != 0 || bm_topic_init(&in, &e, "replay", d, d->n) != 0 ||
+         bm_topic_produce(&in, &e, 0) != 0;
+    if (rc == 0) {
+        s = spec("decide", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        s.capture_bodies = 1;
+        rc |= run_on_topic(&e, &s, &in, &runs[0]) != 0;
+    }
+    if (rc == 0 && !interrupted) {
+        s = spec("replay", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        s.capture_bodies = 1;
+        rc |= run_on_topic(&e, &s, &in, &runs[1]) != 0;
+    }
+    if (rc == 0 && !interrupted) {
+        putchar('\n');
+        bm_report_table(stdout, runs, 2, NULL);
+        rc |= check_replay(&runs[0], &runs[1], in.count);
+        printf("ratios: replay/decide = %.2f (batches/s)\n",
+               runs[0].batches_per_s > 0 ? runs[1].batches_per_s / runs[0].batches_per_s : 0.0);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(runs[i].body_sha);
+        free(runs[i].body_flags);
+    }
+    if (!o->env.keep_databases)
+        bm_db_drop(&e, db);
+    bm_topic_cleanup(&in);
+    return rc != 0 ? 1 : 0;
+}
+
 static int cmp_bps(const void *a, const void *b)
 {
     double x = (*(const bm_result *const *)a)->batches_per_s;
@@ -599,6 +690,8 @@ int main(int argc, char **argv)
         rc = mode_rate(&o, &d);
     else if (o.sweep)
         rc = mode_sweep(&o, &d);
+    else if (o.replay)
+        rc = mode_replay(&o, &d);
     else
         rc = mode_compare(&o, &d);
     bm_data_free(&d);

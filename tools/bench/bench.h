@@ -115,6 +115,7 @@ typedef struct {
     double rate;                 /* > 0: produce at this rate while the worker runs */
     const char *env[BM_MAX_ENV]; /* extra NAME=value for this run */
     size_t n_env;
+    int capture_bodies; /* keep a SHA-256 of each input's result body (--replay) */
 } bm_spec;
 
 enum {
@@ -169,13 +170,25 @@ typedef struct {
     double bps_min, bps_max; /* over repeated runs of this configuration (--repeat) */
     int repeats;
     char log_note[256]; /* retries, warnings and errors in the worker's log */
+    /* With bm_spec.capture_bodies (issue 12, --replay): per input, the
+     * SHA-256 of its first definitive result's body, and BM_BODY_SEEN | code << 2.
+     * Allocated by bm_results_read; the caller frees them. */
+    int capture;
+    unsigned char (*body_sha)[32];
+    unsigned char *body_flags;
 } bm_result;
+
+#define BM_BODY_SEEN 1
+#define BM_BODY_CODE(flags) ((flags) >> 2) /* BM_CODE_*; REPLAYED = header replayed: true */
 
 /* Creates the run's input topic from the first count messages of d and
  * produces it just before the worker starts (or, with s->rate, while it
  * runs), then runs and measures the worker. Returns 0, or -1 when the run
  * did not complete (lost messages, stall, early exit, setup failure). */
 int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r);
+/* The same on an input topic that is already produced (kept by the caller,
+ * so that a second worker in a new group can read it again: --replay). */
+int bm_run_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r);
 
 /* A Kafka client of the benchmark (quiet logs); with a group, a consumer
  * that commits nothing. NULL (logged) when librdkafka refuses. */
