@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ow/log.h"
+#include "ow/util.h"
 
 int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err)
 {
@@ -155,10 +156,10 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
 
 void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v)
 {
-    char buf[32];
-    int n = snprintf(buf, sizeof(buf), "%lld", v);
+    char buf[21];
+    size_t n = ow_format_int(v, buf);
 
-    rd_kafka_header_add(h, name, -1, buf, n);
+    rd_kafka_header_add(h, name, -1, buf, (ssize_t)n);
 }
 
 const char *ow_kafka_headers_get(const rd_kafka_headers_t *h, const char *name, size_t *len)
