@@ -227,11 +227,16 @@ typedef struct {
     double rows_per_s;
     int rows_per_stmt, rows_per_commit;
     char cpu_note[512];
+    int with_requests;   /* the fair limit (issue 12) */
+    size_t request_rows; /* request rows written before the order rows */
+    double request_mib;  /* their response bodies */
 } bm_dblimit;
 
-/* Inserts the orders of the NEW messages into a fresh orders table. */
+/* Inserts the orders of the NEW messages into a fresh orders table; with
+ * with_requests (the fair limit, issue 12), first their request rows with
+ * the 201 bodies the worker stores. rows_per_s counts order rows only. */
 int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_per_commit,
-                bm_dblimit *out);
+                int with_requests, bm_dblimit *out);
 
 /* --- Processes and clocks ----------------------------------------------------------- */
 
