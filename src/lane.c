@@ -326,7 +326,7 @@ static void run_batch(ow_lane *l, batch *b)
     int decided = 1;
 
     for (size_t i = 0; i < b->n; i++) {
-        if (b->jobs[i]->valid) {
+        if (b->jobs[i]->valid && !ow_lane_cache_answer(l, b->jobs[i])) {
             b->valid[nv] = b->jobs[i];
             b->items[nv] = b->jobs[i]->item;
             nv++;
@@ -336,6 +336,8 @@ static void run_batch(ow_lane *l, batch *b)
         size_t n = nv;
 
         decided = decide(l, b, &n) == OW_OK;
+        if (decided)
+            ow_lane_cache_fill(l, b->items, n);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
@@ -464,7 +466,7 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, env->ids);
-    if (l->store == NULL)
+    if (l->store == NULL || ow_lane_cache_init(l) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start lane %u", index);
@@ -522,6 +524,7 @@ void ow_lane_join(ow_lane *l)
         pthread_join(l->thread, NULL);
     l->started = 0;
     ow_store_free(&l->store);
+    ow_lane_cache_free(l);
 }
 
 void ow_lane_destroy(ow_lane *l)
