@@ -74,9 +74,13 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     int rc;
 
     snprintf(interval, sizeof(interval), "%lld", (long long)cfg->commit_interval_ms);
-    /* The local prefetch queue counts against memory too: keep it at a
-     * quarter of the in-flight byte budget. */
-    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 4096));
+    /* The local prefetch queue counts against memory too: it gets the
+     * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
+     * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),
+     * so the queue must hold a second of the fastest consumption: at a
+     * quarter of the budget (4 MiB, 12,600 replays) a worker replaying a
+     * backlog sat idle 0.6 s of every second (issue 12). */
+    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 1024));
     rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "partition.assignment.strategy",
@@ -95,6 +99,15 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.wait.max.ms", "20", err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.min.bytes", "65536", err);
+    /* Small responses, so that the queue overshoots its bound by little:
+     * with librdkafka's 1 MiB per partition (up to 6 MiB per response) the
+     * worker's peak RSS rose by 7-10 MiB (issue 12). fetch.max.bytes may
+     * not be below message.max.bytes (1,000,000); one larger message is
+     * still fetched (librdkafka raises the partition size for it). */
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.max.bytes", "1048576", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "max.partition.fetch.bytes", "262144", err);
     if (rc == OW_OK)
         rc = ow_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (rc == OW_OK)
