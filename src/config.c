@@ -100,9 +100,9 @@ static const config_row config_table[] = {
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
      "On SIGTERM/SIGINT/SIGHUP, the bound of the whole stop: in-flight work, result delivery, "
      "the final commit and leaving the group."},
-    /* The retry cache (issue 12): 8 MiB keeps the worker within its 64 MiB
-     * RSS budget (41 MiB peak without it over 100,000 batches). */
-    {"cache.max_bytes", CT_INT, 0, 1073741824, "8388608", 0, ROW_OFF(cache_max_bytes),
+    /* The retry cache (issue 12): 2 MiB keeps the worker within its 64 MiB
+     * RSS budget beside the 16 MiB prefetch queue (docs/performance.md). */
+    {"cache.max_bytes", CT_INT, 0, 1073741824, "2097152", 0, ROW_OFF(cache_max_bytes),
      "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
      "retries without a database round trip, split among the lanes; 0 disables the cache."},
     {"cache.ttl_s", CT_INT, 1, 86400, "300", 0, ROW_OFF(cache_ttl_s),
