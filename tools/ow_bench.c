@@ -34,6 +34,12 @@
  *           result's, byte for byte, with replayed: true, and prints
  *           ratios: replay/decide = X.XX (batches/s)
  *
+ * --retry-storm: every batch sent three times within a second (blocks of
+ *           STORM_BLOCK batches, each block sent three times in a row), with
+ *           the retry cache on (the default cache.max_bytes) and off
+ *           (cache.max_bytes=0); prints
+ *           storm: cache on X batches/s, cache off Y batches/s, on/off = Z
+ *
  * Exit status: 0 when every run completed without losing a message, 1 when
  * one did not, 2 for bad arguments or a setup failure. Timings are never
  * judged. scripts/bench.sh starts the services and runs this.
@@ -60,6 +66,7 @@ typedef struct {
     double rate;
     int sweep;
     int replay;
+    int storm;
     int repeat;
     long sweep_n;
     int lanes[MAX_GRID], batches[MAX_GRID];
@@ -90,7 +97,7 @@ static void usage(void)
           "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
-          "  modes:   [--rate R [--warmup S (10)]] | [--replay]\n"
+          "  modes:   [--rate R [--warmup S (10)]] | [--replay] | [--retry-storm]\n"
           "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
           "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--database NAME (an existing migrated database, kept: --growth)]\n"
@@ -194,6 +201,8 @@ static int parse_flag(options *o, const char *arg)
         o->sweep = 1;
     else if (strcmp(arg, "--replay") == 0)
         o->replay = 1;
+    else if (strcmp(arg, "--retry-storm") == 0)
+        o->storm = 1;
     else if (strcmp(arg, "--keep-databases") == 0)
         o->env.keep_databases = 1;
     else if (strcmp(arg, "--random-keys") == 0)
@@ -336,8 +345,8 @@ static int check_options(const options *o)
         bm_log("the percentages of retries, reuses, clashes and invalid add up to more than 100");
         return -1;
     }
-    if (o->sweep + (o->rate > 0) + o->replay > 1) {
-        bm_log("--sweep, --rate and --replay are separate modes");
+    if (o->sweep + (o->rate > 0) + o->replay + o->storm > 1) {
+        bm_log("--sweep, --rate, --replay and --retry-storm are separate modes");
         return -1;
     }
     return 0;
@@ -516,8 +525,10 @@ static int mode_rate(const options *o, const bm_data *d)
            "CreateTime -> first result CreateTime\n",
            d->n, o->rate);
     if (o->env.warmup_s > 0) {
-        printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms\n",
-               o->env.warmup_s, r.steady_n, r.steady_p50_ms, r.steady_p95_ms, r.steady_p99_ms);
+        printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms, "
+               "p99.9 %.0f ms\n",
+               o->env.warmup_s, r.steady_n, r.steady_p50_ms, r.steady_p95_ms, r.steady_p99_ms,
+               r.steady_p999_ms);
         printf("p99 ms per 5 s of load:");
         for (int i = 0; i < r.n_p99_by_5s; i++)
             printf(" %.0f", r.p99_by_5s[i]);
@@ -606,6 +617,64 @@ static int mode_replay(const options *o, const bm_data *d)
     if (!o->env.keep_databases)
         bm_db_drop(&e, db);
     bm_topic_cleanup(&in);
+    return rc != 0 ? 1 : 0;
+}
+
+/* A block of batches, then the same block twice more: at the worker's
+ * rates (5,000-15,000 batches/s) each copy follows its original within
+ * 0.1-0.3 s. */
+#define STORM_BLOCK 1000
+
+/* d's messages, each block sent three times; shares d's strings. */
+static void storm_data(const bm_data *d, bm_data *s)
+{
+    size_t k = 0;
+
+    *s = *d;
+    s->v = bm_xcalloc(3 * d->n + 1, sizeof(*s->v));
+    for (size_t b = 0; b < d->n; b += STORM_BLOCK) {
+        size_t end = b + STORM_BLOCK < d->n ? b + STORM_BLOCK : d->n;
+
+        for (int copy = 0; copy < 3; copy++)
+            for (size_t i = b; i < end; i++) {
+                s->v[k] = d->v[i];
+                if (copy > 0)
+                    s->v[k].kind = KIT_RETRY;
+                k++;
+            }
+    }
+    s->n = k;
+    s->items = 3 * d->items;
+    s->bytes = 3 * d->bytes;
+}
+
+static int mode_storm(const options *o, const bm_data *d)
+{
+    static const char *off[] = {"ORDER_WORKER_CACHE_MAX_BYTES=0"};
+    bm_data s;
+    bm_result runs[2];
+    bm_spec sp;
+    int rc = 0;
+
+    memset(runs, 0, sizeof(runs));
+    storm_data(d, &s);
+    printf("storm: %zu messages, each of %zu batches three times (blocks of %d)\n", s.n, d->n,
+           STORM_BLOCK);
+    sp = spec("cache-on", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    rc |= run_one(o, &sp, &s, s.n, &runs[0]);
+    if (!interrupted) {
+        sp = spec("cache-off", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        sp.env[sp.n_env++] = off[0];
+        rc |= run_one(o, &sp, &s, s.n, &runs[1]);
+    }
+    if (rc == 0 && !interrupted) {
+        putchar('\n');
+        bm_report_table(stdout, runs, 2, NULL);
+        printf("storm: cache on %.0f batches/s, cache off %.0f batches/s, on/off = %.2f\n",
+               runs[0].batches_per_s, runs[1].batches_per_s,
+               runs[1].batches_per_s > 0 ? runs[0].batches_per_s / runs[1].batches_per_s : 0.0);
+    }
+    free(s.v);
     return rc != 0 ? 1 : 0;
 }
 
@@ -713,6 +782,8 @@ int main(int argc, char **argv)
         rc = mode_sweep(&o, &d);
     else if (o.replay)
         rc = mode_replay(&o, &d);
+    else if (o.storm)
+        rc = mode_storm(&o, &d);
     else
         rc = mode_compare(&o, &d);
     bm_data_free(&d);

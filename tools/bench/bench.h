@@ -150,7 +150,7 @@ typedef struct {
     double batches_per_s, orders_per_s;
     double p50_ms, p95_ms, p99_ms, max_ms;
     /* Inputs produced at least warmup_s after the first one (rate mode). */
-    double steady_p50_ms, steady_p95_ms, steady_p99_ms;
+    double steady_p50_ms, steady_p95_ms, steady_p99_ms, steady_p999_ms;
     size_t steady_n;
     /* p99 of the inputs produced in each 5 s of load (rate mode). */
     double p99_by_5s[64];

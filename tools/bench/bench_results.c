@@ -262,6 +262,7 @@ static void latency(const bm_env *e, const scan *sc, bm_result *r)
         r->steady_p50_ms = percentile(lat, n, 50);
         r->steady_p95_ms = percentile(lat, n, 95);
         r->steady_p99_ms = percentile(lat, n, 99);
+        r->steady_p999_ms = percentile(lat, n, 99.9);
         for (int64_t t = first; t <= last && r->n_p99_by_5s < 64; t += 5000) {
             n = latencies_between(sc, t, t + 5000, lat);
             r->p99_by_5s[r->n_p99_by_5s++] = percentile(lat, n, 99);
