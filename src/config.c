@@ -84,7 +84,10 @@ static const config_row config_table[] = {
      "Most messages decided in one database transaction (1 = one transaction per message)."},
     {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
-    {"inflight.max_messages", CT_INT, 1, 1000000, "8192", 0, ROW_OFF(inflight_max_messages),
+    /* 4096 (was 8192): the backlog waits in the prefetch queue instead, and
+     * the worker's peak RSS fell from 64.8 to 59-60 MiB at the same decide
+     * rate (issue 12). */
+    {"inflight.max_messages", CT_INT, 1, 1000000, "4096", 0, ROW_OFF(inflight_max_messages),
      "Messages consumed but not yet acknowledged before partitions are paused."},
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "16777216", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
