@@ -20,6 +20,11 @@
 #   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
 #   scripts/bench.sh --growth [--quick]   rows 0..10M (--quick: 0, 1M): decide rate, p99,
 #                                     sizes, buffer pool hit rate; growth.png (issue 13)
+#   scripts/bench.sh --replay [--quick]  decide N batches, then a cold worker in a new
+#                                     group on the same topic and database (every input
+#                                     a replay): ratios: replay/decide = X (issue 12)
+#   scripts/bench.sh --retry-storm [--quick]  every batch sent three times within a
+#                                     second, retry cache on and off (issue 12)
 #   scripts/bench.sh --purge [--quick]    p99 with and without a purge of 5M records
 #                                     (--quick: 200,000) beside the worker; see
 #                                     scripts/bench-growth.sh

@@ -245,6 +245,17 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
+    /* Issue 12: a worker's retry cache answers for records up to
+     * cache.ttl_s old; a purge horizon must lie beyond that. */
+    if (older_than <= cfg.cache_ttl_s) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than cache.ttl_s (%lld s), "
+                "for which a worker's retry cache may still answer; purge older records or lower "
+                "cache.ttl_s\n",
+                (long long)older_than, (long long)cfg.cache_ttl_s);
+        ow_config_cleanup(&cfg);
+        return OW_EXIT_USAGE;
+    }
     p.cfg = &cfg;
     p.stop = stop;
     p.tty = isatty(fileno(stderr));

@@ -84,7 +84,10 @@ static const config_row config_table[] = {
      "Most messages decided in one database transaction (1 = one transaction per message)."},
     {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
-    {"inflight.max_messages", CT_INT, 1, 1000000, "8192", 0, ROW_OFF(inflight_max_messages),
+    /* 4096 (was 8192): the backlog waits in the prefetch queue instead, and
+     * the worker's peak RSS fell from 64.8 to 59-60 MiB at the same decide
+     * rate (issue 12). */
+    {"inflight.max_messages", CT_INT, 1, 1000000, "4096", 0, ROW_OFF(inflight_max_messages),
      "Messages consumed but not yet acknowledged before partitions are paused."},
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "16777216", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
@@ -100,6 +103,14 @@ static const config_row config_table[] = {
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
      "On SIGTERM/SIGINT/SIGHUP, the bound of the whole stop: in-flight work, result delivery, "
      "the final commit and leaving the group."},
+    /* The retry cache (issue 12): 2 MiB keeps the worker within its 64 MiB
+     * RSS budget beside the 16 MiB prefetch queue (docs/performance.md). */
+    {"cache.max_bytes", CT_INT, 0, 1073741824, "2097152", 0, ROW_OFF(cache_max_bytes),
+     "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
+     "retries without a database round trip, split among the lanes; 0 disables the cache."},
+    {"cache.ttl_s", CT_INT, 1, 86400, "300", 0, ROW_OFF(cache_ttl_s),
+     "Seconds a cached outcome may answer a retry; keep it below purge's --older-than, "
+     "which refuses a shorter horizon."},
     {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
      "Least severe level logged: error, warn, info or debug."},
     {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),

@@ -28,6 +28,7 @@
 
 #include "ow/log.h"
 #include "store_internal.h"
+#include "store_known_internal.h"
 
 /* The statements of the set-based path, cached per row bucket by the
  * connection (ow_store_stmt). */
@@ -501,6 +502,14 @@ static int select_requests(batch *bt, ow_error *err)
 {
     size_t ours = 0;
 
+    /* Every row inserted: all are ours, nothing to read back (issue 12:
+     * the read-back sent each just-inserted body back to us). */
+    if (bt->inserted == bt->count) {
+        for (size_t i = bt->first; i < bt->first + bt->count; i++)
+            bt->items[i].ours = 1;
+        return OW_OK;
+    }
+
     for (size_t done = 0; done < bt->count; done += OW_STMT_MAX_ROWS) {
         size_t rows = bt->count - done < OW_STMT_MAX_ROWS ? bt->count - done : OW_STMT_MAX_ROWS;
         int rc = select_requests_chunk(bt, bt->first + done, rows, err);
@@ -775,7 +784,9 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     if (n == 0)
         return OW_OK;
     one_at_a_time |= s->next_one_at_a_time;
-    return remember_race(s, decide_batch(s, items, n, one_at_a_time, err), err);
+    /* Recorded keys first, without a lock (issue 12); the rest decide_batch. */
+    return remember_race(s, ow_store_decide_known(s, items, n, one_at_a_time, decide_batch, err),
+                         err);
 }
 
 void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)

@@ -9,8 +9,14 @@ static int append_item(const ow_order_item *it, ow_buf *out)
     char amount[OW_AMOUNT_TEXT_MAX];
     int rc;
 
+    /* Appends rather than formats (issue 12: printf was the largest own cost
+     * of a replay, and the digest is computed for every message). */
     ow_amount_format(it->amount_cents, amount);
-    rc = ow_buf_appendf(out, "{\"amount\":\"%s\",\"external_order_no\":\"", amount);
+    rc = ow_buf_appends(out, "{\"amount\":\"");
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, amount);
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, "\",\"external_order_no\":\"");
     /* external_order_no is printable ASCII, so only '"' and '\' need escapes. */
     for (size_t i = 0; rc == OW_OK && i < it->ext_len; i++) {
         char c = it->external_order_no[i];
@@ -22,11 +28,16 @@ static int append_item(const ow_order_item *it, ow_buf *out)
     }
     if (rc != OW_OK)
         return rc;
-    if (it->product_id > 0)
-        return ow_buf_appendf(out, "\",\"product_id\":%lld,\"quantity\":%lld}",
-                              (long long)it->product_id, (long long)it->quantity);
-    return ow_buf_appendf(out, "\",\"product_id\":null,\"quantity\":%lld}",
-                          (long long)it->quantity);
+    rc = ow_buf_appends(out, "\",\"product_id\":");
+    if (rc == OW_OK && it->product_id > 0)
+        rc = ow_buf_append_int(out, (long long)it->product_id);
+    else if (rc == OW_OK)
+        rc = ow_buf_appends(out, "null");
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, ",\"quantity\":");
+    if (rc == OW_OK)
+        rc = ow_buf_append_int(out, (long long)it->quantity);
+    return rc == OW_OK ? ow_buf_appendc(out, '}') : rc;
 }
 
 int ow_digest_canonical(const ow_request *req, ow_buf *out)
@@ -40,8 +51,10 @@ int ow_digest_canonical(const ow_request *req, ow_buf *out)
             rc = append_item(&req->orders[i], out);
     }
     if (rc == OW_OK)
-        rc = ow_buf_appendf(out, "],\"user_id\":%lld}", (long long)req->user_id);
-    return rc;
+        rc = ow_buf_appends(out, "],\"user_id\":");
+    if (rc == OW_OK)
+        rc = ow_buf_append_int(out, (long long)req->user_id);
+    return rc == OW_OK ? ow_buf_appendc(out, '}') : rc;
 }
 
 int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],

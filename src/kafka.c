@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ow/log.h"
+#include "ow/util.h"
 
 int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err)
 {
@@ -73,9 +74,13 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     int rc;
 
     snprintf(interval, sizeof(interval), "%lld", (long long)cfg->commit_interval_ms);
-    /* The local prefetch queue counts against memory too: keep it at a
-     * quarter of the in-flight byte budget. */
-    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 4096));
+    /* The local prefetch queue counts against memory too: it gets the
+     * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
+     * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),
+     * so the queue must hold a second of the fastest consumption: at a
+     * quarter of the budget (4 MiB, 12,600 replays) a worker replaying a
+     * backlog sat idle 0.6 s of every second (issue 12). */
+    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 1024));
     rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "partition.assignment.strategy",
@@ -94,6 +99,15 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.wait.max.ms", "20", err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.min.bytes", "65536", err);
+    /* Small responses, so that the queue overshoots its bound by little:
+     * with librdkafka's 1 MiB per partition (up to 6 MiB per response) the
+     * worker's peak RSS rose by 7-10 MiB (issue 12). fetch.max.bytes may
+     * not be below message.max.bytes (1,000,000); one larger message is
+     * still fetched (librdkafka raises the partition size for it). */
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.max.bytes", "1048576", err);
+    if (rc == OW_OK)
+        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "max.partition.fetch.bytes", "262144", err);
     if (rc == OW_OK)
         rc = ow_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (rc == OW_OK)
@@ -155,10 +169,10 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
 
 void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v)
 {
-    char buf[32];
-    int n = snprintf(buf, sizeof(buf), "%lld", v);
+    char buf[21];
+    size_t n = ow_format_int(v, buf);
 
-    rd_kafka_header_add(h, name, -1, buf, n);
+    rd_kafka_header_add(h, name, -1, buf, (ssize_t)n);
 }
 
 const char *ow_kafka_headers_get(const rd_kafka_headers_t *h, const char *name, size_t *len)

@@ -91,9 +91,10 @@ static int batch_init(batch *b, size_t cap)
 {
     memset(b, 0, sizeof(*b));
     b->cap = cap;
-    b->jobs = calloc(cap, sizeof(*b->jobs));
-    b->items = calloc(cap, sizeof(*b->items));
-    b->valid = calloc(cap, sizeof(*b->valid));
+    /* Room for the retries the cache answers beside cap decided jobs. */
+    b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
+    b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
+    b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
     if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
         hset_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
         hset_init(&b->orders_set, BATCH_MAX_ORDERS * 2) != OW_OK)
@@ -144,7 +145,7 @@ static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
     size_t max = (size_t)l->env->cfg->batch_max_messages;
-    size_t scanned = 0;
+    size_t scanned = 0, counted = 0;
     int64_t now = ow_clock_mono_ms();
     int64_t wake = 0;
     ow_job *prev = NULL;
@@ -154,7 +155,7 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
     b->orders = 0;
     hset_clear(&b->keys);
     hset_clear(&b->orders_set);
-    while (job != NULL && b->n < max && scanned++ < max * SCAN_FACTOR) {
+    while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
         ow_job *next = job->next;
         int take = 1;
 
@@ -182,7 +183,12 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
         if (take) {
             unlink_job(l, prev, job);
             b->jobs[b->n++] = job;
-            b->orders += job->req.n_orders;
+            /* A retry the cache answers rides along without counting
+             * (issue 12); it keeps its place for the results' order. */
+            if (!job->valid || !ow_lane_cache_answer(l, job)) {
+                counted++;
+                b->orders += job->req.n_orders;
+            }
         } else {
             prev = job;
         }
@@ -327,7 +333,7 @@ static void run_batch(ow_lane *l, batch *b)
     int decided = 1;
 
     for (size_t i = 0; i < b->n; i++) {
-        if (b->jobs[i]->valid) {
+        if (b->jobs[i]->valid && b->jobs[i]->item.decision != OW_DECISION_REPLAY) {
             b->valid[nv] = b->jobs[i];
             b->items[nv] = b->jobs[i]->item;
             nv++;
@@ -337,6 +343,8 @@ static void run_batch(ow_lane *l, batch *b)
         size_t n = nv;
 
         decided = decide(l, b, &n) == OW_OK;
+        if (decided)
+            ow_lane_cache_fill(l, b->items, n);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
@@ -467,7 +475,7 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, env->ids);
-    if (l->store == NULL)
+    if (l->store == NULL || ow_lane_cache_init(l) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start lane %u", index);
@@ -543,6 +551,7 @@ void ow_lane_join(ow_lane *l, int64_t deadline_ms)
         pthread_join(l->thread, NULL);
     l->started = 0;
     ow_store_free(&l->store);
+    ow_lane_cache_free(l);
 }
 
 void ow_lane_destroy(ow_lane *l)

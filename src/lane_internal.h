@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "ow/cache.h"
 #include "ow/idgen.h"
 #include "output_internal.h"
 #include "pipeline_internal.h"
@@ -37,6 +38,7 @@ typedef struct {
     ow_store *store;
     uint64_t rng;
     int64_t last_db_ms; /* last time the lane talked to the database */
+    ow_cache *cache;    /* recent outcomes of this lane's keys (issue 12) */
 } ow_lane;
 
 int ow_lane_start(ow_lane *lane, const ow_lane_env *env, unsigned index, ow_error *err);
@@ -52,5 +54,15 @@ void ow_lane_stop(ow_lane *lane);
  * batch is rolled back and redelivered later (issue 9). */
 void ow_lane_join(ow_lane *lane, int64_t deadline_ms);
 void ow_lane_destroy(ow_lane *lane);
+
+/* The lane's retry cache (lane_cache.c, issue 12): its share of
+ * cache.max_bytes, none when 0. */
+int ow_lane_cache_init(ow_lane *lane);
+void ow_lane_cache_free(ow_lane *lane);
+/* A hit with the job's digest: the job gets the stored answer as a replay
+ * and returns 1. */
+int ow_lane_cache_answer(ow_lane *lane, ow_job *job);
+/* After the deciding transaction committed: keeps items' recorded answers. */
+void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n);
 
 #endif

@@ -20,6 +20,7 @@ typedef bool ow_mybool;
 #define OW_STMT_SLOTS 8 /* shapes the cache can hold */
 /* Which cache slots each module's shapes use (slot numbers are unique). */
 enum { OW_SLOT_DECIDE = 0 /* 4 shapes, decide.c */, OW_SLOT_PURGE = 4 /* 3, store_admin.c */ };
+enum { OW_SLOT_KNOWN = 7 /* 1 shape, store_known.c (issue 12) */ };
 
 /* A statement shape, owned by the module whose SQL it is (issue 10): head,
  * the tuple repeated for each row (comma separated), tail. A row's
@@ -97,6 +98,7 @@ struct ow_store {
     /* The last decide failed on a deadlock or a lock wait: the next one
      * runs one item at a time, each under its own savepoint. */
     int next_one_at_a_time;
+    int no_known_read; /* ow_store_set_known_read(s, 0) */
     ow_store_stats stats;
 };
 

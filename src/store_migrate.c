@@ -24,6 +24,22 @@ static int run_static_prepared(ow_store *s, const char *sql, ow_error *err)
     return rc;
 }
 
+/* ER_CANT_DROP_FIELD_OR_KEY: what a migration drops is already gone. MySQL 8
+ * has no DROP INDEX IF EXISTS, so this makes a drop safe to run again
+ * (issue 12, migration 002). */
+#define OW_ER_CANT_DROP_FIELD_OR_KEY 1091
+
+static int run_statement(ow_store *s, const char *sql, ow_error *err)
+{
+    int rc = run_static_prepared(s, sql, err);
+
+    if (rc != OW_OK && err->code == OW_ER_CANT_DROP_FIELD_OR_KEY) {
+        ow_error_clear(err);
+        return OW_OK;
+    }
+    return rc;
+}
+
 /* Splits text at lines that end in ';' and runs each statement. */
 static int run_script(ow_store *s, const char *text, ow_error *err)
 {
@@ -47,7 +63,7 @@ static int run_script(ow_store *s, const char *text, ow_error *err)
                 rc = ow_store_oom(err);
             if (rc == OW_OK && p[t - 1] == ';') {
                 stmt.data[stmt.len - 2] = '\0'; /* drop ";\n" */
-                rc = run_static_prepared(s, stmt.data, err);
+                rc = run_statement(s, stmt.data, err);
                 ow_buf_reset(&stmt);
             }
         }

@@ -103,6 +103,31 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...)
     return OW_OK;
 }
 
+size_t ow_format_int(long long v, char out[21])
+{
+    char digits[20];
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    size_t n = 0, k = 0;
+
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        out[k++] = '-';
+    while (n > 0)
+        out[k++] = digits[--n];
+    out[k] = '\0';
+    return k;
+}
+
+int ow_buf_append_int(ow_buf *b, long long v)
+{
+    char text[21];
+
+    return ow_buf_append(b, text, ow_format_int(v, text));
+}
+
 char *ow_buf_steal(ow_buf *b, size_t *len)
 {
     char *p = b->data;

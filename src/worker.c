@@ -35,6 +35,7 @@ typedef struct {
     int poller_started;
     _Atomic int poller_stop;
     int paused;
+    int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
 
     int subscribed;
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
@@ -361,14 +362,30 @@ static void set_paused(ow_worker *w, int pause)
            OW_F_INT("inflight", atomic_load(&ow_stats.inflight_messages)));
 }
 
-/* Pauses the input when too much is in flight and resumes it at half. */
+/* How long the input may stay at the in-flight limit, unpolled, before it
+ * is paused (issue 12). A pause discards librdkafka's prefetched messages,
+ * and while they are refetched the fetcher can sit out librdkafka 2.0's
+ * fixed one-second backoff: replays stalled 0.6-0.8 s after each pause.
+ * Not polling for a moment keeps the prefetch, and memory stays bounded by
+ * queued.max.messages.kbytes; a longer wait (a database outage) pauses as
+ * before, so that rebalance callbacks are served. */
+#define BACKPRESSURE_HOLD_MS 200
+
+/* Pauses the input when too much has been in flight for a while and
+ * resumes it at half. */
 static void backpressure(ow_worker *w)
 {
     int64_t msgs = atomic_load(&ow_stats.inflight_messages);
     int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
     const ow_config *c = w->cfg;
+    int full = msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes;
+    int64_t now = ow_clock_mono_ms();
 
-    if (!w->paused && (msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes))
+    if (!full || w->paused)
+        w->full_since_ms = 0;
+    else if (w->full_since_ms == 0)
+        w->full_since_ms = now;
+    if (!w->paused && full && now - w->full_since_ms >= BACKPRESSURE_HOLD_MS)
         set_paused(w, 1);
     else if (w->paused && msgs <= c->inflight_max_messages / 2 &&
              bytes <= c->inflight_max_bytes / 2)
@@ -861,7 +878,14 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
         while (!*stop && !atomic_load(&w.rs.fatal)) {
             /* While paused, look again soon: the pause ends as soon as
              * acknowledgements bring the in-flight count down. */
-            rd_kafka_message_t *m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : 100);
+            rd_kafka_message_t *m;
+
+            if (w.full_since_ms != 0) { /* at the limit: wait, do not take more */
+                ow_sleep_ms(1, NULL);
+                backpressure(&w);
+                continue;
+            }
+            m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : 100);
 
             if (m != NULL)
                 on_consumer_message(&w, m);

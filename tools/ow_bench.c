@@ -9,11 +9,14 @@
  *           the same prefix (one transaction per message without waiting
  *           for each result)
  *   db-limit the same orders inserted by multi-row INSERTs, large commits
+ *   db-limit (fair, issue 12) the request rows of the new batches with
+ *           their 201 bodies, then the same orders, the same way
  * Each run gets its own input topic, produced from the same data just
  * before its worker starts (so the worker starts cold on a full topic and
  * latency means the same in every row), and a fresh database, group and
  * output topics. Prints a table and
  *   ratios: tuned/naive = X.XX (batches/s), tuned/db-limit = Y.YY (orders/s)
+ *   ratios: tuned/db-limit = Z.ZZ (orders/s, fair: ...)
  *
  * --rate R: the tuned worker only, with the batches produced at R per
  *           second while it runs (latency under a given load). Latency is
@@ -24,6 +27,18 @@
  * --sweep:  the worker over --lanes x --batches on --sweep-n batches,
  *           --repeat rounds (median per point); writes sweep.csv, sweep.dat
  *           and sweep.gp (gnuplot) in --out.
+ *
+ * --replay: decide N batches, then a cold worker in a new group reads the
+ *           same topic against the same database, so that every input is a
+ *           replay (issue 12); checks that each replayed body is the first
+ *           result's, byte for byte, with replayed: true, and prints
+ *           ratios: replay/decide = X.XX (batches/s)
+ *
+ * --retry-storm: every batch sent three times within a second (blocks of
+ *           STORM_BLOCK batches, each block sent three times in a row), with
+ *           the retry cache on (the default cache.max_bytes) and off
+ *           (cache.max_bytes=0); prints
+ *           storm: cache on X batches/s, cache off Y batches/s, on/off = Z
  *
  * Exit status: 0 when every run completed without losing a message, 1 when
  * one did not, 2 for bad arguments or a setup failure. Timings are never
@@ -50,6 +65,8 @@ typedef struct {
     int tuned_lanes, tuned_batch, tuned_inflight;
     double rate;
     int sweep;
+    int replay;
+    int storm;
     int repeat;
     long sweep_n;
     int lanes[MAX_GRID], batches[MAX_GRID];
@@ -80,7 +97,7 @@ static void usage(void)
           "           [--no-serial] [--no-db-limit] [--db-rows-per-stmt R (1000)]\n"
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
-          "  modes:   [--rate R [--warmup S (10)]]\n"
+          "  modes:   [--rate R [--warmup S (10)]] | [--replay] | [--retry-storm]\n"
           "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
           "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--database NAME (an existing migrated database, kept: --growth)]\n"
@@ -182,6 +199,10 @@ static int parse_flag(options *o, const char *arg)
         o->db_limit = 0;
     else if (strcmp(arg, "--sweep") == 0)
         o->sweep = 1;
+    else if (strcmp(arg, "--replay") == 0)
+        o->replay = 1;
+    else if (strcmp(arg, "--retry-storm") == 0)
+        o->storm = 1;
     else if (strcmp(arg, "--keep-databases") == 0)
         o->env.keep_databases = 1;
     else if (strcmp(arg, "--random-keys") == 0)
@@ -324,8 +345,8 @@ static int check_options(const options *o)
         bm_log("the percentages of retries, reuses, clashes and invalid add up to more than 100");
         return -1;
     }
-    if (o->sweep && o->rate > 0) {
-        bm_log("--sweep and --rate are separate modes");
+    if (o->sweep + (o->rate > 0) + o->replay + o->storm > 1) {
+        bm_log("--sweep, --rate, --replay and --retry-storm are separate modes");
         return -1;
     }
     return 0;
@@ -429,20 +450,28 @@ static int run_one(const options *o, const bm_spec *s, const bm_data *d, size_t 
     return rc;
 }
 
-static void run_db_limit(const options *o, const bm_data *d, bm_dblimit *dbl, int *rc)
+static void run_db_limit(const options *o, const bm_data *d, int fair, bm_dblimit *dbl, int *rc)
 {
-    if (bm_db_limit(&o->env, d, o->db_rows_per_stmt, o->db_rows_per_commit, dbl) != 0)
+    if (bm_db_limit(&o->env, d, o->db_rows_per_stmt, o->db_rows_per_commit, fair, dbl) != 0)
         *rc = 1;
-    printf("  db-limit: %zu order rows (those of the new batches) in %.2f s over one connection, "
-           "%d rows per INSERT, COMMIT every %d rows\n    cpu during the inserts: %s\n",
-           dbl->rows, dbl->seconds, dbl->rows_per_stmt, dbl->rows_per_commit, dbl->cpu_note);
+    if (fair)
+        printf("  db-limit (fair): %zu request rows with their 201 bodies (%.1f MiB), then %zu "
+               "order rows, in %.2f s over one connection, %d rows per INSERT, COMMIT every %d "
+               "rows\n    cpu during the inserts: %s\n",
+               dbl->request_rows, dbl->request_mib, dbl->rows, dbl->seconds, dbl->rows_per_stmt,
+               dbl->rows_per_commit, dbl->cpu_note);
+    else
+        printf("  db-limit: %zu order rows (those of the new batches) in %.2f s over one "
+               "connection, %d rows per INSERT, COMMIT every %d rows\n    cpu during the "
+               "inserts: %s\n",
+               dbl->rows, dbl->seconds, dbl->rows_per_stmt, dbl->rows_per_commit, dbl->cpu_note);
 }
 
 static int mode_compare(const options *o, const bm_data *d)
 {
     size_t prefix = o->naive_prefix > 0 ? (size_t)o->naive_prefix : (d->n < 5000 ? d->n : 5000);
     bm_result runs[3];
-    bm_dblimit dbl = {0};
+    bm_dblimit dbl = {0}, fair = {0};
     size_t n = 0;
     int rc = 0;
     bm_spec s;
@@ -460,10 +489,20 @@ static int mode_compare(const options *o, const bm_data *d)
         rc |= run_one(o, &s, d, prefix, &runs[n++]);
     }
     if (o->db_limit && !interrupted)
-        run_db_limit(o, d, &dbl, &rc);
+        run_db_limit(o, d, 0, &dbl, &rc);
+    if (o->db_limit && !interrupted)
+        run_db_limit(o, d, 1, &fair, &rc);
     putchar('\n');
     bm_report_table(stdout, runs, n, o->db_limit ? &dbl : NULL);
+    if (o->db_limit)
+        printf("db-limit (fair): %.1f order rows/s, with a request row and its body per new "
+               "batch\n",
+               fair.rows_per_s);
     print_ratios(&runs[0], o->naive ? &runs[1] : NULL, o->db_limit ? &dbl : NULL);
+    if (o->db_limit)
+        printf("ratios: tuned/db-limit = %.2f (orders/s, fair: the same request rows with bodies "
+               "and order rows)\n",
+               fair.rows_per_s > 0 ? runs[0].orders_per_s / fair.rows_per_s : 0.0);
     print_notes(o, runs, n, prefix);
     snprintf(path, sizeof(path), "%s/runs.csv", o->env.out_dir);
     bm_report_csv(path, runs, n);
@@ -486,14 +525,156 @@ static int mode_rate(const options *o, const bm_data *d)
            "CreateTime -> first result CreateTime\n",
            d->n, o->rate);
     if (o->env.warmup_s > 0) {
-        printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms\n",
-               o->env.warmup_s, r.steady_n, r.steady_p50_ms, r.steady_p95_ms, r.steady_p99_ms);
+        printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms, "
+               "p99.9 %.0f ms\n",
+               o->env.warmup_s, r.steady_n, r.steady_p50_ms, r.steady_p95_ms, r.steady_p99_ms,
+               r.steady_p999_ms);
         printf("p99 ms per 5 s of load:");
         for (int i = 0; i < r.n_p99_by_5s; i++)
             printf(" %.0f", r.p99_by_5s[i]);
         putchar('\n');
     }
     printf("every input's latency: %s/latency-rate.csv\n", o->env.out_dir);
+    return rc != 0 ? 1 : 0;
+}
+
+/* Every replayed body against the first result of its input (issue 12). */
+static int check_replay(const bm_result *first, const bm_result *again, size_t n)
+{
+    size_t same = 0, replayed = 0, differ = 0, missing = 0, not_marked = 0, reused = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned a = first->body_flags[i], b = again->body_flags[i];
+
+        if (!(a & BM_BODY_SEEN) || !(b & BM_BODY_SEEN)) {
+            missing += (a & BM_BODY_SEEN) != (b & BM_BODY_SEEN);
+            continue;
+        }
+        if (memcmp(first->body_sha[i], again->body_sha[i], 32) != 0) {
+            differ++;
+            continue;
+        }
+        same++;
+        if (BM_BODY_CODE(b) == BM_CODE_REPLAYED)
+            replayed++;
+        else if (BM_BODY_CODE(b) == BM_CODE_REUSED)
+            reused++; /* nothing stored to replay: the same 409 again, replayed: false */
+        else
+            not_marked++;
+    }
+    printf("replay check: %zu inputs; %zu bodies byte-identical to the first result (%zu with "
+           "replayed: true, %zu IDEMPOTENCY_KEY_REUSED, which store nothing), %zu differ, "
+           "%zu without replayed: true, %zu missing\n",
+           n, same, replayed, reused, differ, not_marked, missing);
+    return differ == 0 && not_marked == 0 && missing == 0 ? 0 : 1;
+}
+
+static int run_on_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r)
+{
+    int rc = bm_run_topic(e, s, in, r);
+
+    bm_report_details(stdout, r);
+    fflush(stdout);
+    return rc;
+}
+
+static int mode_replay(const options *o, const bm_data *d)
+{
+    bm_env e = o->env;
+    bm_result runs[2];
+    bm_topic in;
+    bm_spec s;
+    char db[128];
+    int rc;
+
+    memset(runs, 0, sizeof(runs));
+    memset(&in, 0, sizeof(in));
+    snprintf(db, sizeof(db), "owb_%s_replay", e.run_id);
+    e.database = db;
+    rc = bm_db_create(&e, db) != 0 || bm_topic_init(&in, &e, "replay", d, d->n) != 0 ||
+         bm_topic_produce(&in, &e, 0) != 0;
+    if (rc == 0) {
+        s = spec("decide", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        s.capture_bodies = 1;
+        rc |= run_on_topic(&e, &s, &in, &runs[0]) != 0;
+    }
+    if (rc == 0 && !interrupted) {
+        s = spec("replay", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        s.capture_bodies = 1;
+        rc |= run_on_topic(&e, &s, &in, &runs[1]) != 0;
+    }
+    if (rc == 0 && !interrupted) {
+        putchar('\n');
+        bm_report_table(stdout, runs, 2, NULL);
+        rc |= check_replay(&runs[0], &runs[1], in.count);
+        printf("ratios: replay/decide = %.2f (batches/s)\n",
+               runs[0].batches_per_s > 0 ? runs[1].batches_per_s / runs[0].batches_per_s : 0.0);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(runs[i].body_sha);
+        free(runs[i].body_flags);
+    }
+    if (!o->env.keep_databases)
+        bm_db_drop(&e, db);
+    bm_topic_cleanup(&in);
+    return rc != 0 ? 1 : 0;
+}
+
+/* A block of batches, then the same block twice more: at the worker's
+ * rates (5,000-15,000 batches/s) each copy follows its original within
+ * 0.1-0.3 s. */
+#define STORM_BLOCK 1000
+
+/* d's messages, each block sent three times; shares d's strings. */
+static void storm_data(const bm_data *d, bm_data *s)
+{
+    size_t k = 0;
+
+    *s = *d;
+    s->v = bm_xcalloc(3 * d->n + 1, sizeof(*s->v));
+    for (size_t b = 0; b < d->n; b += STORM_BLOCK) {
+        size_t end = b + STORM_BLOCK < d->n ? b + STORM_BLOCK : d->n;
+
+        for (int copy = 0; copy < 3; copy++)
+            for (size_t i = b; i < end; i++) {
+                s->v[k] = d->v[i];
+                if (copy > 0)
+                    s->v[k].kind = KIT_RETRY;
+                k++;
+            }
+    }
+    s->n = k;
+    s->items = 3 * d->items;
+    s->bytes = 3 * d->bytes;
+}
+
+static int mode_storm(const options *o, const bm_data *d)
+{
+    static const char *off[] = {"ORDER_WORKER_CACHE_MAX_BYTES=0"};
+    bm_data s;
+    bm_result runs[2];
+    bm_spec sp;
+    int rc = 0;
+
+    memset(runs, 0, sizeof(runs));
+    storm_data(d, &s);
+    printf("storm: %zu messages, each of %zu batches three times (blocks of %d)\n", s.n, d->n,
+           STORM_BLOCK);
+    sp = spec("cache-on", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    rc |= run_one(o, &sp, &s, s.n, &runs[0]);
+    if (!interrupted) {
+        sp = spec("cache-off", o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+        sp.env[sp.n_env++] = off[0];
+        rc |= run_one(o, &sp, &s, s.n, &runs[1]);
+    }
+    if (rc == 0 && !interrupted) {
+        putchar('\n');
+        bm_report_table(stdout, runs, 2, NULL);
+        printf("storm: cache on %.0f batches/s, cache off %.0f batches/s, on/off = %.2f\n",
+               runs[0].batches_per_s, runs[1].batches_per_s,
+               runs[1].batches_per_s > 0 ? runs[0].batches_per_s / runs[1].batches_per_s : 0.0);
+    }
+    free(s.v);
     return rc != 0 ? 1 : 0;
 }
 
@@ -599,6 +780,10 @@ int main(int argc, char **argv)
         rc = mode_rate(&o, &d);
     else if (o.sweep)
         rc = mode_sweep(&o, &d);
+    else if (o.replay)
+        rc = mode_replay(&o, &d);
+    else if (o.storm)
+        rc = mode_storm(&o, &d);
     else
         rc = mode_compare(&o, &d);
     bm_data_free(&d);

@@ -69,6 +69,8 @@ typedef struct ow_config {
     int64_t commit_interval_ms;
     int64_t rebalance_drain_timeout_ms;
     int64_t shutdown_timeout_ms;
+    int64_t cache_max_bytes; /* issue 12 */
+    int64_t cache_ttl_s;
     /* Operations */
     int64_t log_level;
     char *metrics_address;

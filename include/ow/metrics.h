@@ -42,7 +42,11 @@
     X(keys_reused, "order_worker_idempotency_keys_reused_total",                                   \
       "Security events: a key sent again with a different request (IDEMPOTENCY_KEY_REUSED).")      \
     X(keys_rejected, "order_worker_malformed_keys_total",                                          \
-      "Security events: messages rejected for a missing or malformed idempotency key.")
+      "Security events: messages rejected for a missing or malformed idempotency key.")            \
+    X(cache_hits, "order_worker_cache_hits_total",                                                 \
+      "Retries answered from the lane's retry cache, without the database (issue 12).")            \
+    X(cache_misses, "order_worker_cache_misses_total",                                             \
+      "Valid messages the retry cache could not answer (not cached, expired, other digest).")
 
 #define OW_HIST_BUCKETS 14
 

@@ -100,7 +100,8 @@ typedef struct {
     uint64_t batch_fallbacks; /* micro-batches redone one message at a time */
     uint64_t order_races;     /* 1062 on an order insert: a concurrent creator */
     uint64_t id_collisions;
-    uint64_t deadlocks; /* decide calls the server chose as a deadlock victim (1213) */
+    uint64_t deadlocks;  /* decide calls the server chose as a deadlock victim (1213) */
+    uint64_t known_keys; /* items answered by the non-locking read of recorded keys (issue 12) */
 } ow_store_stats;
 
 struct ow_config;
@@ -137,6 +138,12 @@ void ow_store_item_cleanup(ow_store_item *it);
 int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);
+
+/* On by default: ow_store_decide answers recorded keys from one non-locking
+ * read before it decides the rest (issue 12). Off, every item goes through
+ * the deciding transaction; tests use it to reach the races that read
+ * cannot see coming (a row committed between the read and the insert). */
+void ow_store_set_known_read(ow_store *s, int enabled);
 
 /* --- Operations (used by subcommands; see ow/admin.h for output). --- */
 

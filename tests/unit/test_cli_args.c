@@ -110,6 +110,9 @@ static void test_purge_args(void **state)
         {{"purge", "--older-than", "30d", "--dry-run=yes", NULL}, NULL, NULL, 2,
          "unknown option --dry-run=yes"},
         {{"purge", "--older-than", "30d", "now", NULL}, NULL, NULL, 2, "unexpected argument"},
+        /* Issue 12: not within a worker's retry cache TTL (300 s by default). */
+        {{"purge", "--older-than", "5m", NULL}, NULL, NULL, 2,
+         "--older-than: 300 s is not longer than cache.ttl_s (300 s)"},
     };
 
     (void)state;

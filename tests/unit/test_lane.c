@@ -39,6 +39,7 @@ typedef struct {
     int cancels;          /* ow_store_cancel calls */
     int hanging;          /* a decide call is blocked in hang mode */
     pthread_cond_t cv;    /* signals a cancel */
+    int mark_ours;        /* created items are the call's own rows (as committed) */
 } seen_t;
 
 static seen_t seen = {PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -157,6 +158,7 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
         } else {
             items[i].decision = OW_DECISION_CREATED;
             items[i].code = OW_CODE_CREATED;
+            items[i].ours = seen.mark_ours;
         }
     }
     pthread_mutex_unlock(&seen.mu);
@@ -216,7 +218,7 @@ static int setup(void **state)
     memset(seen.batches, 0, sizeof(seen.batches));
     memset(seen.published, 0, sizeof(seen.published));
     seen.n_batches = seen.n_published = 0;
-    seen.in_progress_left = seen.retriable_left = seen.fatal = 0;
+    seen.in_progress_left = seen.retriable_left = seen.fatal = seen.mark_ours = 0;
     seen.hang = seen.cancels = seen.hanging = 0;
     stores = 0;
     pthread_mutex_unlock(&seen.mu);
@@ -461,6 +463,39 @@ static void test_stop_cancels_a_blocked_lane(void **state)
     assert_int_equal(stores, 0); /* its offset is not done: redelivered */
 }
 
+/* Issue 12: a retry with the same digest is answered from the lane's cache
+ * once the first was committed; another digest goes to the store again. */
+static void run_cache_case(fixture *f, size_t expect_decides)
+{
+    ow_job *jobs[3] = {simple(f, "c", "o1"), simple(f, "c", "o1"), simple(f, "c", "o2")};
+    uint64_t hits = atomic_load(&ow_stats.cache_hits);
+
+    jobs[0]->item.digest[0] = jobs[1]->item.digest[0] = 1;
+    jobs[2]->item.digest[0] = 2;
+    seen.mark_ours = 1;
+    enqueue_then_start(f, jobs, 3);
+    wait_published(3);
+    assert_int_equal(seen.n_batches, expect_decides);
+    assert_int_equal(atomic_load(&ow_stats.cache_hits) - hits, 3 - expect_decides);
+    for (size_t i = 0; i < seen.n_batches; i++)
+        assert_string_equal(seen.batches[i], "c");
+}
+
+static void test_cache_answers_same_digest(void **state)
+{
+    fixture *f = *state;
+
+    run_cache_case(f, 2);
+}
+
+static void test_cache_off(void **state)
+{
+    fixture *f = *state;
+
+    f->cfg.cache_max_bytes = 0;
+    run_cache_case(f, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +506,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_in_progress_retries_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retries_then_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

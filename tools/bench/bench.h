@@ -115,6 +115,7 @@ typedef struct {
     double rate;                 /* > 0: produce at this rate while the worker runs */
     const char *env[BM_MAX_ENV]; /* extra NAME=value for this run */
     size_t n_env;
+    int capture_bodies; /* keep a SHA-256 of each input's result body (--replay) */
 } bm_spec;
 
 enum {
@@ -149,7 +150,7 @@ typedef struct {
     double batches_per_s, orders_per_s;
     double p50_ms, p95_ms, p99_ms, max_ms;
     /* Inputs produced at least warmup_s after the first one (rate mode). */
-    double steady_p50_ms, steady_p95_ms, steady_p99_ms;
+    double steady_p50_ms, steady_p95_ms, steady_p99_ms, steady_p999_ms;
     size_t steady_n;
     /* p99 of the inputs produced in each 5 s of load (rate mode). */
     double p99_by_5s[64];
@@ -169,13 +170,25 @@ typedef struct {
     double bps_min, bps_max; /* over repeated runs of this configuration (--repeat) */
     int repeats;
     char log_note[256]; /* retries, warnings and errors in the worker's log */
+    /* With bm_spec.capture_bodies (issue 12, --replay): per input, the
+     * SHA-256 of its first definitive result's body, and BM_BODY_SEEN | code << 2.
+     * Allocated by bm_results_read; the caller frees them. */
+    int capture;
+    unsigned char (*body_sha)[32];
+    unsigned char *body_flags;
 } bm_result;
+
+#define BM_BODY_SEEN 1
+#define BM_BODY_CODE(flags) ((flags) >> 2) /* BM_CODE_*; REPLAYED = header replayed: true */
 
 /* Creates the run's input topic from the first count messages of d and
  * produces it just before the worker starts (or, with s->rate, while it
  * runs), then runs and measures the worker. Returns 0, or -1 when the run
  * did not complete (lost messages, stall, early exit, setup failure). */
 int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r);
+/* The same on an input topic that is already produced (kept by the caller,
+ * so that a second worker in a new group can read it again: --replay). */
+int bm_run_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r);
 
 /* A Kafka client of the benchmark (quiet logs); with a group, a consumer
  * that commits nothing. NULL (logged) when librdkafka refuses. */
@@ -214,11 +227,16 @@ typedef struct {
     double rows_per_s;
     int rows_per_stmt, rows_per_commit;
     char cpu_note[512];
+    int with_requests;   /* the fair limit (issue 12) */
+    size_t request_rows; /* request rows written before the order rows */
+    double request_mib;  /* their response bodies */
 } bm_dblimit;
 
-/* Inserts the orders of the NEW messages into a fresh orders table. */
+/* Inserts the orders of the NEW messages into a fresh orders table; with
+ * with_requests (the fair limit, issue 12), first their request rows with
+ * the 201 bodies the worker stores. rows_per_s counts order rows only. */
 int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_per_commit,
-                bm_dblimit *out);
+                int with_requests, bm_dblimit *out);
 
 /* --- Processes and clocks ----------------------------------------------------------- */
 

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "ow/digest.h"
 #include "ow/idgen.h"
 #include "ow/request.h"
+#include "ow/response.h"
 #include "ow/util.h"
 
 /* MariaDB Connector/C declares is_null as my_bool *, MySQL 8 as bool *. */
@@ -196,13 +198,68 @@ typedef struct {
     unsigned long amount_len;
 } row_t;
 
-/* The orders of every NEW message, with ids drawn like the worker's. */
-static row_t *collect_rows(const bm_data *d, size_t *n_rows)
+/* One request row of the fair limit (issue 12): what the worker writes for
+ * a new batch, its 201 body included. */
+typedef struct {
+    long long id, user_id, response_status;
+    const char *key;
+    unsigned long key_len, digest_len, status_len, body_len;
+    unsigned char digest[OW_DIGEST_LEN];
+    char *body;
+} req_row_t;
+
+typedef struct {
+    req_row_t *v;
+    size_t n;
+    size_t bytes;
+} req_rows;
+
+/* The request row of a new batch whose orders are rows[0..n). */
+static void add_request(req_rows *rq, const bm_msg *m, const ow_request *req, long long id,
+                        const row_t *rows)
+{
+    req_row_t *r = &rq->v[rq->n];
+    ow_order_ref *refs = bm_xcalloc(req->n_orders + 1, sizeof(*refs));
+    char hex[OW_DIGEST_HEX_LEN + 1];
+    ow_response_ctx ctx;
+    ow_buf body;
+
+    ow_digest_compute(req, r->digest, hex);
+    for (size_t k = 0; k < req->n_orders; k++) {
+        refs[k].order_id = rows[k].id;
+        memcpy(refs[k].order_no, rows[k].order_no, sizeof(rows[k].order_no));
+    }
+    ctx = (ow_response_ctx){req->user_id, m->key, m->key_len, hex};
+    ow_buf_init(&body);
+    if (ow_response_created(&ctx, req, refs, &body) != 0) {
+        bm_log("out of memory");
+        exit(2);
+    }
+    r->id = id;
+    r->user_id = req->user_id;
+    r->response_status = 201;
+    r->key = m->key;
+    r->key_len = (unsigned long)m->key_len;
+    r->digest_len = OW_DIGEST_LEN;
+    r->status_len = 9; /* SUCCEEDED */
+    r->body = body.data;
+    r->body_len = (unsigned long)body.len;
+    rq->bytes += body.len;
+    rq->n++;
+    free(refs);
+}
+
+/* The orders of every NEW message, with ids drawn like the worker's; with
+ * rq, also their request rows. */
+static row_t *collect_rows(const bm_data *d, size_t *n_rows, req_rows *rq)
 {
     const ow_request_limits limits = {16u << 20, 10000};
     size_t cap = (size_t)d->items + 1, n = 0;
     row_t *rows = bm_xcalloc(cap, sizeof(*rows));
     ow_idgen ids;
+
+    if (rq != NULL)
+        rq->v = bm_xcalloc(d->n + 1, sizeof(*rq->v));
 
     ow_idgen_init(&ids, (unsigned)getpid(), ow_clock_wall_ms);
     for (size_t i = 0; i < d->n; i++) {
@@ -233,6 +290,8 @@ static row_t *collect_rows(const bm_data *d, size_t *n_rows)
             r->quantity = o->quantity;
             r->request_id = request_id;
         }
+        if (rq != NULL)
+            add_request(rq, &d->v[i], &req, request_id, &rows[n - req.n_orders]);
         ow_request_cleanup(&req);
     }
     *n_rows = n;
@@ -303,14 +362,102 @@ static int insert_rows(MYSQL_STMT *st, MYSQL_BIND *binds, row_t *rows, int n)
     return 0;
 }
 
+static MYSQL_STMT *prepare_request_insert(bm_db *db, int rows)
+{
+    ow_buf sql;
+    MYSQL_STMT *st = mysql_stmt_init(db->my);
+    int rc;
+
+    ow_buf_init(&sql);
+    rc = ow_buf_appends(&sql, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                              "request_digest, status, response_status, response_body) VALUES ");
+    for (int i = 0; rc == 0 && i < rows; i++)
+        rc = ow_buf_appends(&sql, i == 0 ? "(?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?)");
+    if (st == NULL || rc != 0 || mysql_stmt_prepare(st, sql.data, sql.len) != 0) {
+        bm_log("prepare a %d-row request INSERT: %s", rows,
+               st != NULL ? mysql_stmt_error(st) : "no memory");
+        if (st != NULL)
+            mysql_stmt_close(st);
+        st = NULL;
+    }
+    ow_buf_cleanup(&sql);
+    return st;
+}
+
+static void bind_blob(MYSQL_BIND *b, const void *v, unsigned long *len)
+{
+    b->buffer_type = MYSQL_TYPE_BLOB;
+    b->buffer = (void *)(uintptr_t)v;
+    b->buffer_length = *len;
+    b->length = len;
+}
+
+static int insert_requests(MYSQL_STMT *st, MYSQL_BIND *binds, req_row_t *rows, int n)
+{
+    static bm_bool no = 0;
+    static char succeeded[] = "SUCCEEDED";
+
+    memset(binds, 0, sizeof(*binds) * 7 * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        MYSQL_BIND *b = &binds[7 * i];
+        req_row_t *r = &rows[i];
+
+        bind_int(&b[0], &r->id, &no);
+        bind_int(&b[1], &r->user_id, &no);
+        bind_blob(&b[2], r->key, &r->key_len);
+        bind_blob(&b[3], r->digest, &r->digest_len);
+        bind_text(&b[4], succeeded, &r->status_len);
+        bind_int(&b[5], &r->response_status, &no);
+        bind_blob(&b[6], r->body, &r->body_len);
+    }
+    if (mysql_stmt_bind_param(st, binds) != 0 || mysql_stmt_execute(st) != 0) {
+        bm_log("insert %d request rows: %s", n, mysql_stmt_error(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* The request rows, in statements of per_stmt rows, a COMMIT every
+ * per_commit rows; *since_commit carries over to the order rows. */
+static int insert_all_requests(bm_db *db, req_rows *rq, int per_stmt, int per_commit,
+                               size_t *since_commit)
+{
+    MYSQL_STMT *full = prepare_request_insert(db, per_stmt);
+    MYSQL_STMT *rest = NULL;
+    MYSQL_BIND *binds = bm_xcalloc((size_t)per_stmt * 7, sizeof(*binds));
+    size_t done = 0;
+    int rc = full != NULL ? exec(db, "SET autocommit = 0") : -1;
+
+    while (rc == 0 && done < rq->n) {
+        int k = rq->n - done >= (size_t)per_stmt ? per_stmt : (int)(rq->n - done);
+
+        if (k < per_stmt && rest == NULL)
+            rest = prepare_request_insert(db, k);
+        rc = insert_requests(k == per_stmt ? full : rest, binds, rq->v + done, k);
+        done += (size_t)k;
+        *since_commit += (size_t)k;
+        if (rc == 0 && *since_commit >= (size_t)per_commit) {
+            rc = mysql_commit(db->my) == 0 ? 0 : -1;
+            *since_commit = 0;
+        }
+    }
+    if (full != NULL)
+        mysql_stmt_close(full);
+    if (rest != NULL)
+        mysql_stmt_close(rest);
+    free(binds);
+    return rc;
+}
+
 /* Inserts every row: full statements of per_stmt rows, a smaller statement
  * for the rest, a COMMIT every per_commit rows (rounded to statements). */
-static int insert_all(bm_db *db, row_t *rows, size_t n, int per_stmt, int per_commit)
+static int insert_all(bm_db *db, row_t *rows, size_t n, int per_stmt, int per_commit,
+                      size_t since_commit)
 {
     MYSQL_STMT *full = prepare_insert(db, per_stmt);
     MYSQL_STMT *rest = NULL;
     MYSQL_BIND *binds = bm_xcalloc((size_t)per_stmt * 8, sizeof(*binds));
-    size_t done = 0, since_commit = 0;
+    size_t done = 0;
     int rc = full != NULL ? exec(db, "SET autocommit = 0") : -1;
 
     while (rc == 0 && done < n) {
@@ -334,12 +481,20 @@ static int insert_all(bm_db *db, row_t *rows, size_t n, int per_stmt, int per_co
     return rc;
 }
 
+static void req_rows_free(req_rows *rq)
+{
+    for (size_t i = 0; i < rq->n; i++)
+        free(rq->v[i].body);
+    free(rq->v);
+}
+
 int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_per_commit,
-                bm_dblimit *out)
+                int with_requests, bm_dblimit *out)
 {
     char name[BM_NAME_MAX];
-    size_t n = 0;
+    size_t n = 0, since_commit = 0;
     row_t *rows;
+    req_rows rq = {0};
     bm_db *db = NULL;
     double t0;
     int rc;
@@ -347,8 +502,9 @@ int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_p
     memset(out, 0, sizeof(*out));
     out->rows_per_stmt = rows_per_stmt;
     out->rows_per_commit = rows_per_commit;
-    snprintf(name, sizeof(name), "owb_%s_dblimit", e->run_id);
-    rows = collect_rows(d, &n);
+    out->with_requests = with_requests;
+    snprintf(name, sizeof(name), "owb_%s_dblimit%s", e->run_id, with_requests ? "_fair" : "");
+    rows = collect_rows(d, &n, with_requests ? &rq : NULL);
     rc = bm_db_create(e, name);
     if (rc == 0) {
         db = bm_db_connect(e, name);
@@ -359,15 +515,21 @@ int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_p
 
         bm_cpu_sample_take(e, 0, &c0);
         t0 = bm_now();
-        rc = insert_all(db, rows, n, rows_per_stmt, rows_per_commit);
+        if (with_requests)
+            rc = insert_all_requests(db, &rq, rows_per_stmt, rows_per_commit, &since_commit);
+        if (rc == 0)
+            rc = insert_all(db, rows, n, rows_per_stmt, rows_per_commit, since_commit);
         out->seconds = bm_now() - t0;
         bm_cpu_sample_take(e, 0, &c1);
         bm_cpu_describe(&c0, &c1, out->cpu_note, sizeof(out->cpu_note));
         out->rows = n;
+        out->request_rows = rq.n;
+        out->request_mib = (double)rq.bytes / 1048576.0;
         out->rows_per_s = out->seconds > 0 ? (double)n / out->seconds : 0.0;
     }
     bm_db_close(&db);
     free(rows);
+    req_rows_free(&rq);
     bm_db_drop(e, name);
     return rc;
 }

@@ -536,37 +536,58 @@ static void run_worker(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resul
     watcher_cleanup(&w);
 }
 
-int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r)
+/* The run after its names, database and output topics are ready. */
+static int run_prepared(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r)
 {
-    bm_topic in;
     watch_state ws;
     child ch;
     double spawn_wall = 0;
     bm_cpu_sample c0;
     int rc;
 
-    names(e, s, r);
     memset(&ws, 0, sizeof(ws));
     memset(&ch, 0, sizeof(ch));
     memset(&c0, 0, sizeof(c0));
+    bm_log("%s: lanes=%s batch.max_messages=%s inflight.max_messages=%s, %zu batches%s", r->name,
+           knob_text(s->lanes, 0), knob_text(s->batch, 1), knob_text(s->inflight, 2), in->count,
+           s->rate > 0 ? " produced while it runs" : " in its topic before it starts");
+    run_worker(e, s, in, r, &ch, &ws, &c0, &spawn_wall);
+    rc = ch.pid > 0 ? finish(e, in, &ch, &ws, spawn_wall, &c0, r) : -1;
+    if (!e->keep_databases && e->database == NULL)
+        bm_db_drop(e, r->database);
+    return rc;
+}
+
+static void start_result(const bm_spec *s, const bm_topic *in, bm_result *r)
+{
+    r->capture = s->capture_bodies;
+    r->inputs = in->count;
+    snprintf(r->input, sizeof(r->input), "%s", in->name);
+}
+
+int bm_run_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_result *r)
+{
+    names(e, s, r);
+    start_result(s, in, r);
+    if (prepare(e, in, r) != 0)
+        return -1;
+    return run_prepared(e, s, in, r);
+}
+
+int bm_run(const bm_env *e, const bm_spec *s, const bm_data *d, size_t count, bm_result *r)
+{
+    bm_topic in;
+    int rc;
+
+    names(e, s, r);
     rc = bm_topic_init(&in, e, s->name, d, count);
-    r->inputs = in.count;
-    snprintf(r->input, sizeof(r->input), "%s", in.name);
+    start_result(s, &in, r);
     if (rc == 0)
         rc = prepare(e, &in, r);
     if (rc == 0 && s->rate <= 0)
         rc = bm_topic_produce(&in, e, 0);
-    if (rc != 0) {
-        bm_topic_cleanup(&in);
-        return -1;
-    }
-    bm_log("%s: lanes=%s batch.max_messages=%s inflight.max_messages=%s, %zu batches%s", r->name,
-           knob_text(s->lanes, 0), knob_text(s->batch, 1), knob_text(s->inflight, 2), in.count,
-           s->rate > 0 ? " produced while it runs" : " in its topic before it starts");
-    run_worker(e, s, &in, r, &ch, &ws, &c0, &spawn_wall);
-    rc = ch.pid > 0 ? finish(e, &in, &ch, &ws, spawn_wall, &c0, r) : -1;
-    if (!e->keep_databases && e->database == NULL)
-        bm_db_drop(e, r->database);
+    if (rc == 0)
+        rc = run_prepared(e, s, &in, r);
     bm_topic_cleanup(&in);
     return rc;
 }

@@ -1,0 +1,65 @@
+/*
+ * A lane's retry cache (issue 12). Keys hash to lanes, so the retries of a
+ * key that reach this replica all reach one lane, and each lane owns its
+ * cache: no lock. A message answered here skips the database; a miss, an
+ * expired entry or another digest goes to the deciding transaction, and
+ * only what that transaction created and committed fills the cache.
+ */
+#include "lane_internal.h"
+#include "ow/metrics.h"
+
+int ow_lane_cache_init(ow_lane *l)
+{
+    const ow_config *cfg = l->env->cfg;
+    int64_t lanes = cfg->worker_lanes > 0 ? cfg->worker_lanes : 1;
+    size_t per_lane = (size_t)(cfg->cache_max_bytes / lanes);
+
+    l->cache = NULL;
+    if (cfg->cache_max_bytes == 0)
+        return OW_OK;
+    l->cache = ow_cache_new(per_lane, cfg->cache_ttl_s * 1000);
+    return l->cache != NULL ? OW_OK : OW_ENOMEM;
+}
+
+void ow_lane_cache_free(ow_lane *l)
+{
+    ow_cache_free(&l->cache);
+}
+
+int ow_lane_cache_answer(ow_lane *l, ow_job *job)
+{
+    ow_store_item *it = &job->item;
+    ow_result_code code;
+
+    if (l->cache == NULL)
+        return 0;
+    if (!ow_cache_get(l->cache, job->req.user_id, it->key, it->key_len, it->digest,
+                      ow_clock_mono_ms(), &code, &it->body)) {
+        OW_COUNT(cache_misses, 1);
+        return 0;
+    }
+    OW_COUNT(cache_hits, 1);
+    it->decision = OW_DECISION_REPLAY;
+    it->code = code;
+    it->replayed = 1;
+    return 1;
+}
+
+void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n)
+{
+    int64_t now = ow_clock_mono_ms();
+
+    for (size_t i = 0; l->cache != NULL && i < n; i++) {
+        const ow_store_item *it = &items[i];
+
+        /* Only a record this transaction created and committed: its entry is
+         * then never older than the record, so a TTL below purge's horizon
+         * cannot answer for a purged record. A replay read from the
+         * database is not kept (its record may be about to be purged), nor
+         * KEY_REUSED or IN_PROGRESS, which the database did not store. */
+        if (it->ours &&
+            (it->decision == OW_DECISION_CREATED || it->decision == OW_DECISION_CONFLICT))
+            ow_cache_put(l->cache, it->req->user_id, it->key, it->key_len, it->digest, it->code,
+                         it->body.data, it->body.len, now);
+    }
+}
