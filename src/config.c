@@ -70,6 +70,15 @@ static const config_row config_table[] = {
      "Allowed TLS versions, e.g. TLSv1.2,TLSv1.3 (empty: the library's default)."},
     {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
      "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
+    /* User sharding (issue 14, docs/operations.md "Shards"). */
+    {"mysql.shards", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shards),
+     "Comma-separated host[:port][/database] of each shard, in shard order (port and "
+     "database default to mysql.port and mysql.database; credentials and TLS are the "
+     "mysql.* keys). Empty: one database, mysql.host. Never reorder it: run refuses a list "
+     "that disagrees with the map migrate recorded."},
+    {"mysql.shard_buckets", CT_INT, 1, 1048576, "4096", 0, ROW_OFF(mysql_shard_buckets),
+     "Buckets users are hashed into (bucket = FNV-1a(user_id) mod this); chosen once, "
+     "recorded on every shard by migrate."},
     {"request.max_bytes", CT_INT, 64, 16777216, "1048576", 0, ROW_OFF(request_max_bytes),
      "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
     {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
@@ -556,6 +565,35 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
     return OW_OK;
 }
 
+/* Parses mysql.shards, fills each entry's defaults and refuses an entry
+ * listed twice: two shard indexes on one database would route two users'
+ * buckets to one place under two recorded maps (issue 14). */
+static int load_shards(ow_config *cfg, ow_error *err)
+{
+    ow_shard_list *l = &cfg->shards;
+    int rc = ow_shard_list_parse(cfg->mysql_shards, l, err);
+
+    for (unsigned i = 0; rc == OW_OK && i < l->n; i++) {
+        if (l->addr[i].port == 0)
+            l->addr[i].port = (unsigned)cfg->mysql_port;
+        if (l->addr[i].database[0] == '\0') {
+            if (strlen(cfg->mysql_database) > OW_SHARD_DB_MAX)
+                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                    "mysql.database: longer than %d bytes", OW_SHARD_DB_MAX);
+            memcpy(l->addr[i].database, cfg->mysql_database, strlen(cfg->mysql_database) + 1);
+        }
+        for (unsigned j = 0; j < i; j++) {
+            if (strcmp(l->addr[i].host, l->addr[j].host) == 0 &&
+                l->addr[i].port == l->addr[j].port &&
+                strcmp(l->addr[i].database, l->addr[j].database) == 0)
+                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                    "mysql.shards: entry %u names the same database as entry %u", i,
+                                    j);
+        }
+    }
+    return rc;
+}
+
 int ow_config_finish(ow_config *cfg, ow_error *err)
 {
     int rc;
@@ -610,6 +648,8 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }
     rc = check_mysql_tls(cfg, err);
+    if (rc == OW_OK)
+        rc = load_shards(cfg, err);
     if (rc != OW_OK)
         return rc;
     if (*cfg->mysql_password_file != '\0')
