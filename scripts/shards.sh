@@ -10,7 +10,10 @@
 #      keep coming; results for the other shards' users must keep leaving;
 #   4. the group catches up, both replicas stop with status 0, `order-worker
 #      audit` passes on every shard, and ow-verify checks I1-I8 across the
-#      shards and prints the outage's figures.
+#      shards and prints the outage's figures;
+#   5. resharding 3 -> 6 with scripts/reshard.sh (a worker started with the
+#      new list before it exits 2): row counts unchanged, every row on its
+#      user's new shard, retries of old keys replayed, I1-I8 hold again.
 # Starts and stops its own services under .run/shards (shard 0's MariaDB and
 # Kafka there, shards 1 and 2 in .run/shards/db1 and db2: one
 # scripts/services.sh state directory per instance). Bounded to 5 minutes.
@@ -221,6 +224,72 @@ for s in 0 1 2; do
     failed=1
   fi
 done
+
+# 5. Resharding 3 -> 6 (docs/operations.md, "Adding shards"): the new shards
+#    are databases orders_n on the same three servers. Workers are stopped.
+NEW6="$SHARDS,127.0.0.1:${PORTS[0]}/orders_n,127.0.0.1:${PORTS[1]}/orders_n,127.0.0.1:${PORTS[2]}/orders_n"
+totals() {  # TABLE: rows over every database that exists
+  local sum=0 s d n
+  for s in 0 1 2; do
+    for d in $DB orders_n; do
+      n=$(mysql_root "$s" -N -e "SELECT COUNT(*) FROM $d.$1" 2>/dev/null || echo 0)
+      sum=$((sum + n))
+    done
+  done
+  echo "$sum"
+}
+for s in 0 1 2; do mysql_root "$s" -e "CREATE DATABASE orders_n"; done
+req_before=$(totals idempotency_requests) ord_before=$(totals orders)
+set +e
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+  timeout 60 "$BIN" run >/dev/null 2>"$RUN/early.err"
+status=$?
+set -e
+if ((status != 2)); then cat "$RUN/early.err"; say "FAIL: a worker started with the 6-shard list before resharding exited $status, want 2"; failed=1; fi
+printf 'mysql.shards = %s\n' "$NEW6" >"$RUN/new6.conf"
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+  "$ROOT/scripts/reshard.sh" --config "$RUN/new6.conf" | tee "$RUN/reshard.log" | sed 's/^/shards:   /'
+req_after=$(totals idempotency_requests) ord_after=$(totals orders)
+say "resharded 3 -> 6: requests $req_before -> $req_after, orders $ord_before -> $ord_after"
+if [[ $req_before != "$req_after" || $ord_before != "$ord_after" ]]; then
+  say "FAIL: resharding changed the number of rows"
+  failed=1
+fi
+for s in 3 4 5; do
+  if ! grep -q "this is shard $s" "$RUN/reshard.log"; then say "FAIL: shard $s has no map"; failed=1; fi
+done
+for s in 0 1 2; do
+  mysql_root "$s" -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
+                      @worker_database='orders_n'; SOURCE $ROOT/sql/worker_user.sql;"
+done
+# After it, retries of the same keys are replays (the requests are reachable
+# on the users' new shards) and new keys are decided on them.
+export ORDER_WORKER_MYSQL_SHARDS="$NEW6"
+"$BIN" run 2>>"$RUN/worker-6.log" &
+REPLICAS+=("$!")
+for s in 0 1 2; do
+  u=${TWICE_USERS[$s]}
+  v="{\"user_id\":$u,\"orders\":[{\"external_order_no\":\"twice-$s\",\"amount\":\"3.10\"}]}"
+  printf '%s' "$v" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key "twice-$s"
+  v="{\"user_id\":$u,\"orders\":[{\"external_order_no\":\"after-$s\",\"amount\":\"1.00\"}]}"
+  printf '%s' "$v" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key "after-$s"
+done
+for _ in $(seq 60); do "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1 && break; sleep 1; done
+kill -TERM "${REPLICAS[0]}"
+wait "${REPLICAS[0]}" || { say "FAIL: the 6-shard replica did not stop cleanly"; failed=1; }
+REPLICAS=()
+"$KIT" read "$OW_KAFKA_BOOTSTRAP" $OUT >"$RUN/results.jsonl"
+for s in 0 1 2; do
+  r=$(jq -r --arg k "twice-$s" 'select(.key == $k) | .headers.replayed' "$RUN/results.jsonl" | sort | uniq -c | xargs)
+  if [[ $r != "1 false 2 true" ]]; then say "FAIL: key twice-$s after resharding: replayed counts \"$r\", want one first answer and two replays"; failed=1; fi
+done
+set +e
+"$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
+  --dlq $DLQ --mysql-port "${PORTS[0]}" --database $DB --shards "$NEW6" >"$RUN/verify6.log"
+((PIPESTATUS[0] == 0)) || { grep FAIL "$RUN/verify6.log"; failed=1; }
+set -e
+grep -E '^verify: (shards|ok   I1-I3 every row|all invariants|INVARIANTS)' "$RUN/verify6.log" | sed 's/^verify: /verify (6 shards): /'
+
 others=$(sed -n 's/.*results during it: \([0-9]*\) for the other.*/\1/p' "$RUN/verify.log")
 if [[ -z $others || $others -eq 0 ]]; then
   say "FAIL: no result left for the other shards' users during the outage"

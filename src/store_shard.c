@@ -60,6 +60,9 @@ int ow_store_shard_map_read(ow_store *s, ow_shard_map *m, ow_error *err)
 
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql_map_read, &st, err);
+    /* A database never migrated has no table: no map recorded either. */
+    if (rc != OW_OK && err->code == OW_ER_NO_SUCH_TABLE)
+        return OW_ENOTFOUND;
     if (rc != OW_OK)
         return rc;
     rc = ow_store_execute(s, st, NULL, "read shard map", err);

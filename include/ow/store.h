@@ -146,7 +146,7 @@ int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err);
 
 /* The shard map this database records (table ow_shard_map, issue 14):
  * write replaces it and commits; read returns OW_ENOTFOUND (err
- * untouched) when none was written. */
+ * untouched) when none was written or the table does not exist. */
 int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, ow_error *err);
 int ow_store_shard_map_read(ow_store *s, ow_shard_map *m, ow_error *err);
 
