@@ -283,8 +283,6 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
     for (size_t i = 0; i < b->n; i++) {
         ow_job *job = b->jobs[i];
 
-        if (job->parked)
-            continue; /* issue 14: waits for its shard, see lane_shard.c */
         if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
             ow_job_end(l->env->ledger, job, 0);
             continue;
@@ -346,9 +344,11 @@ static void run_batch(ow_lane *l, batch *b)
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
-    publish_batch(l, b, decided);
+    /* Issue 14: jobs waiting for their shard leave the batch first (once
+     * published, a job may be freed by its acknowledgement). */
     if (l->shards != NULL && decided)
-        ow_lane_shards_park(l, b->jobs, b->n);
+        ow_lane_shards_park(l, b->jobs, &b->n);
+    publish_batch(l, b, decided);
 }
 
 /* --- Thread -------------------------------------------------------------- */

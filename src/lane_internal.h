@@ -62,8 +62,10 @@ void ow_lane_shards_free(ow_lane *lane);
  * of a shard that is down are marked parked, undecided. Returns OW_OK or
  * OW_EFATAL (stop, or an error retrying cannot fix). */
 int ow_lane_shards_decide(ow_lane *lane, ow_job **valid, ow_store_item *items, size_t nv);
-/* Moves the parked jobs among jobs[0..n) to the parked list. Takes mu. */
-void ow_lane_shards_park(ow_lane *lane, ow_job **jobs, size_t n);
+/* Moves the parked jobs among jobs[0..*n) to the parked list and removes
+ * them from jobs (keeping the others' order). Call it before publishing
+ * the rest. Takes mu. */
+void ow_lane_shards_park(ow_lane *lane, ow_job **jobs, size_t *n);
 /* 1 when a parked job has job's key (the job must wait); lowers *wake to
  * its shard's next probe. Called with mu held. */
 int ow_lane_shards_blocked(const ow_lane *lane, const ow_job *job, int64_t *wake);

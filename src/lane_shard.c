@@ -255,17 +255,20 @@ int ow_lane_shards_decide(ow_lane *l, ow_job **valid, ow_store_item *items, size
     return OW_OK;
 }
 
-void ow_lane_shards_park(ow_lane *l, ow_job **jobs, size_t n)
+void ow_lane_shards_park(ow_lane *l, ow_job **jobs, size_t *n)
 {
     ow_lane_shards *ls = l->shards;
+    size_t kept = 0;
     int grow = 0;
 
     pthread_mutex_lock(&l->mu);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < *n; i++) {
         ow_job *job = jobs[i];
 
-        if (!job->parked)
+        if (!job->parked) {
+            jobs[kept++] = job;
             continue;
+        }
         job->next = NULL;
         if (ls->parked_tail == NULL)
             ls->parked_head = job;
@@ -280,6 +283,7 @@ void ow_lane_shards_park(ow_lane *l, ow_job **jobs, size_t n)
         else
             keys_put(ls, job->key_hash, job->shard);
     }
+    *n = kept;
     if (grow && keys_rebuild(ls) != OW_OK)
         ow_runstate_set_fatal(l->env->rs, "out of memory");
     pthread_mutex_unlock(&l->mu);
