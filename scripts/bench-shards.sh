@@ -13,6 +13,9 @@
 # /proc, as a share of one core.
 #
 #   OW_BENCH_SHARDS_N=20000 (--quick: 5000)  OW_BENCH_SHARDS_LANES=4
+#   --lanes-per-shard   worker.lanes = 4 x K instead (a lane runs its K
+#                       transactions one after the other, so K shards make
+#                       each lane's micro-batch K commits long)
 #
 # The machine's cores are shared by everything here, so the curve flattens
 # early; docs/performance.md ("Shards") has the model for separate machines.
@@ -25,6 +28,8 @@ KIT="$BUILD/ow-kit"
 N="${OW_BENCH_SHARDS_N:-20000}"
 [[ " $* " == *" --quick "* ]] && N="${OW_BENCH_SHARDS_N:-5000}"
 LANES="${OW_BENCH_SHARDS_LANES:-4}"
+PER_SHARD=0
+[[ " $* " == *" --lanes-per-shard "* ]] && PER_SHARD=1
 PARTS=8
 RUN="$ROOT/.run/bench-shards"
 T_START=$SECONDS
@@ -67,7 +72,7 @@ PORTS=("$OW_MYSQL_PORT"
 PIDS=("$(cat "$RUN/mariadb.pid")" "$(cat "$RUN/db1/mariadb.pid")" "$(cat "$RUN/db2/mariadb.pid")")
 
 echo "bench-shards: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-echo "bench-shards: $N new batches per run, 2 replicas x $LANES lanes, $PARTS partitions, MariaDB $OW_MARIADB_VERSION (durable commits)"
+echo "bench-shards: $N new batches per run, 2 replicas x $LANES lanes$( ((PER_SHARD)) && echo ' per shard'), $PARTS partitions, MariaDB $OW_MARIADB_VERSION (durable commits)"
 printf 'bench-shards: %-6s %10s %10s %12s %s\n' shards batches/s orders/s "workers CPU" "mariadbd CPU (per shard, % of one core)"
 
 # Total committed offsets of GROUP on TOPIC.
@@ -95,7 +100,8 @@ run_k() {  # K
   for i in 1 2; do
     ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS="$OW_KAFKA_BOOTSTRAP" ORDER_WORKER_KAFKA_GROUP_ID=$group \
       ORDER_WORKER_TOPIC_INPUT=$in ORDER_WORKER_TOPIC_RESULTS=$out ORDER_WORKER_TOPIC_DLQ=$dlq \
-      ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_SHARDS="$list" ORDER_WORKER_WORKER_LANES="$LANES" \
+      ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_SHARDS="$list" \
+      ORDER_WORKER_WORKER_LANES=$((PER_SHARD ? LANES * k : LANES)) \
       ORDER_WORKER_COMMIT_INTERVAL_MS=200 ORDER_WORKER_LOG_LEVEL=warn \
       "$BIN" run 2>>"$RUN/worker-$k-$i.log" &
     WORKERS+=("$!")
@@ -121,7 +127,10 @@ run_k() {  # K
   t1=$(now_ms)
   w1=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
   for ((s = 0; s < 3; s++)); do m1[s]=$(ticks "${PIDS[$s]}"); done
-  for pid in "${WORKERS[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
+  for pid in "${WORKERS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" || die "K=$k: a worker exited with status $? (see $RUN/worker-$k-*.log)"
+  done
   WORKERS=()
   orders=0
   for ((s = 0; s < k; s++)); do
