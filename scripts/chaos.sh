@@ -52,7 +52,10 @@ cleanup() {
   "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
   if ((SHARDED)); then shard_svc 1 stop all >/dev/null 2>&1; shard_svc 2 stop all >/dev/null 2>&1; fi
 }
-shard_svc() { OW_RUN_DIR="$RUN/db$1" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"; }
+# (services.env, sourced below, exports OW_MYSQL_PORT, which would force the port.)
+shard_svc() {
+  env -u OW_MYSQL_PORT OW_RUN_DIR="$RUN/db$1" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
+}
 trap cleanup EXIT
 
 mkdir -p "$RUN"
