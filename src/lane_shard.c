@@ -242,15 +242,19 @@ int ow_lane_shards_decide(ow_lane *l, ow_job **valid, ow_store_item *items, size
         if (n == 0)
             continue;
         /* A shard known to be down is not tried until its probe answers. */
-        rc = ls->retry_at_ms[s] != 0 && ls->retry_at_ms[s] > now ? OW_ERETRY : decide_part(l, s, n);
-        if (rc == OW_EFATAL)
-            return OW_EFATAL;
-        if (rc == OW_ERETRY) {
+        if (ls->retry_at_ms[s] != 0 && ls->retry_at_ms[s] > now) {
             mark_parked(ls, valid, n, s);
             continue;
         }
+        rc = decide_part(l, s, n);
+        /* Back in every case: a failed decide may have grown (moved) an
+         * item's body buffer, and the item owns it. */
         for (size_t k = 0; k < n; k++)
             items[ls->index[k]] = ls->items[k];
+        if (rc == OW_EFATAL)
+            return OW_EFATAL;
+        if (rc == OW_ERETRY)
+            mark_parked(ls, valid, n, s);
     }
     return OW_OK;
 }
