@@ -12,6 +12,8 @@ void ow_store_params_for_shard(const ow_config *cfg, unsigned shard, ow_store_pa
         p->host = cfg->shards.addr[shard].host;
         p->port = cfg->shards.addr[shard].port;
         p->database = cfg->shards.addr[shard].database;
+        if (cfg->shard_passwords[shard] != NULL)
+            p->password = cfg->shard_passwords[shard];
     }
 }
 

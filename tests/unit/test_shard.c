@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -148,12 +150,57 @@ static void test_config_shards(void **state)
     ow_config_cleanup(&cfg);
 }
 
+/* mysql.shard_password_files: read per shard, "" keeps mysql.password,
+ * and the count must match mysql.shards. */
+static void test_shard_password_files(void **state)
+{
+    char dir[] = "/tmp/ow-shardpw-XXXXXX";
+    char f0[64], f2[64], text[256];
+    ow_config cfg;
+    ow_error err;
+    FILE *f;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(f0, sizeof(f0), "%s/s0", dir);
+    snprintf(f2, sizeof(f2), "%s/s2", dir);
+    f = fopen(f0, "w");
+    fputs("pw-zero\n", f);
+    fclose(f);
+    f = fopen(f2, "w");
+    fputs("pw-two", f);
+    fclose(f);
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    snprintf(text, sizeof(text), "mysql.shards = a, b, c\nmysql.shard_password_files = %s, , %s\n",
+             f0, f2);
+    assert_int_equal(ow_config_load_string(&cfg, text, "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    assert_string_equal(cfg.shard_passwords[0], "pw-zero");
+    assert_null(cfg.shard_passwords[1]);
+    assert_string_equal(cfg.shard_passwords[2], "pw-two");
+    snprintf(text, sizeof(text), "mysql.shard_password_files = %s\n", f0);
+    assert_int_equal(ow_config_load_string(&cfg, text, "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+    assert_string_equal(err.msg,
+                        "mysql.shard_password_files: 1 entries for 3 shards in mysql.shards");
+    snprintf(text, sizeof(text), "mysql.shard_password_files = ,%s/missing,\n", dir);
+    assert_int_equal(ow_config_load_string(&cfg, text, "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+    assert_non_null(strstr(err.msg, "mysql.shard_password_files: entry 1: "));
+    assert_non_null(strstr(err.msg, "cannot open"));
+    ow_config_cleanup(&cfg);
+    unlink(f0);
+    unlink(f2);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_answers), cmocka_unit_test(test_doubling_moves_half),
         cmocka_unit_test(test_spread),        cmocka_unit_test(test_parse_list),
         cmocka_unit_test(test_parse_errors),  cmocka_unit_test(test_config_shards),
+        cmocka_unit_test(test_shard_password_files),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
