@@ -40,7 +40,9 @@ die() { say "ERROR: $*"; exit 2; }
 svc() {  # INSTANCE COMMAND...
   local dir=$RUN
   (($1 > 0)) && dir="$RUN/db$1"
-  OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
+  # Ports exported by a caller's services.env (scripts/test.sh) would be forced here.
+  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT \
+    OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
 }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; } # utime + stime
 now_ms() { date +%s%3N; }

@@ -54,7 +54,7 @@ cleanup() {
 }
 # (services.env, sourced below, exports OW_MYSQL_PORT, which would force the port.)
 shard_svc() {
-  env -u OW_MYSQL_PORT OW_RUN_DIR="$RUN/db$1" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
+  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT OW_RUN_DIR="$RUN/db$1" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
 }
 trap cleanup EXIT
 

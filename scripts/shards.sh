@@ -42,7 +42,9 @@ left() { echo $((LIMIT_S - (SECONDS - T_START))); }
 svc() {  # SHARD COMMAND...: scripts/services.sh in that shard's state directory
   local dir=$RUN
   (($1 > 0)) && dir="$RUN/db$1"
-  OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
+  # Ports exported by a caller's services.env (scripts/test.sh) would be forced here.
+  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT \
+    OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
 }
 
 for f in "$BIN" "$KIT" "$BUILD/ow-verify"; do
@@ -116,8 +118,11 @@ if ((status != 2)) || ! grep -q 'configured map (mysql.shards)' "$RUN/reordered.
 fi
 say "reordered list refused: exit 2, both maps named ($(grep -c 'shard [0-9] (' "$RUN/reordered.err") map lines)"
 
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+METRICS_PORTS=()
 for i in 1 2; do
-  "$BIN" run 2>>"$RUN/worker-$i.log" &
+  METRICS_PORTS+=("$(free_port)")
+  ORDER_WORKER_METRICS_PORT="${METRICS_PORTS[-1]}" "$BIN" run 2>>"$RUN/worker-$i.log" &
   REPLICAS+=("$!")
 done
 say "2 replicas started"
@@ -158,7 +163,20 @@ sleep 8
 svc 1 mariadb-down >/dev/null
 fault shard-down 1 # once it no longer answers
 say "shard 1 is down"
-sleep "$OUTAGE_S"
+# Within the outage: /readyz is 503 naming the shard, /metrics says it is down.
+sleep 5
+probe_port=${METRICS_PORTS[0]}
+ready_code=$(curl -s --max-time 5 -o "$RUN/readyz.txt" -w '%{http_code}' "http://127.0.0.1:$probe_port/readyz" || true)
+curl -s --max-time 5 "http://127.0.0.1:$probe_port/metrics" >"$RUN/metrics.txt" || true
+if [[ $ready_code != 503 ]] || ! grep -q 'shard 1 unreachable' "$RUN/readyz.txt" ||
+  ! grep -q '^order_worker_shard_up{shard="1"} 0$' "$RUN/metrics.txt" ||
+  ! grep -q '^order_worker_shard_up{shard="0"} 1$' "$RUN/metrics.txt"; then
+  say "FAIL: during the outage /readyz answered $ready_code ($(tr '\n' ' ' <"$RUN/readyz.txt")) or /metrics lacks the shard states"
+  readyz_failed=1
+else
+  say "during the outage: /readyz 503 ($(tr '\n' ' ' <"$RUN/readyz.txt" | sed 's/ *$//')), $(grep -c '^order_worker_shard_up{' "$RUN/metrics.txt") shard_up series, waiting on shard 1: $(sed -n 's/^order_worker_shard_waiting_messages{shard="1"} //p' "$RUN/metrics.txt")"
+fi
+sleep $((OUTAGE_S - 5))
 svc 1 mariadb-up >/dev/null
 fault shard-up 1
 say "shard 1 is back"
@@ -175,7 +193,7 @@ while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
   sleep 2
 done
 say "caught up: $(tail -n1 "$RUN/lag.log")"
-failed=0
+failed=${readyz_failed:-0}
 for pid in "${REPLICAS[@]}"; do kill -TERM "$pid"; done
 for pid in "${REPLICAS[@]}"; do
   set +e; wait "$pid"; st=$?; set -e
