@@ -204,6 +204,8 @@ REPLICAS=()
 # The same key twice: one record, on the user's shard only; two results,
 # the second a byte-identical replay.
 "$KIT" read "$OW_KAFKA_BOOTSTRAP" $OUT >"$RUN/results.jsonl"
+# Kept for a look afterwards: each result's timestamp, key and headers.
+kcat -C -b "$OW_KAFKA_BOOTSTRAP" -t $OUT -e -q -f '%T %k %h\n' >"$RUN/results-times.txt" 2>/dev/null || true
 for s in 0 1 2; do
   for t in 0 1 2; do
     c=$(mysql_root "$t" -N $DB -e "SELECT COUNT(*) FROM idempotency_requests

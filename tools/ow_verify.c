@@ -549,15 +549,27 @@ static int connect_shards(const args_t *a)
     return 0;
 }
 
-/* What left during a shard's outage: definitive results for users of the
- * other shards, and for the shard's own; then, for messages of its users
- * consumed before it returned and answered after, how many and how long
- * after its return the last one was. */
+/* 1 for a definitive, database-decided result (not 400, not interim) of
+ * a user on shard s. */
+static int decided_on(const kit_msg *r, unsigned s, long long *user)
+{
+    return strstr(r->value, "\"REQUEST_IN_PROGRESS\"") == NULL && hdr_int(r, "user-id", user) &&
+           strstr(r->value, "\"status\":400") == NULL && shard_of(*user) == s;
+}
+
+/* What left during a shard's outage. Its start is the "shard-down" line of
+ * the faults file (written once the server stopped); its end is when the
+ * shard answered again, observed in the data as the first result for one
+ * of its users whose message was produced after the start (the script's
+ * "shard-up" line comes later: its readiness check polls). Reported: the
+ * definitive results for the other shards' users and for its own in that
+ * window; then how many of its users' messages sent before its return were
+ * answered after it, and how long after its return the last one was. */
 static void shard_outage(const char *path, const kit_msgs *results, index_t *src, input_t *ins)
 {
     FILE *f = path != NULL ? fopen(path, "r") : NULL;
     char line[256], name[32];
-    long long t, down = -1, up = -1, others = 0, own = 0, stalled = 0, last = -1;
+    long long t, down = -1, up = -1, back = -1, others = 0, own = 0, stalled = 0, last = -1;
     unsigned s = 0, which = 0;
 
     if (f == NULL)
@@ -577,28 +589,38 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
         return;
     for (size_t i = 0; i < results->n; i++) {
         const kit_msg *r = &results->v[i];
-        const input_t *in;
+        const input_t *in = source_of(r, src, ins);
         long long user = 0;
 
-        if (strstr(r->value, "\"REQUEST_IN_PROGRESS\"") != NULL || !hdr_int(r, "user-id", &user) ||
-            strstr(r->value, "\"status\":400") != NULL)
-            continue;
-        if (r->timestamp_ms >= down && r->timestamp_ms <= up) {
-            others += shard_of(user) != s;
-            own += shard_of(user) == s;
+        if (decided_on(r, s, &user) && in != NULL && in->m->timestamp_ms > down &&
+            r->timestamp_ms > down && (back < 0 || r->timestamp_ms < back))
+            back = r->timestamp_ms;
+    }
+    if (back < 0)
+        back = up;
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        const input_t *in = source_of(r, src, ins);
+        long long user = 0;
+        int mine = decided_on(r, s, &user);
+
+        if (r->timestamp_ms >= down && r->timestamp_ms < back) {
+            own += mine;
+            others += !mine && hdr_int(r, "user-id", &user) &&
+                      strstr(r->value, "\"REQUEST_IN_PROGRESS\"") == NULL &&
+                      strstr(r->value, "\"status\":400") == NULL;
         }
-        in = source_of(r, src, (input_t *)ins);
-        if (shard_of(user) == s && r->timestamp_ms > up && in != NULL && in->m->timestamp_ms < up &&
+        if (mine && r->timestamp_ms >= back && in != NULL && in->m->timestamp_ms < back &&
             in->first_result == r) {
             stalled++;
-            if (r->timestamp_ms - up > last)
-                last = r->timestamp_ms - up;
+            if (r->timestamp_ms - back > last)
+                last = r->timestamp_ms - back;
         }
     }
-    printf("verify: shard outage: shard %u down %lld ms; results during it: %lld for the other "
-           "shards' users, %lld for its own; its messages answered after it returned: %lld, the "
-           "last %lld ms after\n",
-           s, up - down, others, own, stalled, last);
+    printf("verify: shard outage: shard %u down %lld ms (back %lld ms before the script saw it); "
+           "results during it: %lld for the other shards' users, %lld for its own; its messages "
+           "answered after it returned: %lld, the last %lld ms after\n",
+           s, back - down, up - back, others, own, stalled, last);
 }
 
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
