@@ -617,10 +617,10 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
                 last = r->timestamp_ms - back;
         }
     }
-    printf("verify: shard outage: shard %u down %lld ms (back %lld ms before the script saw it); "
+    printf("verify: shard outage: shard %u down %lld ms (%lld ms by the script's check); "
            "results during it: %lld for the other shards' users, %lld for its own; its messages "
            "answered after it returned: %lld, the last %lld ms after\n",
-           s, back - down, up - back, others, own, stalled, last);
+           s, back - down, up - down, others, own, stalled, last);
 }
 
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
