@@ -28,6 +28,9 @@
 #   scripts/bench.sh --purge [--quick]    p99 with and without a purge of 5M records
 #                                     (--quick: 200,000) beside the worker; see
 #                                     scripts/bench-growth.sh
+#   scripts/bench.sh --shards [--quick]  deciding throughput over 1, 2 and 3 user shards
+#                                     with each mariadbd's CPU (issue 14); see
+#                                     scripts/bench-shards.sh
 #
 # Any other option goes to ow-bench (`build/ow-bench --help` lists them),
 # e.g. -n 20000, --naive-prefix 500, --tuned-lanes 8, --lanes 1,4,
@@ -48,6 +51,7 @@ die() { say "ERROR: $*"; exit 2; }
 
 case " $* " in
   *" --growth "* | *" --purge "*) exec "$ROOT/scripts/bench-growth.sh" "$@" ;;
+  *" --shards "*) exec "$ROOT/scripts/bench-shards.sh" "$@" ;;
 esac
 
 OUT="" QUICK=0 VERIFY=0 SWEEP=0 PASS=()

@@ -12,6 +12,11 @@
 #
 #   scripts/chaos.sh                 (after a build; scripts/test.sh runs it)
 #   OW_CHAOS_MESSAGES=20000 OW_CHAOS_PARTITIONS=6
+#   OW_CHAOS_SHARDS=3                the sharded variant (issue 14): three MariaDB
+#                                    shards (.run/chaos/db1, db2 beside the first);
+#                                    instead of the database outage, shard 1 is
+#                                    killed (kill -9) for 12 s; ow-verify checks
+#                                    across the shards
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +26,8 @@ KIT="$BUILD/ow-kit"
 N="${OW_CHAOS_MESSAGES:-20000}"
 PARTS="${OW_CHAOS_PARTITIONS:-6}"
 LIMIT_S=360
+SHARDED="${OW_CHAOS_SHARDS:-0}"
+[[ $SHARDED == 0 || $SHARDED == 3 ]] || { echo "chaos: OW_CHAOS_SHARDS must be 3 (or unset)" >&2; exit 2; }
 export OW_RUN_DIR="$ROOT/.run/chaos"
 RUN="$OW_RUN_DIR"
 FAULTS="$RUN/faults.log"
@@ -43,6 +50,11 @@ cleanup() {
   [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
   wait 2>/dev/null
   "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
+  if ((SHARDED)); then shard_svc 1 stop all >/dev/null 2>&1; shard_svc 2 stop all >/dev/null 2>&1; fi
+}
+# (services.env, sourced below, exports OW_MYSQL_PORT, which would force the port.)
+shard_svc() {
+  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT OW_RUN_DIR="$RUN/db$1" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
 }
 trap cleanup EXIT
 
@@ -56,11 +68,29 @@ say "broker: $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP; MariaDB
 DB=chaos
 PASSWORD="c-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 mysql_root() { mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
-mysql_root -e "CREATE DATABASE $DB"
+SHARD_PORTS=("$OW_MYSQL_PORT")
+export ORDER_WORKER_MYSQL_SHARDS=""
+VERIFY_SHARDS=()
+if ((SHARDED)); then
+  for i in 1 2; do
+    mkdir -p "$RUN/db$i"
+    shard_svc "$i" start mariadb >/dev/null
+    SHARD_PORTS+=("$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db$i/services.env")")
+  done
+  ORDER_WORKER_MYSQL_SHARDS="127.0.0.1:${SHARD_PORTS[0]}/$DB,127.0.0.1:${SHARD_PORTS[1]}/$DB,127.0.0.1:${SHARD_PORTS[2]}/$DB"
+  VERIFY_SHARDS=(--shards "$ORDER_WORKER_MYSQL_SHARDS")
+  say "sharded variant: MariaDB shards on :${SHARD_PORTS[0]} :${SHARD_PORTS[1]} :${SHARD_PORTS[2]}"
+fi
+for port in "${SHARD_PORTS[@]}"; do
+  mariadb --protocol=tcp -h127.0.0.1 -P"$port" -uroot -e "CREATE DATABASE $DB"
+done
 ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PORT="$OW_MYSQL_PORT" ORDER_WORKER_MYSQL_DATABASE=$DB \
   "$BIN" migrate >/dev/null
-mysql_root -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
-               @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
+for port in "${SHARD_PORTS[@]}"; do
+  mariadb --protocol=tcp -h127.0.0.1 -P"$port" -uroot \
+    -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
+        @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
+done
 IN=chaos-in OUT=chaos-out DLQ=chaos-dlq GROUP=chaos-group
 "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $IN "$PARTS"
 "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $OUT "$PARTS"
@@ -123,6 +153,17 @@ killer 45 &
 KILLER_PID=$!
 say "killer running for 45 s"
 sleep 10
+if ((SHARDED)); then
+  say "killing shard 1's MariaDB (kill -9) for 12 s"
+  kill -9 "$(cat "$RUN/db1/mariadb.pid")"
+  fault shard-down 1
+  fault mariadb-down
+  sleep 12
+  shard_svc 1 mariadb-up >/dev/null
+  fault mariadb-up
+  fault shard-up 1
+  say "shard 1 is back"
+else
 say "stopping MariaDB for 12 s"
 fault mariadb-down
 "$ROOT/scripts/services.sh" mariadb-down >/dev/null
@@ -130,6 +171,7 @@ sleep 12
 "$ROOT/scripts/services.sh" mariadb-up >/dev/null
 fault mariadb-up
 say "MariaDB is back"
+fi
 sleep 8
 say "stopping the Kafka broker"
 fault kafka-down
@@ -185,7 +227,8 @@ say "replica exits: $clean clean (SIGTERM), $kills killed; unexpected: ${unexpec
 # kill -9 of a process that was just starting may be caught before exec; only
 # statuses other than 0 (SIGTERM) and 137 (SIGKILL) are unexpected.
 "$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
-  --dlq $DLQ --mysql-port "$OW_MYSQL_PORT" --database $DB --faults "$FAULTS" | tee "$RUN/verify.log"
+  --dlq $DLQ --mysql-port "$OW_MYSQL_PORT" --database $DB --faults "$FAULTS" "${VERIFY_SHARDS[@]}" |
+  tee "$RUN/verify.log"
 status=${PIPESTATUS[0]}
 
 # The verifier must be able to fail: tamper with the outcome in three ways
@@ -199,7 +242,7 @@ printf '{"user_id":1,"orders":[{"external_order_no":"late","amount":1}]}' |
   "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key chaos-late
 set +e
 "$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
-  --dlq $DLQ --mysql-port "$OW_MYSQL_PORT" --database $DB >"$RUN/verify-tampered.log"
+  --dlq $DLQ --mysql-port "$OW_MYSQL_PORT" --database $DB "${VERIFY_SHARDS[@]}" >"$RUN/verify-tampered.log"
 tampered=$?
 set -e
 detected=$(grep -cE '^verify: FAIL +(I3 every order|I5 every recorded|I4 every message|I4 committed)' \

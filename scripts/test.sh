@@ -18,6 +18,11 @@
 #                two replicas, every refused certificate, password and ACL (issue 11)
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
 #   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
+#   chaos-shards (not in the default list) the chaos run over three MariaDB shards,
+#                one of them killed for 12 s (OW_CHAOS_SHARDS=3 scripts/chaos.sh)
+#   shards       scripts/shards.sh: three MariaDB shards, two replicas, the mix, the
+#                same key twice per shard, one shard stopped for 20 s under load;
+#                invariants I1-I8 across the shards (issue 14)
 #   alerts       promtool check/test of the alert rules, the Grafana dashboard's
 #                queries, a live Prometheus scraping two replicas while the
 #                database is stopped (scripts/alerts-test.sh)
@@ -27,7 +32,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure fuzz chaos}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure fuzz chaos shards}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -142,6 +147,16 @@ has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
 if has_tier chaos; then
   script_tier chaos "$ROOT/scripts/chaos.sh"
   grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
+fi
+
+if has_tier chaos-shards; then
+  OW_CHAOS_SHARDS=3 script_tier chaos-shards "$ROOT/scripts/chaos.sh"
+  grep -E '^verify: (figures|faults|resume|shard outage)' "$LOGS/chaos-shards.log" | sed 's/^/test:   /' || true
+fi
+if has_tier shards; then
+  script_tier shards "$ROOT/scripts/shards.sh"
+  grep -E '^(verify: (figures|shard outage|shards)|shards: .*(refused|same key))' "$LOGS/shards.log" |
+    sed 's/^/test:   /' || true
 fi
 
 say "summary (logs in $LOGS)"

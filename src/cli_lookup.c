@@ -17,7 +17,8 @@ void ow_help_lookup(void)
          "response_status, created_at and updated_at (the database's time zone),\n"
          "the orders this request created (an order an earlier request had already\n"
          "created is listed in the response, not here), and the stored response\n"
-         "body embedded as JSON.\n"
+         "body embedded as JSON. With mysql.shards set, it reads the user's shard\n"
+         "(docs/contract.md, \"Shard routing\").\n"
          "\n"
          "With --archive DIR it reads no database: it searches the files that\n"
          "`order-worker purge --archive DIR` wrote and prints the archived record\n"
@@ -209,7 +210,9 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    s = ow_cli_store_new(&cfg, &ids);
+    /* The user's shard (issue 14); shard 0 is mysql.host when unsharded. */
+    s = ow_cli_shard_store_new(
+        &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);
     if (s == NULL) {
         fprintf(stderr, "order-worker lookup: out of memory\n");
         code = OW_EXIT_FAILURE;

@@ -70,6 +70,18 @@ static const config_row config_table[] = {
      "Allowed TLS versions, e.g. TLSv1.2,TLSv1.3 (empty: the library's default)."},
     {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
      "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
+    /* User sharding (issue 14, docs/operations.md "Shards"). */
+    {"mysql.shards", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shards),
+     "Comma-separated host[:port][/database] of each shard, in shard order (port and "
+     "database default to mysql.port and mysql.database; credentials and TLS are the "
+     "mysql.* keys). Empty: one database, mysql.host. Never reorder it: run refuses a list "
+     "that disagrees with the map migrate recorded."},
+    {"mysql.shard_password_files", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shard_password_files),
+     "Per-shard passwords: comma-separated files (one line each), in mysql.shards order; an "
+     "empty entry uses mysql.password. Empty: every shard uses mysql.password."},
+    {"mysql.shard_buckets", CT_INT, 1, 1048576, "4096", 0, ROW_OFF(mysql_shard_buckets),
+     "Buckets users are hashed into (bucket = FNV-1a(user_id) mod this); chosen once, "
+     "recorded on every shard by migrate."},
     {"request.max_bytes", CT_INT, 64, 16777216, "1048576", 0, ROW_OFF(request_max_bytes),
      "Largest accepted message value in bytes; larger ones are INVALID_REQUEST."},
     {"request.max_orders", CT_INT, 1, 10000, "1000", 0, ROW_OFF(request_max_orders),
@@ -315,6 +327,8 @@ int ow_config_init(ow_config *cfg, ow_error *err)
     return OW_OK;
 }
 
+static void forget_shard_passwords(ow_config *cfg);
+
 void ow_config_cleanup(ow_config *cfg)
 {
     if (cfg->sources != NULL) {
@@ -329,6 +343,7 @@ void ow_config_cleanup(ow_config *cfg)
         free(cfg->passthrough[i].value);
         free(cfg->passthrough[i].where);
     }
+    forget_shard_passwords(cfg);
     free(cfg->sources);
     free(cfg->source_where);
     memset(cfg, 0, sizeof(*cfg));
@@ -567,6 +582,116 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
     return OW_OK;
 }
 
+/* Parses mysql.shards, fills each entry's defaults and refuses an entry
+ * listed twice: two shard indexes on one database would route two users'
+ * buckets to one place under two recorded maps (issue 14). */
+static int load_shards(ow_config *cfg, ow_error *err)
+{
+    ow_shard_list *l = &cfg->shards;
+    int rc = ow_shard_list_parse(cfg->mysql_shards, l, err);
+
+    for (unsigned i = 0; rc == OW_OK && i < l->n; i++) {
+        if (l->addr[i].port == 0)
+            l->addr[i].port = (unsigned)cfg->mysql_port;
+        if (l->addr[i].database[0] == '\0') {
+            if (strlen(cfg->mysql_database) > OW_SHARD_DB_MAX)
+                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                    "mysql.database: longer than %d bytes", OW_SHARD_DB_MAX);
+            memcpy(l->addr[i].database, cfg->mysql_database, strlen(cfg->mysql_database) + 1);
+        }
+        for (unsigned j = 0; j < i; j++) {
+            if (strcmp(l->addr[i].host, l->addr[j].host) == 0 &&
+                l->addr[i].port == l->addr[j].port &&
+                strcmp(l->addr[i].database, l->addr[j].database) == 0)
+                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                    "mysql.shards: entry %u names the same database as entry %u", i,
+                                    j);
+        }
+    }
+    return rc;
+}
+
+static void forget_shard_passwords(ow_config *cfg)
+{
+    for (unsigned i = 0; i < OW_SHARD_MAX; i++) {
+        if (cfg->shard_passwords[i] != NULL)
+            memset(cfg->shard_passwords[i], 0, strlen(cfg->shard_passwords[i]));
+        free(cfg->shard_passwords[i]);
+        cfg->shard_passwords[i] = NULL;
+    }
+}
+
+/* Reads entry i of mysql.shard_password_files (path[0..n), "" = none). */
+static int load_shard_password(ow_config *cfg, unsigned i, const char *path, size_t n,
+                               ow_error *err)
+{
+    char file[4096];
+    ow_buf text;
+    int rc;
+
+    if (n == 0)
+        return OW_OK;
+    if (n >= sizeof(file))
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "mysql.shard_password_files: entry %u: path too long", i);
+    memcpy(file, path, n);
+    file[n] = '\0';
+    ow_buf_init(&text);
+    rc = read_file(file, 4096, &text, err);
+    if (rc == OW_OK) {
+        char *pw = text.data != NULL ? text.data : "";
+
+        pw[strcspn(pw, "\r\n")] = '\0';
+        cfg->shard_passwords[i] = strdup(pw);
+        if (cfg->shard_passwords[i] == NULL)
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    } else if (err != NULL) {
+        char why[sizeof(err->msg)];
+
+        memcpy(why, err->msg, sizeof(why));
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                          "mysql.shard_password_files: entry %u: %s", i, why);
+    }
+    if (text.data != NULL)
+        memset(text.data, 0, text.len);
+    ow_buf_cleanup(&text);
+    return rc;
+}
+
+/* mysql.shard_password_files: one entry per shard (issue 14). */
+static int load_shard_passwords(ow_config *cfg, ow_error *err)
+{
+    const char *p = cfg->mysql_shard_password_files;
+    unsigned i = 0;
+    int rc = OW_OK;
+
+    forget_shard_passwords(cfg);
+    if (*p == '\0')
+        return OW_OK;
+    while (rc == OW_OK) {
+        size_t n = strcspn(p, ",");
+
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        if (i < cfg->shards.n)
+            rc = load_shard_password(cfg, i, p, n, err);
+        i++;
+        p += strcspn(p, ",");
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    if (rc == OW_OK && i != cfg->shards.n)
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                          "mysql.shard_password_files: %u entries for %u shards in mysql.shards", i,
+                          cfg->shards.n);
+    return rc;
+}
+
 int ow_config_finish(ow_config *cfg, ow_error *err)
 {
     int rc;
@@ -621,6 +746,10 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }
     rc = check_mysql_tls(cfg, err);
+    if (rc == OW_OK)
+        rc = load_shards(cfg, err);
+    if (rc == OW_OK)
+        rc = load_shard_passwords(cfg, err);
     if (rc != OW_OK)
         return rc;
     if (*cfg->mysql_password_file != '\0')

@@ -172,6 +172,8 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
                 wake = job->not_before_ms;
         } else if (hset_has(&b->keys, job->key_hash)) {
             take = 0;
+        } else if (l->shards != NULL && ow_lane_shards_blocked(l, job, &wake)) {
+            take = 0; /* issue 14: an earlier job of its key waits for its shard */
         } else if (job->valid && (orders_collide(b, job) ||
                                   (b->n > 0 && b->orders + job->req.n_orders > BATCH_MAX_ORDERS))) {
             take = 0;
@@ -342,12 +344,19 @@ static void run_batch(ow_lane *l, batch *b)
     if (nv > 0) {
         size_t n = nv;
 
-        decided = decide(l, b, &n) == OW_OK;
-        if (decided)
+        if (l->shards != NULL)
+            decided = ow_lane_shards_decide(l, b->valid, b->items, n) == OW_OK;
+        else
+            decided = decide(l, b, &n) == OW_OK;
+        if (decided) /* parked jobs' items are undecided: never kept */
             ow_lane_cache_fill(l, b->items, n);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
+    /* Issue 14: jobs waiting for their shard leave the batch first (once
+     * published, a job may be freed by its acknowledgement). */
+    if (l->shards != NULL && decided)
+        ow_lane_shards_park(l, b->jobs, &b->n);
     publish_batch(l, b, decided);
 }
 
@@ -394,6 +403,12 @@ static void idle_ping(ow_lane *l)
     if (l->queued > 0 || ow_clock_mono_ms() - l->last_db_ms < 5000)
         return;
     pthread_mutex_unlock(&l->mu);
+    if (l->shards != NULL) {
+        ow_lane_shards_ping(l);
+        l->last_db_ms = ow_clock_mono_ms();
+        pthread_mutex_lock(&l->mu);
+        return;
+    }
     ok = ow_store_ping(l->store, &err) == OW_OK;
     atomic_store(&l->env->rs->db_ok, ok);
     if (!ok)
@@ -430,6 +445,8 @@ static void *lane_main(void *arg)
     while (wait_for_work(l, wake)) {
         ow_job *stale = NULL;
 
+        if (l->shards != NULL)
+            wake = ow_lane_shards_tick(l, 0);
         if (l->queued == 0) {
             wake = 0;
             idle_ping(l);
@@ -450,6 +467,7 @@ static void *lane_main(void *arg)
     /* Stopping: what was never started is abandoned and redelivered later. */
     {
         ow_job *rest = l->head;
+        ow_job *parked = l->shards != NULL ? ow_lane_shards_take_all(l) : NULL;
 
         l->head = l->tail = NULL;
         l->queued = 0;
@@ -457,6 +475,7 @@ static void *lane_main(void *arg)
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
         finish_list(l->env->ledger, rest);
+        finish_list(l->env->ledger, parked);
     }
     batch_free(&b);
     return NULL;
@@ -466,7 +485,7 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *
 {
     ow_store_params p;
 
-    ow_store_params_from_config(env->cfg, &p);
+    ow_store_params_for_shard(env->cfg, 0, &p); /* mysql.host unless sharded */
     memset(l, 0, sizeof(*l));
     l->env = env;
     l->index = index;
@@ -477,6 +496,8 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *
     l->store = ow_store_new(&p, env->ids);
     if (l->store == NULL || ow_lane_cache_init(l) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    if (ow_lane_shards_start(l, err) != OW_OK)
+        return OW_EFATAL;
     if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start lane %u", index);
     l->started = 1;
@@ -500,6 +521,7 @@ void ow_lane_enqueue(ow_lane *l, ow_job *job)
 void ow_lane_drop_partition(ow_lane *l, int32_t partition)
 {
     ow_job *dropped = NULL;
+    ow_job *parked = NULL;
     ow_job *prev = NULL;
 
     pthread_mutex_lock(&l->mu);
@@ -515,8 +537,11 @@ void ow_lane_drop_partition(ow_lane *l, int32_t partition)
         }
         job = next;
     }
+    if (l->shards != NULL)
+        parked = ow_lane_shards_take_partition(l, partition);
     pthread_mutex_unlock(&l->mu);
     finish_list(l->env->ledger, dropped);
+    finish_list(l->env->ledger, parked);
 }
 
 void ow_lane_stop(ow_lane *l)
@@ -546,10 +571,12 @@ void ow_lane_join(ow_lane *l, int64_t deadline_ms)
                                   "its batch is rolled back and redelivered"));
         atomic_store(&l->cancelled, 1);
         ow_store_cancel(l->store);
+        ow_lane_shards_cancel(l);
     }
     if (l->started)
         pthread_join(l->thread, NULL);
     l->started = 0;
+    ow_lane_shards_free(l);
     ow_store_free(&l->store);
     ow_lane_cache_free(l);
 }

@@ -22,6 +22,9 @@ typedef struct {
     ow_ledger *ledger;
 } ow_lane_env;
 
+/* A lane's connections to user shards (issue 14, lane_shard.c). */
+typedef struct ow_lane_shards ow_lane_shards;
+
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -37,8 +40,9 @@ typedef struct {
     const ow_lane_env *env;
     ow_store *store;
     uint64_t rng;
-    int64_t last_db_ms; /* last time the lane talked to the database */
-    ow_cache *cache;    /* recent outcomes of this lane's keys (issue 12) */
+    int64_t last_db_ms;     /* last time the lane talked to the database */
+    ow_cache *cache;        /* recent outcomes of this lane's keys (issue 12) */
+    ow_lane_shards *shards; /* NULL without mysql.shards; store is then shard 0's */
 } ow_lane;
 
 int ow_lane_start(ow_lane *lane, const ow_lane_env *env, unsigned index, ow_error *err);
@@ -64,5 +68,35 @@ void ow_lane_cache_free(ow_lane *lane);
 int ow_lane_cache_answer(ow_lane *lane, ow_job *job);
 /* After the deciding transaction committed: keeps items' recorded answers. */
 void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n);
+
+/* --- Shards (lane_shard.c). All of these need lane->shards != NULL, except
+ * start and free. --- */
+/* Connects nothing yet: a store per shard (the lane's own is shard 0). */
+int ow_lane_shards_start(ow_lane *lane, ow_error *err);
+void ow_lane_shards_free(ow_lane *lane);
+/* Decides valid[0..nv) (items alike) one transaction per shard. The jobs
+ * of a shard that is down are marked parked, undecided. Returns OW_OK or
+ * OW_EFATAL (stop, or an error retrying cannot fix). */
+int ow_lane_shards_decide(ow_lane *lane, ow_job **valid, ow_store_item *items, size_t nv);
+/* Moves the parked jobs among jobs[0..*n) to the parked list and removes
+ * them from jobs (keeping the others' order). Call it before publishing
+ * the rest. Takes mu. */
+void ow_lane_shards_park(ow_lane *lane, ow_job **jobs, size_t *n);
+/* 1 when a parked job has job's key (the job must wait); lowers *wake to
+ * its shard's next probe. Called with mu held. */
+int ow_lane_shards_blocked(const ow_lane *lane, const ow_job *job, int64_t *wake);
+/* Probes the down shards that are due; an answering shard's parked jobs
+ * go back to the front of the queue. Returns wake lowered to the next
+ * probe. Called with mu held (released during a probe). */
+int64_t ow_lane_shards_tick(ow_lane *lane, int64_t wake);
+/* Takes the parked jobs of a partition, or all of them, off the parked
+ * list (a list linked by next). Called with mu held. */
+ow_job *ow_lane_shards_take_partition(ow_lane *lane, int32_t partition);
+ow_job *ow_lane_shards_take_all(ow_lane *lane);
+/* The idle check of every shard that is up. */
+void ow_lane_shards_ping(ow_lane *lane);
+/* From the stopping thread: cancels the call in progress on every shard's
+ * connection but the lane's own (issue 9). */
+void ow_lane_shards_cancel(ow_lane *lane);
 
 #endif

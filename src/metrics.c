@@ -46,6 +46,36 @@ static int render_histogram(ow_buf *out, const char *name, const char *help, ow_
     return rc;
 }
 
+/* Per-shard series, labelled shard="N" (issue 14). */
+static int render_shards(ow_buf *out)
+{
+    unsigned n = atomic_load(&ow_stats.n_shards);
+    int rc = OW_OK;
+
+    if (n == 0)
+        return OW_OK;
+    rc = ow_buf_appends(out, "# HELP order_worker_shard_up 1 when the last round trip of any lane "
+                             "to the shard worked.\n# TYPE order_worker_shard_up gauge\n");
+    for (unsigned i = 0; rc == OW_OK && i < n; i++)
+        rc = ow_buf_appendf(out, "order_worker_shard_up{shard=\"%u\"} %d\n", i,
+                            atomic_load(&ow_stats.shard_up[i]));
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, "# HELP order_worker_shard_waiting_messages Messages waiting for "
+                                 "their shard to answer again.\n"
+                                 "# TYPE order_worker_shard_waiting_messages gauge\n");
+    for (unsigned i = 0; rc == OW_OK && i < n; i++)
+        rc = ow_buf_appendf(out, "order_worker_shard_waiting_messages{shard=\"%u\"} %lld\n", i,
+                            (long long)atomic_load(&ow_stats.shard_waiting[i]));
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, "# HELP order_worker_shard_transactions_total Deciding "
+                                 "transactions committed, by shard.\n"
+                                 "# TYPE order_worker_shard_transactions_total counter\n");
+    for (unsigned i = 0; rc == OW_OK && i < n; i++)
+        rc = ow_buf_appendf(out, "order_worker_shard_transactions_total{shard=\"%u\"} %llu\n", i,
+                            (unsigned long long)atomic_load(&ow_stats.shard_transactions[i]));
+    return rc;
+}
+
 int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
 {
     static const char *const classes[4] = {"none", "retriable", "fatal", "invalid_input"};
@@ -89,7 +119,23 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
         rc = render_histogram(out, "order_worker_end_to_end_seconds",
                               "From the input message's timestamp to its result's acknowledgement.",
                               &ow_stats.e2e_latency);
+    if (rc == OW_OK)
+        rc = render_shards(out);
     if (rc == OW_OK && extra != NULL)
         extra(out, opaque);
     return rc;
+}
+
+int ow_metrics_shards_ready(ow_buf *why)
+{
+    unsigned n = atomic_load(&ow_stats.n_shards);
+    int ok = 1;
+
+    for (unsigned i = 0; i < n; i++) {
+        if (!atomic_load(&ow_stats.shard_up[i])) {
+            ow_buf_appendf(why, "shard %u unreachable\n", i);
+            ok = 0;
+        }
+    }
+    return ok;
 }

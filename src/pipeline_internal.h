@@ -89,7 +89,9 @@ typedef struct ow_job {
     /* Lane bookkeeping. */
     int64_t not_before_ms;
     unsigned in_progress_rounds;
-    int dropped; /* abandoned during a retry: its partition was revoked */
+    int dropped;    /* abandoned during a retry: its partition was revoked */
+    int parked;     /* waiting for its shard to answer again (issue 14, lane_shard.c) */
+    unsigned shard; /* the shard it waits for */
 } ow_job;
 
 /* What a job needs to know about the limits of its input and outputs. */

@@ -164,5 +164,6 @@ void ow_result_time(MYSQL_BIND *b, MYSQL_TIME *t, ow_mybool *isnull);
 #define OW_ER_DUP_ENTRY 1062
 #define OW_ER_LOCK_WAIT_TIMEOUT 1205
 #define OW_ER_LOCK_DEADLOCK 1213
+#define OW_ER_NO_SUCH_TABLE 1146
 
 #endif

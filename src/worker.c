@@ -463,6 +463,8 @@ static int ready(ow_buf *why, void *opaque)
         ow_buf_appends(why, "database unreachable\n");
         ok = 0;
     }
+    if (!ow_metrics_shards_ready(why)) /* issue 14: any shard down */
+        ok = 0;
     if (!atomic_load(&w->broker_ok)) {
         ow_buf_appends(why, "broker unreachable\n");
         ok = 0;

@@ -9,7 +9,12 @@
  *
  *   ow-verify --bootstrap B --group G --input T --results T --dlq T
  *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
- *             --database D [--faults FILE]
+ *             --database D [--faults FILE] [--shards LIST [--shard-buckets B]]
+ *
+ * With --shards (issue 14; mysql.shards syntax, user and password from
+ * --mysql-*), the database checks run on every shard, each row must be on
+ * its user's shard, and "shard-down MS N" / "shard-up MS N" lines of the
+ * faults file give the shard outage's figures.
  */
 #include <jansson.h>
 #include <mysql.h>
@@ -21,6 +26,7 @@
 #include "ow/admin.h"
 #include "ow/idgen.h"
 #include "ow/request.h"
+#include "ow/shard.h"
 #include "ow/store.h"
 #include "ow/util.h"
 
@@ -84,7 +90,23 @@ typedef struct {
 typedef struct {
     const char *bootstrap, *group, *in, *out, *dlq, *host, *user, *password, *database, *faults;
     unsigned port;
+    const char *shards;
+    uint32_t buckets;
 } args_t;
+
+/* The shards' connections (issue 14); n is 0 without --shards. */
+static struct {
+    ow_shard_list list;
+    MYSQL *db[OW_SHARD_MAX];
+    uint32_t buckets;
+    long long records[OW_SHARD_MAX];
+    long long misplaced;
+} shards;
+
+static unsigned shard_of(long long user)
+{
+    return ow_shard_of_user(user, shards.buckets, shards.list.n);
+}
 
 static int violations;
 
@@ -113,12 +135,13 @@ static long long sql_count(MYSQL *db, const char *sql)
     return v;
 }
 
-static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
+/* Reads the records of db into recs from *n on (growing it); shard is the
+ * database's index among the shards, or -1. */
+static record_t *load_records_from(MYSQL *db, record_t *recs, size_t *n, index_t *ix, int shard)
 {
     MYSQL_RES *r;
     MYSQL_ROW row;
-    record_t *recs;
-    size_t k = 0;
+    size_t k = *n;
 
     if (mysql_query(db, "SELECT id, user_id, idempotency_key, HEX(request_digest), status, "
                         "response_status, response_body FROM idempotency_requests") != 0) {
@@ -126,8 +149,8 @@ static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
         exit(2);
     }
     r = mysql_store_result(db);
-    recs = calloc(mysql_num_rows(r) + 1, sizeof(*recs));
-    ix_init(ix, mysql_num_rows(r));
+    recs = realloc(recs, (k + mysql_num_rows(r) + 1) * sizeof(*recs));
+    memset(recs + k, 0, (mysql_num_rows(r) + 1) * sizeof(*recs));
     while ((row = mysql_fetch_row(r)) != NULL) {
         unsigned long *len = mysql_fetch_lengths(r);
         record_t *rec = &recs[k];
@@ -148,9 +171,39 @@ static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
         snprintf(ikey, sizeof(ikey), "%lld\x1f%s", rec->user_id, rec->key);
         *ix_slot(ix, ikey, 1) = k;
         k++;
+        if (shard >= 0) {
+            shards.records[shard]++;
+            shards.misplaced += shard_of(rec->user_id) != (unsigned)shard;
+        }
     }
     mysql_free_result(r);
     *n = k;
+    return recs;
+}
+
+static record_t *load_records(MYSQL *db, size_t *n, index_t *ix)
+{
+    record_t *recs = NULL;
+
+    *n = 0;
+    ix_init(ix, 1 << 16);
+    if (shards.list.n == 0)
+        return load_records_from(db, recs, n, ix, -1);
+    for (unsigned i = 0; i < shards.list.n; i++) {
+        char sql[160];
+
+        recs = load_records_from(shards.db[i], recs, n, ix, (int)i);
+        /* Orders on another shard than their user's. */
+        snprintf(sql, sizeof(sql), "SELECT user_id FROM orders");
+        if (mysql_query(shards.db[i], sql) == 0) {
+            MYSQL_RES *r = mysql_store_result(shards.db[i]);
+            MYSQL_ROW row;
+
+            while (r != NULL && (row = mysql_fetch_row(r)) != NULL)
+                shards.misplaced += shard_of(strtoll(row[0], NULL, 10)) != i;
+            mysql_free_result(r);
+        }
+    }
     return recs;
 }
 
@@ -202,7 +255,7 @@ static void check_created_orders(MYSQL *db, json_t *body, const record_t *rec, t
             id, rec->user_id, amount, existing ? "" : " AND request_id = ");
         if (!existing)
             snprintf(sql + strlen(sql), sizeof(sql) - strlen(sql), "%lld", rec->id);
-        if (sql_count(db, sql) != 1)
+        if (sql_count(shards.list.n > 0 ? shards.db[shard_of(rec->user_id)] : db, sql) != 1)
             t->body_orders_bad++;
     }
 }
@@ -319,7 +372,7 @@ static void usage(void)
 {
     fputs("usage: ow-verify --bootstrap B --group G --input T --results T --dlq T "
           "--mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW] --database D "
-          "[--faults FILE]\n",
+          "[--faults FILE] [--shards LIST [--shard-buckets B]]\n",
           stderr);
     exit(2);
 }
@@ -328,6 +381,7 @@ static void parse_args(int argc, char **argv, args_t *a)
 {
     memset(a, 0, sizeof(*a));
     a->host = "127.0.0.1";
+    a->buckets = OW_SHARD_BUCKETS_DEFAULT;
     a->user = "root";
     a->password = "";
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -355,9 +409,15 @@ static void parse_args(int argc, char **argv, args_t *a)
             a->database = v;
         else if (strcmp(k, "--faults") == 0)
             a->faults = v;
+        else if (strcmp(k, "--shards") == 0)
+            a->shards = v;
+        else if (strcmp(k, "--shard-buckets") == 0)
+            a->buckets = (uint32_t)strtoul(v, NULL, 10);
         else
             usage();
     }
+    if (a->shards != NULL && a->port == 0)
+        a->port = 3306; /* each entry names its own */
     if (!a->bootstrap || !a->group || !a->in || !a->out || !a->dlq || !a->port || !a->database)
         usage();
 }
@@ -459,6 +519,110 @@ static void resume_times(const char *path, const kit_msgs *results)
            worst_db, worst_broker, worst_kill, counted, restarts);
 }
 
+/* --- Shards (issue 14) ------------------------------------------------------ */
+
+static int connect_shards(const args_t *a)
+{
+    ow_error err;
+
+    shards.buckets = a->buckets;
+    if (a->shards == NULL)
+        return 0;
+    if (ow_shard_list_parse(a->shards, &shards.list, &err) != OW_OK) {
+        fprintf(stderr, "verify: --shards: %s\n", err.msg);
+        return -1;
+    }
+    for (unsigned i = 0; i < shards.list.n; i++) {
+        ow_shard_addr *s = &shards.list.addr[i];
+
+        if (s->port == 0)
+            s->port = a->port;
+        if (s->database[0] == '\0')
+            snprintf(s->database, sizeof(s->database), "%s", a->database);
+        shards.db[i] = mysql_init(NULL);
+        if (mysql_real_connect(shards.db[i], s->host, a->user, a->password, s->database, s->port,
+                               NULL, 0) == NULL) {
+            fprintf(stderr, "verify: shard %u: %s\n", i, mysql_error(shards.db[i]));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* 1 for a definitive, database-decided result (not 400, not interim) of
+ * a user on shard s. */
+static int decided_on(const kit_msg *r, unsigned s, long long *user)
+{
+    return strstr(r->value, "\"REQUEST_IN_PROGRESS\"") == NULL && hdr_int(r, "user-id", user) &&
+           strstr(r->value, "\"status\":400") == NULL && shard_of(*user) == s;
+}
+
+/* What left during a shard's outage. Its start is the "shard-down" line of
+ * the faults file (written once the server stopped); its end is when the
+ * shard answered again, observed in the data as the first result for one
+ * of its users whose message was produced after the start (the script's
+ * "shard-up" line comes later: its readiness check polls). Reported: the
+ * definitive results for the other shards' users and for its own in that
+ * window; then how many of its users' messages sent before its return were
+ * answered after it, and how long after its return the last one was. */
+static void shard_outage(const char *path, const kit_msgs *results, index_t *src, input_t *ins)
+{
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    char line[256], name[32];
+    long long t, down = -1, up = -1, back = -1, others = 0, own = 0, stalled = 0, last = -1;
+    unsigned s = 0, which = 0;
+
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%31s %lld %u", name, &t, &which) != 3)
+            continue;
+        if (strcmp(name, "shard-down") == 0) {
+            down = t;
+            s = which;
+        } else if (strcmp(name, "shard-up") == 0 && which == s) {
+            up = t;
+        }
+    }
+    fclose(f);
+    if (down < 0 || up < 0)
+        return;
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        const input_t *in = source_of(r, src, ins);
+        long long user = 0;
+
+        if (decided_on(r, s, &user) && in != NULL && in->m->timestamp_ms > down &&
+            r->timestamp_ms > down && (back < 0 || r->timestamp_ms < back))
+            back = r->timestamp_ms;
+    }
+    if (back < 0)
+        back = up;
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        const input_t *in = source_of(r, src, ins);
+        long long user = 0;
+        int mine = decided_on(r, s, &user);
+
+        if (r->timestamp_ms >= down && r->timestamp_ms < back) {
+            own += mine;
+            others += !mine && hdr_int(r, "user-id", &user) &&
+                      strstr(r->value, "\"REQUEST_IN_PROGRESS\"") == NULL &&
+                      strstr(r->value, "\"status\":400") == NULL;
+        }
+        if (mine && r->timestamp_ms >= back && in != NULL && in->m->timestamp_ms < back &&
+            in->first_result == r) {
+            stalled++;
+            if (r->timestamp_ms - back > last)
+                last = r->timestamp_ms - back;
+        }
+    }
+    printf("verify: shard outage: shard %u down %lld ms (%lld ms by the script's check); "
+           "results during it: %lld for the other shards' users, %lld for its own; its messages "
+           "answered after it returned: %lld, the last %lld ms after\n",
+           s, back - down, up - down, others, own, stalled, last);
+}
+
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
  * duplicate orders, I3 orders without a SUCCEEDED request (which contains
  * the FAILED requests owning orders), I7 requests not in a final state. A
@@ -466,7 +630,31 @@ static void resume_times(const char *path, const kit_msgs *results)
 _Static_assert(OW_AUDIT_CHECK_COUNT == 5, "ow-verify: report the new audit check");
 
 /* Runs the project's audit in one snapshot; 0 or -1 (reported). */
+static int audit_one(const args_t *a, unsigned shard, ow_audit_report *rep);
+
+/* The audit of every shard, findings and row counts summed. */
 static int audit(const args_t *a, ow_audit_report *rep)
+{
+    if (shards.list.n == 0)
+        return audit_one(a, 0, rep);
+    for (unsigned i = 0; i < shards.list.n; i++) {
+        ow_audit_report one;
+
+        if (audit_one(a, i, &one) != 0)
+            return -1;
+        if (i == 0) {
+            *rep = one;
+            continue;
+        }
+        rep->requests += one.requests;
+        rep->orders += one.orders;
+        for (int c = 0; c < OW_AUDIT_CHECK_COUNT; c++)
+            rep->checks[c].findings += one.checks[c].findings;
+    }
+    return 0;
+}
+
+static int audit_one(const args_t *a, unsigned shard, ow_audit_report *rep)
 {
     ow_store_params p;
     ow_idgen ids;
@@ -480,6 +668,11 @@ static int audit(const args_t *a, ow_audit_report *rep)
     p.user = a->user;
     p.password = a->password;
     p.database = a->database;
+    if (shards.list.n > 0) {
+        p.host = shards.list.addr[shard].host;
+        p.port = shards.list.addr[shard].port;
+        p.database = shards.list.addr[shard].database;
+    }
     p.connect_timeout_s = 10;
     p.lock_wait_timeout_s = 50;
     ow_idgen_init(&ids, 0, ow_clock_wall_ms);
@@ -529,7 +722,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "verify: %s\n", mysql_error(db));
         return 2;
     }
-    if (audit(&a, &rep) != 0)
+    if (connect_shards(&a) != 0 || audit(&a, &rep) != 0)
         return 2;
     recs = load_records(db, &n_recs, &recix);
     ins = calloc(inputs.n + 1, sizeof(*ins));
@@ -602,6 +795,14 @@ int main(int argc, char **argv)
            t.conflicts, t.reused, t.invalid, dlq.n, n_recs, (long long)rep.orders, t.lost,
            findings(&rep, OW_AUDIT_DUPLICATE_ORDERS), findings(&rep, OW_AUDIT_NOT_FINAL),
            t.mismatched + t.stored_mismatch, lag);
+    if (shards.list.n > 0) {
+        verdict("I1-I3 every row is on its user's shard", shards.misplaced, "misplaced rows");
+        printf("verify: shards: %u, request records per shard:", shards.list.n);
+        for (unsigned i = 0; i < shards.list.n; i++)
+            printf(" %u=%lld", i, shards.records[i]);
+        printf("\n");
+        shard_outage(a.faults, &results, &src, ins);
+    }
     resume_times(a.faults, &results);
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");
     mysql_close(db);

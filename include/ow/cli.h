@@ -3,6 +3,7 @@
 #define OW_CLI_H
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ow/config.h"
@@ -49,6 +50,24 @@ const char *ow_cli_required(int argc, char **argv, const char *name, const char 
 int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
 /* A store for the configured database (connects on first use). */
 ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids);
+
+/* Shards (issue 14, src/cli_shard.c). Without mysql.shards there is one
+ * "shard", the mysql.host database, and headers print nothing. */
+#define OW_CLI_SHARD_NAME_MAX 400
+unsigned ow_cli_shards(const ow_config *cfg);
+ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids);
+/* "shard 1 (host:port/database)" into buf. */
+const char *ow_cli_shard_name(const ow_config *cfg, unsigned shard, char *buf, size_t cap);
+/* Prints "CMD: shard N (...)" before a shard's part of a report (sharded only). */
+void ow_cli_shard_header(const ow_config *cfg, unsigned shard, const char *cmd);
+/* The map migrate records on a shard: mysql.shard_buckets, the number of
+ * shards, its index. */
+ow_shard_map ow_cli_shard_map(const ow_config *cfg, unsigned shard);
+/* Before run: every shard's recorded map must be the configured one.
+ * Waits for unreachable shards (until stop). Prints both maps and returns
+ * OW_EXIT_USAGE on a difference; OW_EXIT_FAILURE on a database error or a
+ * stop; OW_EXIT_OK when they agree or without mysql.shards. */
+int ow_cli_check_shard_maps(const ow_config *cfg, const volatile sig_atomic_t *stop);
 
 int ow_cmd_run(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_migrate(int argc, char **argv, const volatile sig_atomic_t *stop);

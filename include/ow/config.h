@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "ow/error.h"
+#include "ow/shard.h"
 
 #define OW_CONFIG_ENV_PREFIX "ORDER_WORKER_"
 #define OW_CONFIG_MAX_PASSTHROUGH 64
@@ -54,6 +55,9 @@ typedef struct ow_config {
     char *mysql_ssl_crl;
     char *mysql_tls_version;
     char *mysql_ssl_cipher;
+    char *mysql_shards;               /* issue 14: host[:port][/database],... ("" = one database) */
+    int64_t mysql_shard_buckets;      /* B of bucket = hash(user_id) mod B */
+    char *mysql_shard_password_files; /* one path per shard, "" = mysql.password */
     /* Requests */
     int64_t request_max_bytes;
     int64_t request_max_orders;
@@ -83,6 +87,13 @@ typedef struct ow_config {
     int64_t api_max_connections;
     int64_t api_request_timeout_s;
     int64_t api_rate_limit;
+
+    /* mysql.shards parsed by ow_config_finish, each entry's port and
+     * database filled from mysql.port and mysql.database when absent. */
+    ow_shard_list shards;
+    /* Shard i's password read from mysql.shard_password_files, or NULL for
+     * mysql.password (issue 14). */
+    char *shard_passwords[OW_SHARD_MAX];
 
     /* kafka.* keys that are not in the table, in the order first seen. */
     ow_config_kv passthrough[OW_CONFIG_MAX_PASSTHROUGH];

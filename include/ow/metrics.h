@@ -13,6 +13,7 @@
 
 #include "ow/error.h"
 #include "ow/response.h"
+#include "ow/shard.h"
 #include "ow/util.h"
 
 /* X(field, name, help) */
@@ -66,6 +67,12 @@ typedef struct {
     _Atomic int64_t inflight_bytes;
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
     ow_histogram e2e_latency; /* message timestamp to result acknowledged */
+    /* User shards (issue 14); n_shards is 0 without mysql.shards, and then
+     * none of these is rendered. */
+    _Atomic unsigned n_shards;
+    _Atomic int shard_up[OW_SHARD_MAX];          /* the last round trip of any lane worked */
+    _Atomic int64_t shard_waiting[OW_SHARD_MAX]; /* messages parked until the shard answers */
+    _Atomic uint64_t shard_transactions[OW_SHARD_MAX];
 } ow_metrics;
 
 extern ow_metrics ow_stats;
@@ -81,5 +88,8 @@ double ow_histogram_bound(size_t i);
  * per-partition lag lines. */
 typedef void (*ow_metrics_extra_fn)(ow_buf *out, void *opaque);
 int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque);
+/* /readyz with shards: appends "shard N unreachable" for each shard whose
+ * last round trip failed and returns 0 when there is one (issue 14). */
+int ow_metrics_shards_ready(ow_buf *why);
 
 #endif

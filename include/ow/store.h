@@ -25,6 +25,7 @@
 #include "ow/idgen.h"
 #include "ow/request.h"
 #include "ow/response.h"
+#include "ow/shard.h"
 #include "ow/util.h"
 
 typedef struct ow_store ow_store;
@@ -109,6 +110,11 @@ struct ow_config;
  * request.in_progress_wait_s as the lock wait). Borrows cfg's strings. */
 void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p);
 
+/* The settings of shard `shard` of mysql.shards (issue 14): the entry's
+ * host, port and database with the mysql.* credentials and TLS. Without
+ * mysql.shards, or for a shard past its end, those of mysql.host. */
+void ow_store_params_for_shard(const struct ow_config *cfg, unsigned shard, ow_store_params *p);
+
 /* Creates a store; does not connect (the first call does). Copies params. */
 ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids);
 void ow_store_free(ow_store **store);
@@ -149,5 +155,11 @@ void ow_store_set_known_read(ow_store *s, int enabled);
 
 /* Applies the embedded sql/ migrations; returns the number applied in *applied. */
 int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err);
+
+/* The shard map this database records (table ow_shard_map, issue 14):
+ * write replaces it and commits; read returns OW_ENOTFOUND (err
+ * untouched) when none was written or the table does not exist. */
+int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, ow_error *err);
+int ow_store_shard_map_read(ow_store *s, ow_shard_map *m, ow_error *err);
 
 #endif

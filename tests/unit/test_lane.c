@@ -17,6 +17,7 @@
 #include "lane_internal.h"
 #include "ow/error.h"
 #include "ow/metrics.h"
+#include "ow/shard.h"
 #include "ow/util.h"
 
 /* --- What the fakes saw ---------------------------------------------------- */
@@ -53,11 +54,25 @@ void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p
     memset(p, 0, sizeof(*p));
 }
 
+/* Shard i's store is fake_shards[i] (its port carries i); "down" makes
+ * its decide and ping fail as a lost connection does (issue 14). */
+typedef struct {
+    _Atomic int down;
+} fake_shard;
+
+static fake_shard fake_shards[OW_SHARD_MAX];
+
+void ow_store_params_for_shard(const struct ow_config *cfg, unsigned shard, ow_store_params *p)
+{
+    (void)cfg;
+    memset(p, 0, sizeof(*p));
+    p->port = shard;
+}
+
 ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids)
 {
-    (void)params;
     (void)ids;
-    return (ow_store *)&seen; /* any non-NULL handle */
+    return (ow_store *)&fake_shards[params->port];
 }
 
 void ow_store_free(ow_store **store)
@@ -67,8 +82,9 @@ void ow_store_free(ow_store **store)
 
 int ow_store_ping(ow_store *s, ow_error *err)
 {
-    (void)s;
     ow_error_clear(err);
+    if (atomic_load(&((fake_shard *)s)->down))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 2003, "cannot connect");
     return OW_OK;
 }
 
@@ -82,8 +98,7 @@ const ow_store_stats *ow_store_get_stats(const ow_store *s)
 
 int ow_store_connected(const ow_store *s)
 {
-    (void)s;
-    return 1;
+    return !atomic_load(&((const fake_shard *)s)->down);
 }
 
 void ow_store_cancel(ow_store *s)
@@ -127,9 +142,10 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
 {
     char *line;
 
-    (void)s;
     (void)one_at_a_time;
     ow_error_clear(err);
+    if (atomic_load(&((fake_shard *)s)->down))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 2013, "lost connection");
     pthread_mutex_lock(&seen.mu);
     if (seen.hang)
         return hang_until_cancelled(err);
@@ -222,6 +238,9 @@ static int setup(void **state)
     seen.hang = seen.cancels = seen.hanging = 0;
     stores = 0;
     pthread_mutex_unlock(&seen.mu);
+    for (int i = 0; i < OW_SHARD_MAX; i++)
+        atomic_store(&fake_shards[i].down, 0);
+    atomic_store(&ow_stats.n_shards, 0);
     assert_int_equal(ow_config_init(&f.cfg, &err), OW_OK);
     f.cfg.batch_max_messages = 4;
     f.cfg.batch_max_wait_ms = 0;
@@ -496,6 +515,93 @@ static void test_cache_off(void **state)
     run_cache_case(f, 3);
 }
 
+/* --- Shards (issue 14) ------------------------------------------------------ */
+
+static int64_t user_on(unsigned shard)
+{
+    for (int64_t u = 100;; u++) {
+        if (ow_shard_of_user(u, 4096, 3) == shard)
+            return u;
+    }
+}
+
+static ow_job *sharded(fixture *f, const char *key, const char *order, unsigned shard)
+{
+    ow_job *job = simple(f, key, order);
+
+    job->req.user_id = user_on(shard);
+    return job;
+}
+
+static size_t published(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&seen.mu);
+    n = seen.n_published;
+    pthread_mutex_unlock(&seen.mu);
+    return n;
+}
+
+static size_t published_at(const char *key)
+{
+    for (size_t i = 0; i < seen.n_published; i++) {
+        if (strcmp(seen.published[i], key) == 0)
+            return i;
+    }
+    fail_msg("%s was never published", key);
+    return 0;
+}
+
+/* Shard 1 is down: its jobs wait (unanswered) while shard 0 and 2's jobs
+ * are published; a job whose key is waiting waits too, although its user
+ * is on a shard that is up; when shard 1 answers, everything is published
+ * and the key's results leave in consumption order. */
+static void test_down_shard_stalls_only_its_jobs(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[6] = {
+        sharded(f, "a", "o1", 1), sharded(f, "b", "o2", 0), sharded(f, "c", "o3", 2),
+        sharded(f, "a", "o4", 0), sharded(f, "d", "o5", 1), sharded(f, "e", "o6", 2),
+    };
+    ow_buf why;
+
+    f->cfg.shards.n = 3;
+    f->cfg.mysql_shard_buckets = 4096;
+    atomic_store(&fake_shards[1].down, 1);
+    enqueue_then_start(f, jobs, 6);
+    wait_published(3);
+    /* Well past several probes (backoff 1-2 ms): still nothing of shard 1. */
+    ow_sleep_ms(200, NULL);
+    assert_int_equal(published(), 3);
+    published_at("b");
+    published_at("c");
+    published_at("e");
+    assert_int_equal(atomic_load(&ow_stats.shard_up[1]), 0);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 2);
+    assert_int_equal(atomic_load(&f->rs.db_ok), 0);
+    ow_buf_init(&why);
+    assert_int_equal(ow_metrics_shards_ready(&why), 0);
+    assert_string_equal(why.data, "shard 1 unreachable\n");
+    ow_buf_cleanup(&why);
+
+    atomic_store(&fake_shards[1].down, 0);
+    wait_published(6);
+    published_at("d");
+    /* The second "a" (user on shard 0) left after the first (shard 1). */
+    {
+        size_t first = published_at("a"), second = first + 1;
+
+        while (second < seen.n_published && strcmp(seen.published[second], "a") != 0)
+            second++;
+        assert_true(second < seen.n_published);
+    }
+    for (size_t i = 0; i < 3; i++)
+        assert_string_not_equal(seen.published[i], "a");
+    assert_int_equal(atomic_load(&ow_stats.shard_up[1]), 1);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +614,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_down_shard_stalls_only_its_jobs, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

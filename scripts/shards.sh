@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The shards tier (issue 14): three throwaway MariaDB instances as user
+# shards, each on its own port, and one Kafka broker; two replicas over them.
+#   1. migrate records the map on every shard; run with the list reordered
+#      exits 2 naming both maps;
+#   2. a scripted mix (retries, key reuse, clashes, invalid) from users
+#      spread over all three shards, and the same key twice from one user of
+#      each shard;
+#   3. a shard outage under load: shard 1 is stopped for 20 s while messages
+#      keep coming; results for the other shards' users must keep leaving;
+#   4. the group catches up, both replicas stop with status 0, `order-worker
+#      audit` passes on every shard, and ow-verify checks I1-I8 across the
+#      shards and prints the outage's figures;
+#   5. resharding 3 -> 6 with scripts/reshard.sh (a worker started with the
+#      new list before it exits 2): row counts unchanged, every row on its
+#      user's new shard, retries of old keys replayed, I1-I8 hold again.
+# Starts and stops its own services under .run/shards (shard 0's MariaDB and
+# Kafka there, shards 1 and 2 in .run/shards/db1 and db2: one
+# scripts/services.sh state directory per instance). Bounded to 5 minutes.
+#
+#   scripts/shards.sh                      (after a build; scripts/test.sh runs it)
+#   OW_SHARDS_MESSAGES=3000 OW_SHARDS_RATE=150 OW_SHARDS_OUTAGE_S=20
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+BIN="$BUILD/order-worker"
+KIT="$BUILD/ow-kit"
+N="${OW_SHARDS_MESSAGES:-3000}"
+RATE="${OW_SHARDS_RATE:-150}"
+OUTAGE_S="${OW_SHARDS_OUTAGE_S:-20}"
+PARTS=4
+LIMIT_S=300
+RUN="$ROOT/.run/shards"
+FAULTS="$RUN/faults.log"
+T_START=$SECONDS
+
+say() { printf 'shards: [%3ds] %s\n' "$((SECONDS - T_START))" "$*"; }
+now_ms() { date +%s%3N; }
+fault() { echo "$1 $(now_ms) ${2:-}" >>"$FAULTS"; }
+left() { echo $((LIMIT_S - (SECONDS - T_START))); }
+svc() {  # SHARD COMMAND...: scripts/services.sh in that shard's state directory
+  local dir=$RUN
+  (($1 > 0)) && dir="$RUN/db$1"
+  # Ports exported by a caller's services.env (scripts/test.sh) would be forced here.
+  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT \
+    OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
+}
+
+for f in "$BIN" "$KIT" "$BUILD/ow-verify"; do
+  [[ -x $f ]] || { echo "shards: $f not built (run scripts/test.sh or cmake --build build)" >&2; exit 2; }
+done
+
+REPLICAS=()
+cleanup() {
+  set +e
+  for pid in "${REPLICAS[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
+  wait 2>/dev/null
+  svc 2 stop all >/dev/null 2>&1
+  svc 1 stop all >/dev/null 2>&1
+  svc 0 stop all >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+rm -rf "$RUN"
+mkdir -p "$RUN/db1" "$RUN/db2"
+: >"$FAULTS"
+svc 0 start all
+svc 1 start mariadb
+svc 2 start mariadb
+# shellcheck disable=SC1091
+source "$RUN/services.env"
+PORTS=("$OW_MYSQL_PORT"
+  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db1/services.env")"
+  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db2/services.env")")
+say "broker: $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP; shards: MariaDB $OW_MARIADB_VERSION on :${PORTS[0]} :${PORTS[1]} :${PORTS[2]}"
+
+DB=orders
+SHARDS="127.0.0.1:${PORTS[0]}/$DB,127.0.0.1:${PORTS[1]}/$DB,127.0.0.1:${PORTS[2]}/$DB"
+REORDERED="127.0.0.1:${PORTS[1]}/$DB,127.0.0.1:${PORTS[0]}/$DB,127.0.0.1:${PORTS[2]}/$DB"
+PASSWORD="s-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+mysql_root() {  # SHARD ARGS...
+  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"${PORTS[$1]}" -uroot "${@:2}"
+}
+for s in 0 1 2; do mysql_root "$s" -e "CREATE DATABASE $DB"; done
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_SHARDS="$SHARDS" "$BIN" migrate >"$RUN/migrate.log"
+grep -E '^migrate: .*map recorded' "$RUN/migrate.log" | sed 's/^/shards:   /'
+for s in 0 1 2; do
+  mysql_root "$s" -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
+                      @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
+done
+IN=shards-in OUT=shards-out DLQ=shards-dlq GROUP=shards-group
+"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $IN $PARTS
+"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $OUT $PARTS
+"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $DLQ 1
+
+export ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS="$OW_KAFKA_BOOTSTRAP" ORDER_WORKER_KAFKA_GROUP_ID=$GROUP \
+  ORDER_WORKER_TOPIC_INPUT=$IN ORDER_WORKER_TOPIC_RESULTS=$OUT ORDER_WORKER_TOPIC_DLQ=$DLQ \
+  ORDER_WORKER_MYSQL_SHARDS="$SHARDS" ORDER_WORKER_MYSQL_USER=ow_worker \
+  ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000 ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=500 \
+  ORDER_WORKER_COMMIT_INTERVAL_MS=500 ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=2 \
+  ORDER_WORKER_RETRY_BACKOFF_MAX_MS=1000 ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=8000
+printf '%s\n' "$PASSWORD" >"$RUN/worker.password"
+chmod 600 "$RUN/worker.password"
+export ORDER_WORKER_MYSQL_PASSWORD_FILE="$RUN/worker.password"
+
+# 1. A reordered list is refused before anything is consumed.
+set +e
+ORDER_WORKER_MYSQL_SHARDS="$REORDERED" timeout 60 "$BIN" run >"$RUN/reordered.out" 2>"$RUN/reordered.err"
+status=$?
+set -e
+if ((status != 2)) || ! grep -q 'configured map (mysql.shards)' "$RUN/reordered.err" ||
+  ! grep -q 'recorded as shard 1' "$RUN/reordered.err"; then
+  cat "$RUN/reordered.err"
+  say "FAIL: run with a reordered list exited $status, want 2 naming both maps"
+  exit 1
+fi
+say "reordered list refused: exit 2, both maps named ($(grep -c 'shard [0-9] (' "$RUN/reordered.err") map lines)"
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+METRICS_PORTS=()
+for i in 1 2; do
+  METRICS_PORTS+=("$(free_port)")
+  ORDER_WORKER_METRICS_PORT="${METRICS_PORTS[-1]}" "$BIN" run 2>>"$RUN/worker-$i.log" &
+  REPLICAS+=("$!")
+done
+say "2 replicas started"
+
+# A user id on each shard (docs/contract.md, "Shard routing").
+user_on() {  # SHARD
+  python3 - "$1" <<'PY'
+import sys
+want = int(sys.argv[1])
+for u in range(5000, 100000):
+    h = 14695981039346656037
+    for b in str(u).encode():
+        h = ((h ^ b) * 1099511628211) % (1 << 64)
+    if (h % 4096) % 3 == want:
+        print(u)
+        break
+PY
+}
+# 2. The mix, then the same key twice from one user of each shard.
+say "producing $N mixed messages (users 1-1000 span all shards)"
+"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((RATE * 2)) --seed 20261201 \
+  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix mix 2>"$RUN/gen-mix.log"
+TWICE_USERS=()
+for s in 0 1 2; do
+  u=$(user_on "$s")
+  TWICE_USERS+=("$u")
+  v="{\"user_id\":$u,\"orders\":[{\"external_order_no\":\"twice-$s\",\"amount\":\"3.10\"}]}"
+  for _ in 1 2; do printf '%s' "$v" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key "twice-$s"; done
+done
+
+# 3. The outage: shard 1 stopped for OUTAGE_S seconds under load.
+M=$((RATE * (OUTAGE_S + 16)))
+say "producing $M messages at $RATE/s; shard 1 goes down in 8 s for $OUTAGE_S s"
+"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$M" --rate "$RATE" --seed 20261202 \
+  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix outage 2>"$RUN/gen-outage.log" &
+GEN_PID=$!
+sleep 8
+svc 1 mariadb-down >/dev/null
+fault shard-down 1 # once it no longer answers
+say "shard 1 is down"
+# Within the outage: /readyz is 503 naming the shard, /metrics says it is down.
+sleep 5
+probe_port=${METRICS_PORTS[0]}
+ready_code=$(curl -s --max-time 5 -o "$RUN/readyz.txt" -w '%{http_code}' "http://127.0.0.1:$probe_port/readyz" || true)
+curl -s --max-time 5 "http://127.0.0.1:$probe_port/metrics" >"$RUN/metrics.txt" || true
+if [[ $ready_code != 503 ]] || ! grep -q 'shard 1 unreachable' "$RUN/readyz.txt" ||
+  ! grep -q '^order_worker_shard_up{shard="1"} 0$' "$RUN/metrics.txt" ||
+  ! grep -q '^order_worker_shard_up{shard="0"} 1$' "$RUN/metrics.txt"; then
+  say "FAIL: during the outage /readyz answered $ready_code ($(tr '\n' ' ' <"$RUN/readyz.txt")) or /metrics lacks the shard states"
+  readyz_failed=1
+else
+  say "during the outage: /readyz 503 ($(tr '\n' ' ' <"$RUN/readyz.txt" | sed 's/ *$//')), $(grep -c '^order_worker_shard_up{' "$RUN/metrics.txt") shard_up series, waiting on shard 1: $(sed -n 's/^order_worker_shard_waiting_messages{shard="1"} //p' "$RUN/metrics.txt")"
+fi
+sleep $((OUTAGE_S - 5))
+svc 1 mariadb-up >/dev/null
+fault shard-up 1
+say "shard 1 is back"
+wait "$GEN_PID" || { cat "$RUN/gen-outage.log" >&2; say "the generator failed"; exit 1; }
+GEN_PID=""
+
+say "waiting for the group to catch up (limit $(left) s)"
+while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
+  if (($(left) < 40)); then
+    cat "$RUN/lag.log"
+    say "did not catch up within the time limit"
+    exit 1
+  fi
+  sleep 2
+done
+say "caught up: $(tail -n1 "$RUN/lag.log")"
+failed=${readyz_failed:-0}
+for pid in "${REPLICAS[@]}"; do kill -TERM "$pid"; done
+for pid in "${REPLICAS[@]}"; do
+  set +e; wait "$pid"; st=$?; set -e
+  if ((st != 0)); then say "FAIL: replica $pid exited $st after SIGTERM"; failed=1; fi
+done
+REPLICAS=()
+
+# The same key twice: one record, on the user's shard only; two results,
+# the second a byte-identical replay.
+"$KIT" read "$OW_KAFKA_BOOTSTRAP" $OUT >"$RUN/results.jsonl"
+# Kept for a look afterwards: each result's timestamp, key and headers.
+kcat -C -b "$OW_KAFKA_BOOTSTRAP" -t $OUT -e -q -f '%T %k %h\n' >"$RUN/results-times.txt" 2>/dev/null || true
+for s in 0 1 2; do
+  for t in 0 1 2; do
+    c=$(mysql_root "$t" -N $DB -e "SELECT COUNT(*) FROM idempotency_requests
+                                   WHERE user_id = ${TWICE_USERS[$s]} AND idempotency_key = 'twice-$s'")
+    want=0
+    ((s == t)) && want=1
+    if [[ $c != "$want" ]]; then
+      say "FAIL: key twice-$s of user ${TWICE_USERS[$s]}: $c records on shard $t, want $want"
+      failed=1
+    fi
+  done
+  sel='select(.key == $k and (.value | contains("REQUEST_IN_PROGRESS") | not))'
+  bodies=$(jq -r --arg k "twice-$s" "$sel | .value" "$RUN/results.jsonl" | sort -u | wc -l)
+  replayed=$(jq -r --arg k "twice-$s" "$sel | .headers.replayed" "$RUN/results.jsonl" | sort -u | xargs)
+  if [[ $bodies != 1 || $replayed != "false true" ]]; then
+    jq -c --arg k "twice-$s" 'select(.key == $k)' "$RUN/results.jsonl" >&2
+    say "FAIL: key twice-$s: want a first answer and a byte-identical replay ($bodies bodies, replayed: $replayed)"
+    failed=1
+  fi
+done
+say "same key twice from one user of each shard: one record on its shard, one replay each"
+
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= "$BIN" audit >"$RUN/audit.log" ||
+  { cat "$RUN/audit.log"; say "FAIL: audit found problems"; failed=1; }
+say "audit: $(grep -c '^audit: shard' "$RUN/audit.log") shards audited"
+
+set +e
+"$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
+  --dlq $DLQ --mysql-port "${PORTS[0]}" --database $DB --shards "$SHARDS" --faults "$FAULTS" |
+  tee "$RUN/verify.log"
+((PIPESTATUS[0] == 0)) || failed=1
+set -e
+for s in 0 1 2; do
+  if ! grep -qE "^verify: shards: 3, request records per shard:.* $s=[1-9]" "$RUN/verify.log"; then
+    say "FAIL: shard $s holds no request record"
+    failed=1
+  fi
+done
+
+# 5. Resharding 3 -> 6 (docs/operations.md, "Adding shards"): the new shards
+#    are databases orders_n on the same three servers. Workers are stopped.
+NEW6="$SHARDS,127.0.0.1:${PORTS[0]}/orders_n,127.0.0.1:${PORTS[1]}/orders_n,127.0.0.1:${PORTS[2]}/orders_n"
+totals() {  # TABLE: rows over every database that exists
+  local sum=0 s d n
+  for s in 0 1 2; do
+    for d in $DB orders_n; do
+      n=$(mysql_root "$s" -N -e "SELECT COUNT(*) FROM $d.$1" 2>/dev/null || echo 0)
+      sum=$((sum + n))
+    done
+  done
+  echo "$sum"
+}
+for s in 0 1 2; do mysql_root "$s" -e "CREATE DATABASE orders_n"; done
+req_before=$(totals idempotency_requests) ord_before=$(totals orders)
+set +e
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+  timeout 60 "$BIN" run >/dev/null 2>"$RUN/early.err"
+status=$?
+set -e
+if ((status != 2)); then cat "$RUN/early.err"; say "FAIL: a worker started with the 6-shard list before resharding exited $status, want 2"; failed=1; fi
+printf 'mysql.shards = %s\n' "$NEW6" >"$RUN/new6.conf"
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+  "$ROOT/scripts/reshard.sh" --config "$RUN/new6.conf" | tee "$RUN/reshard.log" | sed 's/^/shards:   /'
+req_after=$(totals idempotency_requests) ord_after=$(totals orders)
+say "resharded 3 -> 6: requests $req_before -> $req_after, orders $ord_before -> $ord_after"
+if [[ $req_before != "$req_after" || $ord_before != "$ord_after" ]]; then
+  say "FAIL: resharding changed the number of rows"
+  failed=1
+fi
+for s in 3 4 5; do
+  if ! grep -q "this is shard $s" "$RUN/reshard.log"; then say "FAIL: shard $s has no map"; failed=1; fi
+done
+for s in 0 1 2; do
+  mysql_root "$s" -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
+                      @worker_database='orders_n'; SOURCE $ROOT/sql/worker_user.sql;"
+done
+# After it, retries of the same keys are replays (the requests are reachable
+# on the users' new shards) and new keys are decided on them.
+export ORDER_WORKER_MYSQL_SHARDS="$NEW6"
+"$BIN" run 2>>"$RUN/worker-6.log" &
+REPLICAS+=("$!")
+for s in 0 1 2; do
+  u=${TWICE_USERS[$s]}
+  v="{\"user_id\":$u,\"orders\":[{\"external_order_no\":\"twice-$s\",\"amount\":\"3.10\"}]}"
+  printf '%s' "$v" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key "twice-$s"
+  v="{\"user_id\":$u,\"orders\":[{\"external_order_no\":\"after-$s\",\"amount\":\"1.00\"}]}"
+  printf '%s' "$v" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" $IN --key "after-$s"
+done
+for _ in $(seq 60); do "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1 && break; sleep 1; done
+kill -TERM "${REPLICAS[0]}"
+wait "${REPLICAS[0]}" || { say "FAIL: the 6-shard replica did not stop cleanly"; failed=1; }
+REPLICAS=()
+"$KIT" read "$OW_KAFKA_BOOTSTRAP" $OUT >"$RUN/results.jsonl"
+for s in 0 1 2; do
+  r=$(jq -r --arg k "twice-$s" 'select(.key == $k) | .headers.replayed' "$RUN/results.jsonl" | sort | uniq -c | xargs)
+  if [[ $r != "1 false 2 true" ]]; then say "FAIL: key twice-$s after resharding: replayed counts \"$r\", want one first answer and two replays"; failed=1; fi
+done
+set +e
+"$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
+  --dlq $DLQ --mysql-port "${PORTS[0]}" --database $DB --shards "$NEW6" >"$RUN/verify6.log"
+((PIPESTATUS[0] == 0)) || { grep FAIL "$RUN/verify6.log"; failed=1; }
+set -e
+grep -E '^verify: (shards|ok   I1-I3 every row|all invariants|INVARIANTS)' "$RUN/verify6.log" | sed 's/^verify: /verify (6 shards): /'
+
+others=$(sed -n 's/.*results during it: \([0-9]*\) for the other.*/\1/p' "$RUN/verify.log")
+if [[ -z $others || $others -eq 0 ]]; then
+  say "FAIL: no result left for the other shards' users during the outage"
+  failed=1
+fi
+say "took $((SECONDS - T_START)) s; $( ((failed == 0)) && echo PASSED || echo FAILED)"
+exit "$failed"
