@@ -75,7 +75,9 @@ static int keys_rebuild(ow_lane_shards *ls)
         ls->keys = k;
         ls->keys_cap = cap;
     } else {
-        memset(ls->keys, 0, cap * sizeof(*ls->keys));
+        /* All of it: lookups probe the whole table, and keys left in a
+         * part once grown would block their jobs in a later outage. */
+        memset(ls->keys, 0, ls->keys_cap * sizeof(*ls->keys));
     }
     for (ow_job *j = ls->parked_head; j != NULL; j = j->next)
         keys_put(ls, j->key_hash, j->shard);
@@ -252,8 +254,10 @@ int ow_lane_shards_decide(ow_lane *l, ow_job **valid, ow_store_item *items, size
         }
         if (n == 0)
             continue;
-        /* A shard known to be down is not tried until its probe answers. */
-        if (ls->retry_at_ms[s] != 0 && ls->retry_at_ms[s] > now) {
+        /* A shard known to be down is not tried until its probe answers,
+         * nor while stopping (its connect could not be cancelled). */
+        if (ls->retry_at_ms[s] != 0 &&
+            (ls->retry_at_ms[s] > now || atomic_load(&l->env->rs->stopping))) {
             mark_parked(ls, valid, n, s);
             continue;
         }
@@ -368,6 +372,10 @@ static int probe(ow_lane *l, unsigned s)
     ow_error err;
     int ok;
 
+    /* Stopping: a connect to a down host would last mysql.connect_timeout_s,
+     * past what a stop can cancel (issue 9). */
+    if (l->stop || atomic_load(&l->env->rs->stopping))
+        return 0;
     pthread_mutex_unlock(&l->mu);
     ok = ow_store_ping(l->shards->store[s], &err) == OW_OK;
     if (ok)

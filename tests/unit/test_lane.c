@@ -602,6 +602,47 @@ static void test_down_shard_stalls_only_its_jobs(void **state)
     assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 0);
 }
 
+/* Review of issue 14: after an outage that parked more jobs than the
+ * parked-key index first held, the keys must be forgotten once their shard
+ * answers. In a later outage of another shard, those keys' new jobs on a
+ * shard that is up still flow. */
+static void test_unparked_keys_do_not_block_later(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[40];
+    char key[8], order[8];
+
+    f->cfg.shards.n = 3;
+    f->cfg.mysql_shard_buckets = 4096;
+    atomic_store(&fake_shards[1].down, 1);
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        snprintf(order, sizeof(order), "a%d", i);
+        jobs[i] = sharded(f, key, order, 1);
+    }
+    enqueue_then_start(f, jobs, 40);
+    for (int i = 0; i < 10000 && atomic_load(&ow_stats.shard_waiting[1]) < 40; i++)
+        ow_sleep_ms(1, NULL);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 40);
+    atomic_store(&fake_shards[1].down, 0);
+    wait_published(40);
+
+    atomic_store(&fake_shards[2].down, 1);
+    ow_lane_enqueue(&f->lane, sharded(f, "z", "z1", 2));
+    for (int i = 0; i < 10000 && atomic_load(&ow_stats.shard_waiting[2]) < 1; i++)
+        ow_sleep_ms(1, NULL);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[2]), 1);
+    for (int i = 0; i < 40; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        snprintf(order, sizeof(order), "b%d", i);
+        ow_lane_enqueue(&f->lane, sharded(f, key, order, 0));
+    }
+    wait_published(80); /* all of shard 0's, while shard 2 is down */
+    assert_int_equal(published(), 80);
+    atomic_store(&fake_shards[2].down, 0);
+    wait_published(81);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -615,6 +656,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_down_shard_stalls_only_its_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unparked_keys_do_not_block_later, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
