@@ -343,13 +343,14 @@ static void run_batch(ow_lane *l, batch *b)
     }
     if (nv > 0) {
         size_t n = nv;
+        int64_t since = ow_clock_mono_ms();
 
         if (l->shards != NULL)
             decided = ow_lane_shards_decide(l, b->valid, b->items, n) == OW_OK;
         else
             decided = decide(l, b, &n) == OW_OK;
         if (decided) /* parked jobs' items are undecided: never kept */
-            ow_lane_cache_fill(l, b->items, n);
+            ow_lane_cache_fill(l, b->items, n, since);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }

@@ -45,9 +45,13 @@ int ow_lane_cache_answer(ow_lane *l, ow_job *job)
     return 1;
 }
 
-void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n)
+void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n, int64_t since_ms)
 {
-    int64_t now = ow_clock_mono_ms();
+    /* Entries age from before the deciding transaction began, never later
+     * than their records' created_at: retries and a slow shard can hold a
+     * decide for seconds, which must not stretch an entry past purge's
+     * horizon (review of issue 12). */
+    int64_t now = since_ms;
 
     for (size_t i = 0; l->cache != NULL && i < n; i++) {
         const ow_store_item *it = &items[i];

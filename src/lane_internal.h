@@ -66,8 +66,9 @@ void ow_lane_cache_free(ow_lane *lane);
 /* A hit with the job's digest: the job gets the stored answer as a replay
  * and returns 1. */
 int ow_lane_cache_answer(ow_lane *lane, ow_job *job);
-/* After the deciding transaction committed: keeps items' recorded answers. */
-void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n);
+/* After the deciding transaction committed: keeps items' recorded answers,
+ * aged from since_ms (monotonic), taken before the transaction began. */
+void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n, int64_t since_ms);
 
 /* --- Shards (lane_shard.c). All of these need lane->shards != NULL, except
  * start and free. --- */
