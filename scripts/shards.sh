@@ -311,6 +311,13 @@ set -e
 grep -E '^verify: (shards|ok   I1-I3 every row|all invariants|INVARIANTS)' "$RUN/verify6.log" | sed 's/^verify: /verify (6 shards): /'
 
 others=$(sed -n 's/.*results during it: \([0-9]*\) for the other.*/\1/p' "$RUN/verify.log")
+# The data's outage ends with shard 1's first first-time answer: if that
+# came within half the outage, the shard answered while it was down.
+down_ms=$(sed -n 's/.*shard 1 down \([0-9]*\) ms.*/\1/p' "$RUN/verify.log")
+if [[ -z $down_ms || $down_ms -lt $((OUTAGE_S * 500)) ]]; then
+  say "FAIL: shard 1's users got a first-time answer ${down_ms:-?} ms into its ${OUTAGE_S} s outage"
+  failed=1
+fi
 if [[ -z $others || $others -eq 0 ]]; then
   say "FAIL: no result left for the other shards' users during the outage"
   failed=1

@@ -557,19 +557,30 @@ static int decided_on(const kit_msg *r, unsigned s, long long *user)
            strstr(r->value, "\"status\":400") == NULL && shard_of(*user) == s;
 }
 
+static int is_replay(const kit_msg *r)
+{
+    char v[8] = "";
+
+    return kit_header(r, "replayed", v, sizeof(v)) && strcmp(v, "true") == 0;
+}
+
 /* What left during a shard's outage. Its start is the "shard-down" line of
  * the faults file (written once the server stopped); its end is when the
- * shard answered again, observed in the data as the first result for one
- * of its users whose message was produced after the start (the script's
- * "shard-up" line comes later: its readiness check polls). Reported: the
- * definitive results for the other shards' users and for its own in that
- * window; then how many of its users' messages sent before its return were
- * answered after it, and how long after its return the last one was. */
+ * shard answered again, observed in the data as the first first-time
+ * answer (not a replay) for one of its users whose message was produced
+ * after the start (the script's "shard-up" line comes later: its readiness
+ * check polls). A replay cannot mark the end: a lane's retry cache (issue
+ * 12) answers a retry of a key it committed without the shard. Reported:
+ * the definitive results for the other shards' users and for its own in
+ * that window, and of its own how many were such replays; then how many of
+ * its users' messages sent before its return were answered after it, and
+ * how long after its return the last one was. */
 static void shard_outage(const char *path, const kit_msgs *results, index_t *src, input_t *ins)
 {
     FILE *f = path != NULL ? fopen(path, "r") : NULL;
     char line[256], name[32];
-    long long t, down = -1, up = -1, back = -1, others = 0, own = 0, stalled = 0, last = -1;
+    long long t, down = -1, up = -1, back = -1, others = 0, own = 0, own_replays = 0;
+    long long stalled = 0, last = -1;
     unsigned s = 0, which = 0;
 
     if (f == NULL)
@@ -592,7 +603,7 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
         const input_t *in = source_of(r, src, ins);
         long long user = 0;
 
-        if (decided_on(r, s, &user) && in != NULL && in->m->timestamp_ms > down &&
+        if (decided_on(r, s, &user) && !is_replay(r) && in != NULL && in->m->timestamp_ms > down &&
             r->timestamp_ms > down && (back < 0 || r->timestamp_ms < back))
             back = r->timestamp_ms;
     }
@@ -606,6 +617,7 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
 
         if (r->timestamp_ms >= down && r->timestamp_ms < back) {
             own += mine;
+            own_replays += mine && is_replay(r);
             others += !mine && hdr_int(r, "user-id", &user) &&
                       strstr(r->value, "\"REQUEST_IN_PROGRESS\"") == NULL &&
                       strstr(r->value, "\"status\":400") == NULL;
@@ -618,9 +630,10 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
         }
     }
     printf("verify: shard outage: shard %u down %lld ms (%lld ms by the script's check); "
-           "results during it: %lld for the other shards' users, %lld for its own; its messages "
-           "answered after it returned: %lld, the last %lld ms after\n",
-           s, back - down, up - down, others, own, stalled, last);
+           "results during it: %lld for the other shards' users, %lld for its own (%lld of them "
+           "replays from a retry cache); its messages answered after it returned: %lld, the last "
+           "%lld ms after\n",
+           s, back - down, up - down, others, own, own_replays, stalled, last);
 }
 
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
