@@ -219,6 +219,59 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
     return k;
 }
 
+/* Logs a database event of a lane, naming the shard when there are shards. */
+static void log_db(const ow_lane *l, int level, const char *event, int shard, unsigned attempt,
+                   const ow_error *err)
+{
+    if (shard < 0)
+        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("attempt", attempt + 1),
+               OW_F_INT("code", err->code), OW_F_STR("error", err->msg));
+    else
+        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", shard),
+               OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
+               OW_F_STR("error", err->msg));
+}
+
+int ow_lane_attempt(ow_lane *l, ow_store *st, ow_store_item *items, size_t n, int shard,
+                    unsigned attempt, int64_t t0_us, ow_error *err)
+{
+    ow_runstate *rs = l->env->rs;
+    uint64_t deadlocks = ow_store_get_stats(st)->deadlocks;
+    int rc = ow_store_decide(st, items, n, 0, err);
+
+    l->last_db_ms = ow_clock_mono_ms();
+    if (rc == OW_OK) {
+        ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0_us);
+        OW_COUNT(transactions, 1);
+        return OW_OK;
+    }
+    OW_COUNT(retries[err->cls < 4 ? err->cls : 0], 1);
+    OW_COUNT(deadlocks, ow_store_get_stats(st)->deadlocks - deadlocks);
+    /* A call the stop cancelled can fail in any class: it is abandoned. */
+    if (atomic_load(&l->cancelled))
+        return OW_EFATAL;
+    if (err->cls != OW_ERRCLASS_RETRIABLE) {
+        log_db(l, OW_LOG_ERROR, "db_fatal", shard, attempt, err);
+        ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
+        return OW_EFATAL;
+    }
+    /* Stopping: abandon the batch now; it is redelivered later. */
+    if (atomic_load(&rs->stopping))
+        return OW_EFATAL;
+    return OW_ERETRY;
+}
+
+int ow_lane_backoff(ow_lane *l, int shard, unsigned attempt, const ow_error *err)
+{
+    const ow_config *cfg = l->env->cfg;
+    ow_runstate *rs = l->env->rs;
+
+    log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", shard, attempt, err);
+    ow_sleep_ms(ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
+                &rs->stop_sleep);
+    return ow_runstate_give_up(rs);
+}
+
 /* Decides the batch's valid jobs, retrying transient failures until they
  * succeed, the worker stops, or a fatal error. Which failures are
  * transient, and how a retry runs (one message at a time after a race),
@@ -226,41 +279,16 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
  * decided. */
 static int decide(ow_lane *l, batch *b, size_t *nv)
 {
-    const ow_config *cfg = l->env->cfg;
-    ow_runstate *rs = l->env->rs;
     int64_t t0 = ow_clock_mono_us();
 
     for (unsigned attempt = 0;; attempt++) {
-        uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
         ow_error err;
-        int rc = ow_store_decide(l->store, b->items, *nv, 0, &err);
+        int rc = ow_lane_attempt(l, l->store, b->items, *nv, -1, attempt, t0, &err);
 
-        l->last_db_ms = ow_clock_mono_ms();
-        atomic_store(&rs->db_ok, rc == OW_OK || ow_store_connected(l->store));
-        if (rc == OW_OK) {
-            ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0);
-            OW_COUNT(transactions, 1);
-            return OW_OK;
-        }
-        OW_COUNT(retries[err.cls < 4 ? err.cls : 0], 1);
-        OW_COUNT(deadlocks, ow_store_get_stats(l->store)->deadlocks - deadlocks);
-        /* A call the stop cancelled can fail in any class: it is abandoned. */
-        if (err.cls != OW_ERRCLASS_RETRIABLE && !atomic_load(&l->cancelled)) {
-            OW_LOG(OW_LOG_ERROR, "db_fatal", OW_F_INT("lane", l->index), OW_F_INT("code", err.code),
-                   OW_F_STR("error", err.msg));
-            ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
-            return OW_EFATAL;
-        }
-        /* Stopping: abandon the batch now; it is redelivered later. */
-        if (atomic_load(&rs->stopping))
-            return OW_EFATAL;
-        OW_LOG(attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", OW_F_INT("lane", l->index),
-               OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err.code),
-               OW_F_STR("error", err.msg));
-        ow_sleep_ms(
-            ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
-            &rs->stop_sleep);
-        if (ow_runstate_give_up(rs))
+        atomic_store(&l->env->rs->db_ok, rc == OW_OK || ow_store_connected(l->store));
+        if (rc != OW_ERETRY)
+            return rc;
+        if (ow_lane_backoff(l, -1, attempt, &err))
             return OW_EFATAL;
         *nv = drop_stale(l, b, *nv);
         if (*nv == 0)

@@ -70,6 +70,16 @@ int ow_lane_cache_answer(ow_lane *lane, ow_job *job);
  * aged from since_ms (monotonic), taken before the transaction began. */
 void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n, int64_t since_ms);
 
+/* One deciding attempt of items[0..n) on st (shard -1 without shards,
+ * else the shard, for the logs), timed from t0_us: counts it. OW_OK:
+ * decided. OW_ERETRY: a transient failure (in err) worth another attempt.
+ * OW_EFATAL: abandon the batch, for an error retrying cannot fix (logged;
+ * the worker stops), a stop, or a call the stop cancelled (issue 9). */
+int ow_lane_attempt(ow_lane *lane, ow_store *st, ow_store_item *items, size_t n, int shard,
+                    unsigned attempt, int64_t t0_us, ow_error *err);
+/* Logs the retry, sleeps its backoff; 1 when the worker gives up meanwhile. */
+int ow_lane_backoff(ow_lane *lane, int shard, unsigned attempt, const ow_error *err);
+
 /* --- Shards (lane_shard.c). All of these need lane->shards != NULL, except
  * start and free. --- */
 /* Connects nothing yet: a store per shard (the lane's own is shard 0). */

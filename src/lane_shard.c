@@ -182,48 +182,25 @@ static void shard_up(ow_lane *l, unsigned s)
  * OW_ERETRY (the caller parks the part); a fatal error stops the worker. */
 static int decide_part(ow_lane *l, unsigned s, size_t n)
 {
-    const ow_config *cfg = l->env->cfg;
-    ow_runstate *rs = l->env->rs;
     ow_store *st = l->shards->store[s];
     int64_t t0 = ow_clock_mono_us();
 
     for (unsigned attempt = 0;; attempt++) {
-        uint64_t deadlocks = ow_store_get_stats(st)->deadlocks;
         ow_error err;
-        int rc = ow_store_decide(st, l->shards->items, n, 0, &err);
+        int rc = ow_lane_attempt(l, st, l->shards->items, n, (int)s, attempt, t0, &err);
 
-        l->last_db_ms = ow_clock_mono_ms();
         if (rc == OW_OK) {
             shard_up(l, s);
-            ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0);
-            OW_COUNT(transactions, 1);
             OW_COUNT(shard_transactions[s], 1);
             return OW_OK;
         }
-        OW_COUNT(retries[err.cls < 4 ? err.cls : 0], 1);
-        OW_COUNT(deadlocks, ow_store_get_stats(st)->deadlocks - deadlocks);
-        /* A call the stop cancelled (issue 9): abandoned, whatever its class. */
-        if (atomic_load(&l->cancelled))
+        if (rc == OW_EFATAL)
             return OW_EFATAL;
-        if (err.cls != OW_ERRCLASS_RETRIABLE) {
-            OW_LOG(OW_LOG_ERROR, "db_fatal", OW_F_INT("lane", l->index), OW_F_INT("shard", s),
-                   OW_F_INT("code", err.code), OW_F_STR("error", err.msg));
-            ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
-            return OW_EFATAL;
-        }
         if (!ow_store_connected(st)) {
             shard_down(l, s, &err);
             return OW_ERETRY;
         }
-        if (atomic_load(&rs->stopping))
-            return OW_EFATAL;
-        OW_LOG(attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", OW_F_INT("lane", l->index),
-               OW_F_INT("shard", s), OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err.code),
-               OW_F_STR("error", err.msg));
-        ow_sleep_ms(
-            ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
-            &rs->stop_sleep);
-        if (ow_runstate_give_up(rs))
+        if (ow_lane_backoff(l, (int)s, attempt, &err))
             return OW_EFATAL;
     }
 }
