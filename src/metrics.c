@@ -46,33 +46,40 @@ static int render_histogram(ow_buf *out, const char *name, const char *help, ow_
     return rc;
 }
 
-/* Per-shard series, labelled shard="N" (issue 14). */
+/* One per-shard series, labelled shard="N" (issue 14). */
+static int shard_series(ow_buf *out, const char *name, const char *type, const char *help,
+                        const unsigned long long *v, unsigned n)
+{
+    int rc = ow_buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+
+    for (unsigned i = 0; rc == OW_OK && i < n; i++)
+        rc = ow_buf_appendf(out, "%s{shard=\"%u\"} %llu\n", name, i, v[i]);
+    return rc;
+}
+
 static int render_shards(ow_buf *out)
 {
     unsigned n = atomic_load(&ow_stats.n_shards);
-    int rc = OW_OK;
+    unsigned long long up[OW_SHARD_MAX], waiting[OW_SHARD_MAX], tx[OW_SHARD_MAX];
+    int rc;
 
     if (n == 0)
         return OW_OK;
-    rc = ow_buf_appends(out, "# HELP order_worker_shard_up 1 when the last round trip of any lane "
-                             "to the shard worked.\n# TYPE order_worker_shard_up gauge\n");
-    for (unsigned i = 0; rc == OW_OK && i < n; i++)
-        rc = ow_buf_appendf(out, "order_worker_shard_up{shard=\"%u\"} %d\n", i,
-                            atomic_load(&ow_stats.shard_up[i]));
+    if (n > OW_SHARD_MAX)
+        n = OW_SHARD_MAX;
+    for (unsigned i = 0; i < n; i++) {
+        up[i] = (unsigned long long)atomic_load(&ow_stats.shard_up[i]);
+        waiting[i] = (unsigned long long)atomic_load(&ow_stats.shard_waiting[i]);
+        tx[i] = (unsigned long long)atomic_load(&ow_stats.shard_transactions[i]);
+    }
+    rc = shard_series(out, "order_worker_shard_up", "gauge",
+                      "1 when the last round trip of any lane to the shard worked.", up, n);
     if (rc == OW_OK)
-        rc = ow_buf_appends(out, "# HELP order_worker_shard_waiting_messages Messages waiting for "
-                                 "their shard to answer again.\n"
-                                 "# TYPE order_worker_shard_waiting_messages gauge\n");
-    for (unsigned i = 0; rc == OW_OK && i < n; i++)
-        rc = ow_buf_appendf(out, "order_worker_shard_waiting_messages{shard=\"%u\"} %lld\n", i,
-                            (long long)atomic_load(&ow_stats.shard_waiting[i]));
+        rc = shard_series(out, "order_worker_shard_waiting_messages", "gauge",
+                          "Messages waiting for their shard to answer again.", waiting, n);
     if (rc == OW_OK)
-        rc = ow_buf_appends(out, "# HELP order_worker_shard_transactions_total Deciding "
-                                 "transactions committed, by shard.\n"
-                                 "# TYPE order_worker_shard_transactions_total counter\n");
-    for (unsigned i = 0; rc == OW_OK && i < n; i++)
-        rc = ow_buf_appendf(out, "order_worker_shard_transactions_total{shard=\"%u\"} %llu\n", i,
-                            (unsigned long long)atomic_load(&ow_stats.shard_transactions[i]));
+        rc = shard_series(out, "order_worker_shard_transactions_total", "counter",
+                          "Deciding transactions committed, by shard.", tx, n);
     return rc;
 }
 
