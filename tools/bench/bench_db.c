@@ -298,19 +298,20 @@ static row_t *collect_rows(const bm_data *d, size_t *n_rows, req_rows *rq)
     return rows;
 }
 
-static MYSQL_STMT *prepare_insert(bm_db *db, int rows)
+/* A multi-row INSERT: head, then rows copies of tuple, comma-separated. */
+static MYSQL_STMT *prepare_rows(bm_db *db, const char *head, const char *tuple, int rows,
+                                const char *what)
 {
     ow_buf sql;
     MYSQL_STMT *st = mysql_stmt_init(db->my);
     int rc;
 
     ow_buf_init(&sql);
-    rc = ow_buf_appends(&sql, "INSERT INTO orders (id, order_no, user_id, external_order_no, "
-                              "amount, product_id, quantity, request_id) VALUES ");
+    rc = ow_buf_appends(&sql, head);
     for (int i = 0; rc == 0 && i < rows; i++)
-        rc = ow_buf_appends(&sql, i == 0 ? "(?,?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?,?)");
+        rc = ow_buf_appendf(&sql, "%s%s", i == 0 ? "" : ",", tuple);
     if (st == NULL || rc != 0 || mysql_stmt_prepare(st, sql.data, sql.len) != 0) {
-        bm_log("prepare a %d-row INSERT: %s", rows,
+        bm_log("prepare a %d-row %s: %s", rows, what,
                st != NULL ? mysql_stmt_error(st) : "no memory");
         if (st != NULL)
             mysql_stmt_close(st);
@@ -318,6 +319,14 @@ static MYSQL_STMT *prepare_insert(bm_db *db, int rows)
     }
     ow_buf_cleanup(&sql);
     return st;
+}
+
+static MYSQL_STMT *prepare_insert(bm_db *db, int rows)
+{
+    return prepare_rows(db,
+                        "INSERT INTO orders (id, order_no, user_id, external_order_no, "
+                        "amount, product_id, quantity, request_id) VALUES ",
+                        "(?,?,?,?,?,?,?,?)", rows, "INSERT");
 }
 
 static void bind_int(MYSQL_BIND *b, long long *v, bm_bool *is_null)
@@ -364,24 +373,10 @@ static int insert_rows(MYSQL_STMT *st, MYSQL_BIND *binds, row_t *rows, int n)
 
 static MYSQL_STMT *prepare_request_insert(bm_db *db, int rows)
 {
-    ow_buf sql;
-    MYSQL_STMT *st = mysql_stmt_init(db->my);
-    int rc;
-
-    ow_buf_init(&sql);
-    rc = ow_buf_appends(&sql, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
-                              "request_digest, status, response_status, response_body) VALUES ");
-    for (int i = 0; rc == 0 && i < rows; i++)
-        rc = ow_buf_appends(&sql, i == 0 ? "(?,?,?,?,?,?,?)" : ",(?,?,?,?,?,?,?)");
-    if (st == NULL || rc != 0 || mysql_stmt_prepare(st, sql.data, sql.len) != 0) {
-        bm_log("prepare a %d-row request INSERT: %s", rows,
-               st != NULL ? mysql_stmt_error(st) : "no memory");
-        if (st != NULL)
-            mysql_stmt_close(st);
-        st = NULL;
-    }
-    ow_buf_cleanup(&sql);
-    return st;
+    return prepare_rows(db,
+                        "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                        "request_digest, status, response_status, response_body) VALUES ",
+                        "(?,?,?,?,?,?,?)", rows, "request INSERT");
 }
 
 static void bind_blob(MYSQL_BIND *b, const void *v, unsigned long *len)
