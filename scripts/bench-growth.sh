@@ -163,7 +163,8 @@ bench() {  # NAME ARGS...: runs ow-bench on the preloaded database; output in $O
   NUMBER=$((NUMBER + 100000000))
 }
 backlog_rate() { awk -F'|' '$2 ~ /tuned/ { gsub(/ /, "", $7); print $7 }' "$OUT/$1.txt"; }
-steady_p99() { sed -n 's/^latency after .*p50\/p95\/p99 [0-9]* \/ [0-9]* \/ \([0-9]*\) ms$/\1/p' "$OUT/$1.txt"; }
+# "latency after a 10 s warm-up: N inputs, p50/p95/p99 A / B / C ms, p99.9 D ms" -> C
+steady_p99() { sed -n 's/^latency after .*p50\/p95\/p99 [0-9]* \/ [0-9]* \/ \([0-9]*\) ms\(,.*\)\{0,1\}$/\1/p' "$OUT/$1.txt"; }
 
 growth() {
   local step label rate p99 r0="" p0="" sz rq0 rd0 rq1 rd1 hit
