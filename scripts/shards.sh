@@ -9,7 +9,8 @@
 #   3. a shard outage under load: shard 1 is stopped for 20 s while messages
 #      keep coming; results for the other shards' users must keep leaving;
 #   4. the group catches up, both replicas stop with status 0, `order-worker
-#      audit` passes on every shard, and ow-verify checks I1-I8 across the
+#      serve` answers the same-key user of each shard from that shard with
+#      the published bytes, `order-worker audit` passes on every shard, and ow-verify checks I1-I8 across the
 #      shards and prints the outage's figures;
 #   5. resharding 3 -> 6 with scripts/reshard.sh (a worker started with the
 #      new list before it exits 2): row counts unchanged, every row on its
@@ -227,6 +228,35 @@ for s in 0 1 2; do
   fi
 done
 say "same key twice from one user of each shard: one record on its shard, one replay each"
+
+# The query service reads each user's record on that user's shard: the
+# published bytes for the user of every shard.
+API_PORT=$(free_port)
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RUN/api.token"
+chmod 600 "$RUN/api.token"
+ORDER_WORKER_API_PORT=$API_PORT ORDER_WORKER_API_TOKEN_FILE="$RUN/api.token" "$BIN" serve 2>>"$RUN/serve.log" &
+SERVE_PID=$!
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$API_PORT/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+serve_ok=1
+for s in 0 1 2; do
+  code=$(curl -s -o "$RUN/serve-$s.body" -w '%{http_code}' -H "Authorization: Bearer $(cat "$RUN/api.token")" \
+    "http://127.0.0.1:$API_PORT/v1/requests/${TWICE_USERS[$s]}/twice-$s")
+  jq -j -s --arg k "twice-$s" "map($sel | select(.headers.replayed == \"false\")) | first | .value" \
+    "$RUN/results.jsonl" >"$RUN/published-$s.body"
+  if [[ $code != 201 ]] || ! cmp -s "$RUN/serve-$s.body" "$RUN/published-$s.body"; then
+    say "FAIL: serve answered $code for key twice-$s of user ${TWICE_USERS[$s]} (shard $s), want 201 and the published bytes"
+    serve_ok=0
+  fi
+done
+kill -TERM "$SERVE_PID" && wait "$SERVE_PID" || { say "FAIL: serve did not stop cleanly"; serve_ok=0; }
+if ((serve_ok)); then
+  say "serve: the user of each shard answered from its shard, byte for byte the published result"
+else
+  failed=1
+fi
 
 ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= "$BIN" audit >"$RUN/audit.log" ||
   { cat "$RUN/audit.log"; say "FAIL: audit found problems"; failed=1; }

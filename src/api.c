@@ -17,6 +17,7 @@
 #include "ow/admin.h"
 #include "ow/log.h"
 #include "ow/response.h"
+#include "ow/shard.h"
 #include "ow/util.h"
 
 _Static_assert(OW_KEY_MAX >= OW_EXT_NO_MAX, "ow_route.segment holds either");
@@ -36,19 +37,26 @@ typedef struct {
     int64_t last_ms;
 } rate_slot;
 
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    ow_store **stores;
+    ow_store **free_stores;
+    size_t n_stores, n_free;
+} api_pool;
+
 struct ow_api {
     struct MHD_Daemon *daemon;
     unsigned char token_hash[SHA256_DIGEST_LENGTH];
     unsigned timeout_s;
     unsigned rate_limit;
-    /* The database connections: a small pool with a lock. There are as
-     * many as serving threads, so a request waits only while another
-     * thread's request holds the one it would have used. */
-    pthread_mutex_t pool_lock;
-    pthread_cond_t pool_freed;
-    ow_store **stores;
-    ow_store **free_stores;
-    size_t n_stores, n_free;
+    /* The database connections: one small pool per shard (one pool when
+     * unsharded), each as big as the serving threads, so a request waits
+     * only while another thread's request holds the one it would have used.
+     * A user's records are read on the shard the workers route it to. */
+    api_pool *pools;
+    unsigned n_pools;
+    uint32_t shard_buckets;
     ow_idgen ids; /* unused by lookups; ow_store_new wants one */
     pthread_mutex_t rate_lock;
     rate_slot *rate;
@@ -241,30 +249,38 @@ static enum MHD_Result reply_store_error(struct MHD_Connection *c, const ow_erro
 
 /* --- The pool ------------------------------------------------------------ */
 
-static ow_store *pool_take(ow_api *a)
+/* The pool of the user's shard (docs/contract.md, "Shard routing"). */
+static api_pool *pool_of(ow_api *a, int64_t user_id)
+{
+    if (a->n_pools == 1)
+        return &a->pools[0];
+    return &a->pools[ow_shard_of_user(user_id, a->shard_buckets, a->n_pools)];
+}
+
+static ow_store *pool_take(api_pool *pool, unsigned timeout_s)
 {
     struct timespec until;
     ow_store *s = NULL;
 
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)a->timeout_s;
-    pthread_mutex_lock(&a->pool_lock);
-    while (a->n_free == 0) {
-        if (pthread_cond_timedwait(&a->pool_freed, &a->pool_lock, &until) == ETIMEDOUT)
+    until.tv_sec += (time_t)timeout_s;
+    pthread_mutex_lock(&pool->lock);
+    while (pool->n_free == 0) {
+        if (pthread_cond_timedwait(&pool->freed, &pool->lock, &until) == ETIMEDOUT)
             break;
     }
-    if (a->n_free > 0)
-        s = a->free_stores[--a->n_free];
-    pthread_mutex_unlock(&a->pool_lock);
+    if (pool->n_free > 0)
+        s = pool->free_stores[--pool->n_free];
+    pthread_mutex_unlock(&pool->lock);
     return s;
 }
 
-static void pool_give(ow_api *a, ow_store *s)
+static void pool_give(api_pool *pool, ow_store *s)
 {
-    pthread_mutex_lock(&a->pool_lock);
-    a->free_stores[a->n_free++] = s;
-    pthread_cond_signal(&a->pool_freed);
-    pthread_mutex_unlock(&a->pool_lock);
+    pthread_mutex_lock(&pool->lock);
+    pool->free_stores[pool->n_free++] = s;
+    pthread_cond_signal(&pool->freed);
+    pthread_mutex_unlock(&pool->lock);
 }
 
 /* --- Access: rate limit and token ---------------------------------------- */
@@ -348,7 +364,8 @@ static enum MHD_Result serve_request(ow_api *a, struct MHD_Connection *c, const 
 {
     ow_admin_record rec;
     ow_error err;
-    ow_store *s = pool_take(a);
+    api_pool *pool = pool_of(a, route->user_id);
+    ow_store *s = pool_take(pool, a->timeout_s);
     enum MHD_Result mrc;
     int rc;
 
@@ -357,7 +374,7 @@ static enum MHD_Result serve_request(ow_api *a, struct MHD_Connection *c, const 
                            "Retry-After", RETRY_AFTER_S);
     ow_admin_record_init(&rec);
     rc = ow_admin_lookup(s, route->user_id, route->segment, route->segment_len, &rec, &err);
-    pool_give(a, s);
+    pool_give(pool, s);
     if (rc == OW_ENOTFOUND)
         mrc = reply_error(c, 404, "NOT_FOUND",
                           "no request record for this user and key: it was never decided, or "
@@ -396,7 +413,8 @@ static enum MHD_Result serve_order(ow_api *a, struct MHD_Connection *c, const ow
     ow_admin_order o;
     ow_error err;
     ow_buf out;
-    ow_store *s = pool_take(a);
+    api_pool *pool = pool_of(a, route->user_id);
+    ow_store *s = pool_take(pool, a->timeout_s);
     enum MHD_Result mrc;
     int rc;
 
@@ -404,7 +422,7 @@ static enum MHD_Result serve_order(ow_api *a, struct MHD_Connection *c, const ow
         return reply_error(c, 503, "BUSY", "every database connection is busy; retry",
                            "Retry-After", RETRY_AFTER_S);
     rc = ow_admin_order_get(s, route->user_id, route->segment, route->segment_len, &o, &err);
-    pool_give(a, s);
+    pool_give(pool, s);
     if (rc == OW_ENOTFOUND)
         return reply_error(c, 404, "NOT_FOUND",
                            "no order with this external_order_no for this user", NULL, NULL);
@@ -474,46 +492,70 @@ static size_t keep_raw(void *cls, struct MHD_Connection *c, char *s)
 
 /* --- Start and stop ------------------------------------------------------ */
 
+static void pool_cleanup(api_pool *pool)
+{
+    for (size_t i = 0; i < pool->n_stores; i++)
+        ow_store_free(&pool->stores[i]);
+    free(pool->stores);
+    free(pool->free_stores);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_cond_destroy(&pool->freed);
+}
+
 static void api_free(ow_api *a)
 {
-    for (size_t i = 0; i < a->n_stores; i++)
-        ow_store_free(&a->stores[i]);
-    free(a->stores);
-    free(a->free_stores);
+    for (unsigned i = 0; a->pools != NULL && i < a->n_pools; i++)
+        pool_cleanup(&a->pools[i]);
+    free(a->pools);
     free(a->rate);
-    pthread_mutex_destroy(&a->pool_lock);
-    pthread_cond_destroy(&a->pool_freed);
     pthread_mutex_destroy(&a->rate_lock);
     free(a);
+}
+
+static int pool_init(api_pool *pool, const ow_store_params *sp, unsigned threads, ow_idgen *ids)
+{
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->freed, NULL);
+    pool->stores = calloc(threads, sizeof(*pool->stores));
+    pool->free_stores = calloc(threads, sizeof(*pool->free_stores));
+    if (pool->stores == NULL || pool->free_stores == NULL)
+        return -1;
+    for (; pool->n_stores < threads; pool->n_stores++) {
+        pool->stores[pool->n_stores] = ow_store_new(sp, ids);
+        if (pool->stores[pool->n_stores] == NULL)
+            return -1;
+        pool->free_stores[pool->n_free++] = pool->stores[pool->n_stores];
+    }
+    return 0;
 }
 
 static ow_api *api_new(const ow_api_params *p)
 {
     ow_api *a = calloc(1, sizeof(*a));
+    unsigned n = p->n_shards > 0 ? p->n_shards : 1;
 
     if (a == NULL)
         return NULL;
-    pthread_mutex_init(&a->pool_lock, NULL);
-    pthread_cond_init(&a->pool_freed, NULL);
     pthread_mutex_init(&a->rate_lock, NULL);
     a->timeout_s = p->timeout_s;
     a->rate_limit = p->rate_limit;
+    a->shard_buckets = p->shard_buckets;
     SHA256((const unsigned char *)p->token, p->token_len, a->token_hash);
     ow_idgen_init(&a->ids, 0, ow_clock_wall_ms);
-    a->stores = calloc(p->threads, sizeof(*a->stores));
-    a->free_stores = calloc(p->threads, sizeof(*a->free_stores));
     a->rate = calloc(RATE_SLOTS, sizeof(*a->rate));
-    if (a->stores == NULL || a->free_stores == NULL || a->rate == NULL) {
+    a->pools = calloc(n, sizeof(*a->pools));
+    if (a->rate == NULL || a->pools == NULL) {
         api_free(a);
         return NULL;
     }
-    for (; a->n_stores < p->threads; a->n_stores++) {
-        a->stores[a->n_stores] = ow_store_new(&p->store, &a->ids);
-        if (a->stores[a->n_stores] == NULL) {
+    for (; a->n_pools < n; a->n_pools++) {
+        const ow_store_params *sp = p->n_shards > 0 ? &p->shards[a->n_pools] : &p->store;
+
+        if (pool_init(&a->pools[a->n_pools], sp, p->threads, &a->ids) != 0) {
+            a->n_pools++; /* cleaned up with the others */
             api_free(a);
             return NULL;
         }
-        a->free_stores[a->n_free++] = a->stores[a->n_stores];
     }
     return a;
 }
@@ -523,14 +565,16 @@ static ow_api *api_new(const ow_api_params *p)
  * is back). */
 static int first_connect(ow_api *a, ow_error *err)
 {
-    int rc = ow_store_ping(a->stores[0], err);
+    for (unsigned i = 0; i < a->n_pools; i++) {
+        int rc = ow_store_ping(a->pools[i].stores[0], err);
 
-    if (rc == OW_OK || err->cls == OW_ERRCLASS_RETRIABLE) {
+        if (rc != OW_OK && err->cls != OW_ERRCLASS_RETRIABLE)
+            return rc;
         if (rc != OW_OK)
-            OW_LOG(OW_LOG_WARN, "api_database_unavailable", OW_F_STR("error", err->msg));
-        return OW_OK;
+            OW_LOG(OW_LOG_WARN, "api_database_unavailable", OW_F_INT("shard", i),
+                   OW_F_STR("error", err->msg));
     }
-    return rc;
+    return OW_OK;
 }
 
 int ow_api_start(const ow_api_params *p, ow_api **out, ow_error *err)

@@ -32,7 +32,8 @@ void ow_help_serve(void)
          "\n"
          "Settings: api.address, api.port, api.token_file, api.threads,\n"
          "api.max_connections, api.request_timeout_s, api.rate_limit, and mysql.* for a\n"
-         "user with SELECT only (sql/api_user.sql). Runs until SIGTERM or SIGINT.\n"
+         "user with SELECT only (sql/api_user.sql). With mysql.shards set, each lookup\n"
+         "reads the user's shard. Runs until SIGTERM or SIGINT.\n"
          "\n"
          "Exit status: 0 after a clean stop, 1 when it cannot start (port in use, wrong\n"
          "database credentials), 2 for a configuration error.");
@@ -69,6 +70,7 @@ static int read_token(const char *path, char *out, size_t size, size_t *len)
 static int serve(const ow_config *cfg, const char *token, size_t token_len,
                  const volatile sig_atomic_t *stop)
 {
+    ow_store_params shards[OW_SHARD_MAX];
     ow_api_params p;
     ow_api *api = NULL;
     ow_error err;
@@ -83,6 +85,14 @@ static int serve(const ow_config *cfg, const char *token, size_t token_len,
     p.token = token;
     p.token_len = token_len;
     ow_store_params_from_config(cfg, &p.store);
+    /* Sharded: every lookup reads the user's shard, routed like the
+     * workers route (issue 14). The recorded map is not checked here:
+     * serve writes nothing, and must start while a shard is down. */
+    for (unsigned i = 0; i < cfg->shards.n; i++)
+        ow_store_params_for_shard(cfg, i, &shards[i]);
+    p.shards = shards;
+    p.n_shards = cfg->shards.n;
+    p.shard_buckets = (uint32_t)cfg->mysql_shard_buckets;
     if (ow_api_start(&p, &api, &err) != OW_OK) {
         fprintf(stderr, "order-worker serve: %s\n", err.msg);
         return err.cls == OW_ERRCLASS_INVALID_INPUT ? OW_EXIT_USAGE : OW_EXIT_FAILURE;

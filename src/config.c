@@ -138,7 +138,7 @@ static const config_row config_table[] = {
      "File holding the bearer token clients of the query service must send (one line; "
      "required by serve)."},
     {"api.threads", CT_INT, 1, 64, "4", 0, ROW_OFF(api_threads),
-     "Serving threads of the query service, each with its own database connection."},
+     "Serving threads of the query service; as many database connections per shard."},
     {"api.max_connections", CT_INT, 1, 10000, "512", 0, ROW_OFF(api_max_connections),
      "Most simultaneous client connections of the query service; more wait to be "
      "accepted."},

@@ -39,6 +39,11 @@ typedef struct {
     const char *token;        /* the bearer token (copied) */
     size_t token_len;
     ow_store_params store; /* borrowed for the call; ow_store_new copies */
+    /* With user shards (issue 14): one database per shard, in mysql.shards
+     * order; lookups go to the user's shard. n_shards 0 = store only. */
+    const ow_store_params *shards;
+    unsigned n_shards;
+    uint32_t shard_buckets;
 } ow_api_params;
 
 int ow_api_start(const ow_api_params *p, ow_api **out, ow_error *err);
