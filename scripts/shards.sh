@@ -57,6 +57,7 @@ cleanup() {
   set +e
   for pid in "${REPLICAS[@]}"; do kill -9 "$pid" 2>/dev/null; done
   [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
+  [[ -n ${SERVE_PID:-} ]] && kill "$SERVE_PID" 2>/dev/null
   wait 2>/dev/null
   svc 2 stop all >/dev/null 2>&1
   svc 1 stop all >/dev/null 2>&1
@@ -237,21 +238,23 @@ chmod 600 "$RUN/api.token"
 ORDER_WORKER_API_PORT=$API_PORT ORDER_WORKER_API_TOKEN_FILE="$RUN/api.token" "$BIN" serve 2>>"$RUN/serve.log" &
 SERVE_PID=$!
 for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$API_PORT/healthz" >/dev/null 2>&1 && break
+  curl -fs -m 2 "http://127.0.0.1:$API_PORT/healthz" >/dev/null 2>&1 && break
   sleep 0.1
 done
 serve_ok=1
 for s in 0 1 2; do
-  code=$(curl -s -o "$RUN/serve-$s.body" -w '%{http_code}' -H "Authorization: Bearer $(cat "$RUN/api.token")" \
-    "http://127.0.0.1:$API_PORT/v1/requests/${TWICE_USERS[$s]}/twice-$s")
+  code=$(curl -s -m 10 -o "$RUN/serve-$s.body" -w '%{http_code}' -H "Authorization: Bearer $(cat "$RUN/api.token")" \
+    "http://127.0.0.1:$API_PORT/v1/requests/${TWICE_USERS[$s]}/twice-$s" || true)
   jq -j -s --arg k "twice-$s" "map($sel | select(.headers.replayed == \"false\")) | first | .value" \
     "$RUN/results.jsonl" >"$RUN/published-$s.body"
   if [[ $code != 201 ]] || ! cmp -s "$RUN/serve-$s.body" "$RUN/published-$s.body"; then
     say "FAIL: serve answered $code for key twice-$s of user ${TWICE_USERS[$s]} (shard $s), want 201 and the published bytes"
     serve_ok=0
+    tail -n 5 "$RUN/serve.log" >&2
   fi
 done
 kill -TERM "$SERVE_PID" && wait "$SERVE_PID" || { say "FAIL: serve did not stop cleanly"; serve_ok=0; }
+SERVE_PID=""
 if ((serve_ok)); then
   say "serve: the user of each shard answered from its shard, byte for byte the published result"
 else
