@@ -17,6 +17,9 @@
 #                                     with min-max bars in the plot
 #   scripts/bench.sh --items-1000 -n 2000     every batch 1,000 orders (peak RSS)
 #   scripts/bench.sh --verify ...     also run ow-verify on every completed run
+#   scripts/bench.sh --broker-cpus 1 --rate R ...   pin every thread of the broker's
+#                                     JVM to these CPUs (taskset) after its warm-up, to
+#                                     see what it takes from the worker (issue 12)
 #   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
 #   scripts/bench.sh --growth [--quick]   rows 0..10M (--quick: 0, 1M): decide rate, p99,
 #                                     sizes, buffer pool hit rate; growth.png (issue 13)
@@ -54,7 +57,7 @@ case " $* " in
   *" --shards "*) exec "$ROOT/scripts/bench-shards.sh" "$@" ;;
 esac
 
-OUT="" QUICK=0 VERIFY=0 SWEEP=0 PASS=()
+OUT="" QUICK=0 VERIFY=0 SWEEP=0 BROKER_CPUS="" PASS=()
 while (($# > 0)); do
   case $1 in
     --quick) QUICK=1 ;;
@@ -62,6 +65,7 @@ while (($# > 0)); do
     --sweep) SWEEP=1; PASS+=(--sweep) ;;
     --small-grid) PASS+=(--lanes 1,2,4 --batches 1,16,64) ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
+    --broker-cpus) [[ $# -ge 2 ]] || die "--broker-cpus needs a CPU list (e.g. 1)"; BROKER_CPUS=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) PASS+=("$1") ;;
   esac
@@ -111,12 +115,18 @@ if ((WARMUP_S > 0)); then
     --prefix warm >/dev/null 2>&1
   "$BUILD/ow-kit" read "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup >/dev/null
 fi
+if [[ -n $BROKER_CPUS ]]; then
+  command -v taskset >/dev/null || die "--broker-cpus needs taskset (util-linux)"
+  taskset -a -p -c "$BROKER_CPUS" "$(cat "$OW_RUN_DIR/kafka.pid")" >/dev/null ||
+    die "taskset could not pin the broker to CPUs $BROKER_CPUS"
+  say "broker pinned to CPUs $BROKER_CPUS (every thread of its JVM)"
+fi
 
 {
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
-  echo "bench: ow-bench ${PASS[*]}"
+  echo "bench: ow-bench ${PASS[*]}${BROKER_CPUS:+ (broker pinned to CPUs $BROKER_CPUS)}"
 } | tee "$OUT/bench.txt"
 
 set +e
