@@ -68,6 +68,13 @@ int main(int argc, char **argv)
      * against 58 MiB with two arenas, in docs/performance.md). */
     mallopt(M_ARENA_MAX, 2);
 #endif
+#ifdef M_MMAP_THRESHOLD
+    /* A fixed threshold: glibc otherwise raises it (up to 32 MiB) after the
+     * first large free, and librdkafka's fetch buffers then stay in the heap
+     * when freed. Over 300,000 batches at the defaults the peak RSS was
+     * 62.6-68.7 MiB without this and 60.9 MiB twice with it (issue 12). */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
 
     if (argc < 2) {
         usage(stderr);
