@@ -51,8 +51,6 @@ void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n, int64_
      * than their records' created_at: retries and a slow shard can hold a
      * decide for seconds, which must not stretch an entry past purge's
      * horizon (review of issue 12). */
-    int64_t now = since_ms;
-
     for (size_t i = 0; l->cache != NULL && i < n; i++) {
         const ow_store_item *it = &items[i];
 
@@ -64,6 +62,6 @@ void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n, int64_
         if (it->ours &&
             (it->decision == OW_DECISION_CREATED || it->decision == OW_DECISION_CONFLICT))
             ow_cache_put(l->cache, it->req->user_id, it->key, it->key_len, it->digest, it->code,
-                         it->body.data, it->body.len, now);
+                         it->body.data, it->body.len, since_ms);
     }
 }

@@ -48,19 +48,19 @@ static int render_histogram(ow_buf *out, const char *name, const char *help, ow_
 
 /* One per-shard series, labelled shard="N" (issue 14). */
 static int shard_series(ow_buf *out, const char *name, const char *type, const char *help,
-                        const unsigned long long *v, unsigned n)
+                        const long long *v, unsigned n)
 {
     int rc = ow_buf_appendf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 
     for (unsigned i = 0; rc == OW_OK && i < n; i++)
-        rc = ow_buf_appendf(out, "%s{shard=\"%u\"} %llu\n", name, i, v[i]);
+        rc = ow_buf_appendf(out, "%s{shard=\"%u\"} %lld\n", name, i, v[i]);
     return rc;
 }
 
 static int render_shards(ow_buf *out)
 {
     unsigned n = atomic_load(&ow_stats.n_shards);
-    unsigned long long up[OW_SHARD_MAX], waiting[OW_SHARD_MAX], tx[OW_SHARD_MAX];
+    long long up[OW_SHARD_MAX], waiting[OW_SHARD_MAX], tx[OW_SHARD_MAX];
     int rc;
 
     if (n == 0)
@@ -68,9 +68,9 @@ static int render_shards(ow_buf *out)
     if (n > OW_SHARD_MAX)
         n = OW_SHARD_MAX;
     for (unsigned i = 0; i < n; i++) {
-        up[i] = (unsigned long long)atomic_load(&ow_stats.shard_up[i]);
-        waiting[i] = (unsigned long long)atomic_load(&ow_stats.shard_waiting[i]);
-        tx[i] = (unsigned long long)atomic_load(&ow_stats.shard_transactions[i]);
+        up[i] = atomic_load(&ow_stats.shard_up[i]);
+        waiting[i] = (long long)atomic_load(&ow_stats.shard_waiting[i]); /* a gauge */
+        tx[i] = (long long)atomic_load(&ow_stats.shard_transactions[i]);
     }
     rc = shard_series(out, "order_worker_shard_up", "gauge",
                       "1 when the last round trip of any lane to the shard worked.", up, n);
