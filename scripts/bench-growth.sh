@@ -17,7 +17,11 @@
 #
 # Environment: OW_GROWTH_RATE (fixed produce rate for p99, batches/s; default
 # 500), OW_GROWTH_SECONDS (length of each rate run; default 40),
-# OW_GROWTH_BACKLOG (batches of the backlog run; default 30000),
+# OW_GROWTH_BACKLOG (batches of the backlog run; default 100000: with 30,000
+# the window was 2-3 s and step 0 read 10,680-18,039 batches/s in four runs),
+# OW_GROWTH_POOL (MariaDB's buffer pool for --growth; default 256M),
+# OW_GROWTH_BENCH_ARGS (more ow-bench options for every run, e.g.
+# "--tuned-lanes 8"),
 # OW_PURGE_ROWS (purgeable records for --purge; default 5000000),
 # OW_PURGE_SECONDS (how long the purge may run beside the worker; default 180),
 # OW_PURGE_BATCH (rows per purge chunk; default 500), OW_PURGE_MAX_RATE (also
@@ -45,10 +49,10 @@ done
 
 RATE="${OW_GROWTH_RATE:-500}"
 SECS="${OW_GROWTH_SECONDS:-40}"
-BACKLOG="${OW_GROWTH_BACKLOG:-30000}"
+BACKLOG="${OW_GROWTH_BACKLOG:-100000}"
 if [[ $MODE == growth ]]; then
   if ((QUICK)); then STEPS=(0 1000000); else STEPS=(0 1000000 3000000 10000000); fi
-  export OW_MARIADB_BUFFER_POOL=256M
+  export OW_MARIADB_BUFFER_POOL="${OW_GROWTH_POOL:-256M}"
 else
   if ((QUICK)); then STEPS=(200000); else STEPS=("${OW_PURGE_ROWS:-5000000}"); fi
 fi
@@ -129,6 +133,28 @@ preload_to() {  # TARGET
   rm -f "$OUT/req.tsv" "$OUT/ord.tsv"
 }
 
+# InnoDB's page reads, page writes, waits for a free page, pages flushed
+io_counters() {
+  q "SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY FIELD(VARIABLE_NAME, 'INNODB_DATA_READS',
+       'INNODB_DATA_WRITES', 'INNODB_BUFFER_POOL_WAIT_FREE', 'INNODB_BUFFER_POOL_PAGES_FLUSHED')
+       SEPARATOR ' ') FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN
+       ('INNODB_DATA_READS', 'INNODB_DATA_WRITES', 'INNODB_BUFFER_POOL_WAIT_FREE',
+        'INNODB_BUFFER_POOL_PAGES_FLUSHED')"
+}
+io_per_batch() {  # BEFORE AFTER: the backlog run's I/O per decided batch
+  awk -v a="$1" -v b="$2" -v n="$BACKLOG" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "  backlog I/O per batch: %.2f page reads, %.2f writes, %.2f pages flushed; %d waits for a free page\n",
+      (y[1] - x[1]) / n, (y[2] - x[2]) / n, (y[4] - x[4]) / n, y[3] - x[3] }'
+}
+
+# What fills the buffer pool: MiB of pages per index (data pages only)
+pool_by_index() {
+  q "SELECT CONCAT(REPLACE(SUBSTRING_INDEX(TABLE_NAME, '.', -1), CHAR(96), ''), '.', INDEX_NAME, '=',
+       ROUND(COUNT(*) * @@innodb_page_size / 1048576)) FROM information_schema.INNODB_BUFFER_PAGE_LRU
+       WHERE INDEX_NAME IS NOT NULL GROUP BY TABLE_NAME, INDEX_NAME ORDER BY COUNT(*) DESC LIMIT 8" |
+    tr '\n' ' '
+}
+
 status_var() { q "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '$1'"; }
 
 # "requests orders requests_data requests_index orders_data orders_index
@@ -158,7 +184,7 @@ bench() {  # NAME ARGS...: runs ow-bench on the preloaded database; output in $O
   mkdir -p "$OUT/$name"
   "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-port "$OW_MYSQL_PORT" \
     --worker "$BUILD/order-worker" --out "$OUT/$name" --database $DB --random-keys \
-    --first-number "$NUMBER" --no-naive --no-serial --no-db-limit "$@" >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
+    --first-number "$NUMBER" --no-naive --no-serial --no-db-limit ${OW_GROWTH_BENCH_ARGS:-} "$@" >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
     die "ow-bench $name failed (see $OUT/$name.txt and $OUT/$name.log)"
   NUMBER=$((NUMBER + 100000000))
 }
@@ -167,14 +193,17 @@ backlog_rate() { awk -F'|' '$2 ~ /tuned/ { gsub(/ /, "", $7); print $7 }' "$OUT/
 steady_p99() { sed -n 's/^latency after .*p50\/p95\/p99 [0-9]* \/ [0-9]* \/ \([0-9]*\) ms\(,.*\)\{0,1\}$/\1/p' "$OUT/$1.txt"; }
 
 growth() {
-  local step label rate p99 r0="" p0="" sz rq0 rd0 rq1 rd1 hit
+  local step label rate p99 r0="" p0="" sz rq0 rd0 rq1 rd1 hit io0
   printf '# rows requests orders decide_per_s p99_ms req_data_MiB req_index_MiB ord_data_MiB ord_index_MiB B_per_request B_per_order pool_hit_pct\n' >"$OUT/growth.dat"
   for step in "${STEPS[@]}"; do
     preload_to "$step"
     rq0=$(status_var Innodb_buffer_pool_read_requests)
     rd0=$(status_var Innodb_buffer_pool_reads)
     say "step $step: backlog run ($BACKLOG batches), then ${SECS} s at $RATE batches/s"
+    io0=$(io_counters)
     bench "backlog-$step" -n "$BACKLOG"
+    io_per_batch "$io0" "$(io_counters)" | tee -a "$OUT/growth.txt"
+    echo "  buffer pool after the backlog run, MiB by index: $(pool_by_index)" | tee -a "$OUT/growth.txt"
     bench "rate-$step" --rate "$RATE" -n $((RATE * SECS))
     rq1=$(status_var Innodb_buffer_pool_read_requests)
     rd1=$(status_var Innodb_buffer_pool_reads)

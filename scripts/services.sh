@@ -35,6 +35,7 @@
 #                               created at format time, and the same as PLAIN users
 #   OW_MARIADB_BUFFER_POOL      innodb_buffer_pool_size (default 512M; the growth
 #                               benchmark uses 256M so that its indexes outgrow it)
+#   OW_MARIADB_ARGS             more mariadbd options, space-separated (benchmarks)
 #
 # Apache Kafka needs the jars fetched by scripts/deps.sh and java; without them
 # the script falls back to $OW_BUILD_DIR/ow-mockbroker (a librdkafka mock cluster).
@@ -321,7 +322,8 @@ mariadb_launch() {  # PORT -> sets MDB_PID
     --bind-address=127.0.0.1 --user=root \
     --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
     --innodb-buffer-pool-size="${OW_MARIADB_BUFFER_POOL:-512M}" --skip-name-resolve --innodb-print-all-deadlocks=ON \
-    --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG" "${MDB_TLS_SERVER[@]}")"
+    --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG" "${MDB_TLS_SERVER[@]}" \
+    ${OW_MARIADB_ARGS:-})"
   echo "$MDB_PID" >"$MDB_PIDFILE"
 }
 
