@@ -560,9 +560,9 @@ static ow_api *api_new(const ow_api_params *p)
     return a;
 }
 
-/* One connection at start: wrong credentials or a missing database stop
- * the service now; a database that is merely down does not (503 until it
- * is back). */
+/* One connection per shard at start: wrong credentials or a missing
+ * database stop the service now; a shard that is merely down does not (503
+ * for its users until it is back). */
 static int first_connect(ow_api *a, ow_error *err)
 {
     for (unsigned i = 0; i < a->n_pools; i++) {

@@ -398,83 +398,18 @@ static int insert_requests(batch *bt, ow_error *err)
 
 /* --- Step 4: read back who owns each key --------------------------------- */
 
-static int apply_existing_row(batch *bt, ow_store_item *it, long long id,
-                              const unsigned char *digest, long long status, ow_error *err)
+/* Step 4: a row with the item's id is ours; another id recorded the key
+ * first. */
+static int existing_row(ow_request_row *row, ow_store_item *it, ow_error *err)
 {
-    ow_response_ctx ctx;
+    int rc;
 
-    if (id == it->request_id) {
+    if (row->id == it->request_id) {
         it->ours = 1;
         return OW_OK;
     }
-    ow_buf_reset(&it->body);
-    it->ours = 0;
-    if (memcmp(digest, it->digest, OW_DIGEST_LEN) == 0) {
-        ow_buf *blob = &bt->s->scratch.blob;
-
-        it->decision = OW_DECISION_REPLAY;
-        it->code = status == 201 ? OW_CODE_CREATED : OW_CODE_ORDER_ALREADY_EXISTS;
-        it->replayed = 1;
-        return ow_buf_append(&it->body, blob->data, blob->len) == OW_OK ? OW_OK : ow_store_oom(err);
-    }
-    it->decision = OW_DECISION_KEY_REUSED;
-    it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
-    ow_hex(digest, 4, it->stored_digest8);
-    response_ctx(it, &ctx);
-    return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
-}
-
-static int fetch_requests(batch *bt, MYSQL_STMT *st, ow_error *err)
-{
-    MYSQL_BIND res[6];
-    long long id = 0, user_id = 0, status = 0;
-    char key[OW_KEY_MAX + 1];
-    unsigned char digest[OW_DIGEST_LEN];
-    unsigned long key_len = 0, digest_len = 0, body_len = 0;
-    ow_mybool nul[6] = {0};
-    unsigned e;
-    int frc;
-    int rc = OW_OK;
-
-    ow_result_int(&res[0], &id, &nul[0]);
-    ow_result_int(&res[1], &user_id, &nul[1]);
-    ow_result_bytes(&res[2], key, sizeof(key), &key_len, &nul[2]);
-    ow_result_bytes(&res[3], digest, sizeof(digest), &digest_len, &nul[3]);
-    ow_result_int(&res[4], &status, &nul[4]);
-    ow_result_bytes(&res[5], NULL, 0, &body_len, &nul[5]);
-    if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(bt->s, st, "read requests", err);
-    while (rc == OW_OK) {
-        int have_body = 0;
-
-        frc = mysql_stmt_fetch(st);
-        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
-            break;
-
-        if (key_len > OW_KEY_MAX || digest_len != OW_DIGEST_LEN)
-            continue;
-        /* Every item with this (user_id, key) learns who owns it: a batch may
-         * carry the same key twice. */
-        for (size_t i = bt->first; rc == OW_OK && i < bt->first + bt->count; i++) {
-            ow_store_item *it = &bt->items[i];
-
-            if (it->req->user_id != user_id || it->key_len != key_len ||
-                memcmp(it->key, key, key_len) != 0)
-                continue;
-            if (!have_body && id != it->request_id) {
-                rc = ow_store_fetch_column(bt->s, st, 5, body_len, &bt->s->scratch.blob,
-                                           "read response", err);
-                have_body = 1;
-            }
-            if (rc == OW_OK)
-                rc = apply_existing_row(bt, it, id, digest, status, err);
-        }
-    }
-    e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
-    mysql_stmt_free_result(st);
-    if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail(bt->s, e, "read requests", err);
-    return rc;
+    rc = ow_request_row_body(row, err);
+    return rc == OW_OK ? ow_store_answer_recorded(row->s, it, row->digest, row->status, err) : rc;
 }
 
 static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *err)
@@ -494,7 +429,8 @@ static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *
     }
     rc = ow_store_execute(bt->s, st, p, "read requests", err);
     if (rc == OW_OK)
-        rc = fetch_requests(bt, st, err);
+        rc = ow_store_match_rows(bt->s, st, 1, bt->items + bt->first, bt->count, existing_row,
+                                 "read requests", err);
     return rc;
 }
 

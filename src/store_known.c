@@ -18,9 +18,8 @@ static const ow_sql_shape known_sql = {
     "idempotency_requests WHERE (user_id, idempotency_key) IN (",
     "(?,?)", ")"};
 
-/* The item's answer from a committed row. */
-static int answer(ow_store *s, ow_store_item *it, const unsigned char *digest, long long status,
-                  ow_error *err)
+int ow_store_answer_recorded(ow_store *s, ow_store_item *it, const unsigned char *digest,
+                             long long status, ow_error *err)
 {
     ow_response_ctx ctx;
 
@@ -45,65 +44,67 @@ static int answer(ow_store *s, ow_store_item *it, const unsigned char *digest, l
     return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
 }
 
-/* Every item of [from, from+rows) with this (user_id, key): a batch may
- * carry a key twice. */
-static int apply_row(ow_store *s, MYSQL_STMT *st, ow_store_item *items, size_t from, size_t rows,
-                     long long user_id, const char *key, unsigned long key_len,
-                     const unsigned char *digest, long long status, unsigned long body_len,
-                     ow_error *err)
+int ow_request_row_body(ow_request_row *row, ow_error *err)
 {
-    int have_body = 0;
-    int rc = OW_OK;
-
-    for (size_t i = from; rc == OW_OK && i < from + rows; i++) {
-        ow_store_item *it = &items[i];
-
-        if (it->req->user_id != user_id || it->key_len != key_len ||
-            memcmp(it->key, key, key_len) != 0)
-            continue;
-        if (!have_body)
-            rc =
-                ow_store_fetch_column(s, st, 4, body_len, &s->scratch.blob, "read known keys", err);
-        have_body = 1;
-        if (rc == OW_OK)
-            rc = answer(s, it, digest, status, err);
-    }
-    return rc;
+    if (row->have_body)
+        return OW_OK;
+    row->have_body = 1;
+    return ow_store_fetch_column(row->s, row->st, row->body_col, row->body_len,
+                                 &row->s->scratch.blob, row->what, err);
 }
 
-static int fetch_known(ow_store *s, MYSQL_STMT *st, ow_store_item *items, size_t from, size_t rows,
-                       ow_error *err)
+static int row_matches(const ow_request_row *row, const ow_store_item *it)
 {
-    MYSQL_BIND res[5];
-    long long user_id = 0, status = 0;
-    char key[OW_KEY_MAX + 1];
-    unsigned char digest[OW_DIGEST_LEN];
-    unsigned long key_len = 0, digest_len = 0, body_len = 0;
-    ow_mybool nul[5] = {0};
+    return it->req->user_id == row->user_id && it->key_len == row->key_len &&
+           memcmp(it->key, row->key, row->key_len) == 0;
+}
+
+int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item *items, size_t n,
+                        ow_request_row_fn fn, const char *what, ow_error *err)
+{
+    MYSQL_BIND res[6];
+    ow_mybool nul[6] = {0};
+    ow_request_row row = {.s = s, .st = st, .what = what};
+    unsigned c = with_id ? 1 : 0;
     unsigned e;
-    int frc;
+    int frc = 0;
     int rc = OW_OK;
 
-    ow_result_int(&res[0], &user_id, &nul[0]);
-    ow_result_bytes(&res[1], key, sizeof(key), &key_len, &nul[1]);
-    ow_result_bytes(&res[2], digest, sizeof(digest), &digest_len, &nul[2]);
-    ow_result_int(&res[3], &status, &nul[3]);
-    ow_result_bytes(&res[4], NULL, 0, &body_len, &nul[4]);
+    if (with_id)
+        ow_result_int(&res[0], &row.id, &nul[0]);
+    ow_result_int(&res[c], &row.user_id, &nul[c]);
+    ow_result_bytes(&res[c + 1], row.key, sizeof(row.key), &row.key_len, &nul[c + 1]);
+    ow_result_bytes(&res[c + 2], row.digest, sizeof(row.digest), &row.digest_len, &nul[c + 2]);
+    ow_result_int(&res[c + 3], &row.status, &nul[c + 3]);
+    ow_result_bytes(&res[c + 4], NULL, 0, &row.body_len, &nul[c + 4]);
+    row.body_col = c + 4;
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(s, st, "read known keys", err);
+        return ow_store_fail_stmt(s, st, what, err);
     while (rc == OW_OK) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
             break;
-        if (key_len <= OW_KEY_MAX && digest_len == OW_DIGEST_LEN)
-            rc = apply_row(s, st, items, from, rows, user_id, key, key_len, digest, status,
-                           body_len, err);
+        if (row.key_len > OW_KEY_MAX || row.digest_len != OW_DIGEST_LEN)
+            continue;
+        row.have_body = 0;
+        for (size_t i = 0; rc == OW_OK && i < n; i++) {
+            if (row_matches(&row, &items[i]))
+                rc = fn(&row, &items[i], err);
+        }
     }
     e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail(s, e, "read known keys", err);
+        rc = ow_store_fail(s, e, what, err);
     return rc;
+}
+
+/* A known key: the committed row answers the item. */
+static int known_row(ow_request_row *row, ow_store_item *it, ow_error *err)
+{
+    int rc = ow_request_row_body(row, err);
+
+    return rc == OW_OK ? ow_store_answer_recorded(row->s, it, row->digest, row->status, err) : rc;
 }
 
 /* One padded chunk of the read over items [from, from+rows). */
@@ -129,7 +130,7 @@ static int read_chunk(ow_store *s, ow_store_item *items, size_t from, size_t row
     }
     rc = ow_store_execute(s, st, p, "read known keys", err);
     if (rc == OW_OK)
-        rc = fetch_known(s, st, items, from, rows, err);
+        rc = ow_store_match_rows(s, st, 0, items + from, rows, known_row, "read known keys", err);
     return rc;
 }
 
