@@ -36,6 +36,8 @@
 #   OW_MARIADB_BUFFER_POOL      innodb_buffer_pool_size (default 512M; the growth
 #                               benchmark uses 256M so that its indexes outgrow it)
 #   OW_MARIADB_ARGS             more mariadbd options, space-separated (benchmarks)
+#   OW_KAFKA_DATA_TMPFS=1       the broker's log directory under /dev/shm (benchmarks:
+#                               on one disk its writeback stalled MariaDB's commits)
 #
 # Apache Kafka needs the jars fetched by scripts/deps.sh and java; without them
 # the script falls back to $OW_BUILD_DIR/ow-mockbroker (a librdkafka mock cluster).
@@ -68,6 +70,11 @@ MDB_ENV="$OW_RUN_DIR/mariadb.env"          # this service's part of services.env
 
 K_DIR="$OW_RUN_DIR/kafka"
 K_DATA="$K_DIR/data"
+if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then
+  # Benchmarks only: the broker's log segments in memory, so that their
+  # writeback does not queue MariaDB's redo fsyncs on the one disk here.
+  K_DATA="/dev/shm/ow-kafka-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
+fi
 K_PROPS="$K_DIR/server.properties"
 K_LOG="$OW_RUN_DIR/kafka.log"
 K_FORMAT_LOG="$OW_RUN_DIR/kafka-format.log"
@@ -592,8 +599,8 @@ kafka_wait_ready() {  # KIND PORT
 
 kafka_start() {  # KIND PORT CPORT [SASLPORT]
   local kind=$1 port=$2 cport=$3 sport=${4:-} t0=$SECONDS
-  rm -rf "$K_DIR"
-  mkdir -p "$K_DATA"
+  rm -rf "$K_DIR" "$K_DATA"
+  mkdir -p "$K_DIR" "$K_DATA"
   rm -f "$K_ENV" "$K_PIDFILE"
   rotate_log "$K_LOG"
   if [[ $kind == kafka && -n $TLS_DIR ]]; then
@@ -768,7 +775,7 @@ cmd_stop() {
     rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
   done
   if [[ ${1:-all} == all ]]; then
-    rm -rf "$MDB_DIR" "$K_DIR"
+    rm -rf "$MDB_DIR" "$K_DIR" "$K_DATA"
     rm -f "$STATE_FILE" "$STATE_FILE.tmp"
     say "removed data dirs and state file (logs kept in $OW_RUN_DIR)"
   else
