@@ -70,11 +70,10 @@ MDB_ENV="$OW_RUN_DIR/mariadb.env"          # this service's part of services.env
 
 K_DIR="$OW_RUN_DIR/kafka"
 K_DATA="$K_DIR/data"
-if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then
-  # Benchmarks only: the broker's log segments in memory, so that their
-  # writeback does not queue MariaDB's redo fsyncs on the one disk here.
-  K_DATA="/dev/shm/ow-kafka-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
-fi
+# Benchmarks only: the broker's log segments in memory, so that their
+# writeback does not queue MariaDB's redo fsyncs on the one disk here.
+K_SHM_DATA="/dev/shm/ow-kafka-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
+if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then K_DATA="$K_SHM_DATA"; fi
 K_PROPS="$K_DIR/server.properties"
 K_LOG="$OW_RUN_DIR/kafka.log"
 K_FORMAT_LOG="$OW_RUN_DIR/kafka-format.log"
@@ -775,7 +774,7 @@ cmd_stop() {
     rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
   done
   if [[ ${1:-all} == all ]]; then
-    rm -rf "$MDB_DIR" "$K_DIR" "$K_DATA"
+    rm -rf "$MDB_DIR" "$K_DIR" "$K_SHM_DATA"
     rm -f "$STATE_FILE" "$STATE_FILE.tmp"
     say "removed data dirs and state file (logs kept in $OW_RUN_DIR)"
   else
