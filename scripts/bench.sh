@@ -149,9 +149,16 @@ if [[ -n $BROKER_CPUS ]]; then
   say "broker pinned to CPUs $BROKER_CPUS (every thread of its JVM)"
 fi
 
+# services.sh keeps a broker that is already running: check the one we got.
+if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]] && ! grep -q '^log.dirs=/dev/shm/' "$OW_RUN_DIR/kafka/server.properties"; then
+  die "--broker-tmpfs: the running broker keeps its log on disk (stop it: OW_RUN_DIR=$OW_RUN_DIR scripts/services.sh stop all)"
+fi
 if [[ -n $BROKER_NICE ]]; then
   for task in /proc/"$(cat "$OW_RUN_DIR/kafka.pid")"/task/*; do
-    renice -n "$BROKER_NICE" -p "${task##*/}" >/dev/null || die "renice failed for the broker"
+    # A thread can exit between the listing and its renice (the JVM retires
+    # idle compiler threads): only a failure for a living thread counts.
+    renice -n "$BROKER_NICE" -p "${task##*/}" >/dev/null 2>&1 || [[ ! -d $task ]] ||
+      die "renice failed for the broker's thread ${task##*/}"
   done
   say "broker at niceness $BROKER_NICE (every thread of its JVM)"
 fi
@@ -160,7 +167,7 @@ fi
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
-  echo "bench: ow-bench ${PASS[*]}${BROKER_CPUS:+ (broker pinned to CPUs $BROKER_CPUS)}${BROKER_NICE:+ (broker at niceness $BROKER_NICE)}$( [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]] && echo ' (broker log directory in /dev/shm)')"
+  echo "bench: ow-bench ${PASS[*]}${BROKER_CPUS:+ (broker pinned to CPUs $BROKER_CPUS)}${BROKER_NICE:+ (broker at niceness $BROKER_NICE)}$( [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]] && echo ' (broker log directory in /dev/shm)')$( [[ -n $RATE ]] && ((PIPE_WARMUP_S > 0)) && echo " (after a ${PIPE_WARMUP_S} s pipeline warm-up)")"
 } | tee "$OUT/bench.txt"
 
 set +e

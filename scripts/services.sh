@@ -600,6 +600,9 @@ kafka_start() {  # KIND PORT CPORT [SASLPORT]
   local kind=$1 port=$2 cport=$3 sport=${4:-} t0=$SECONDS
   rm -rf "$K_DIR" "$K_DATA"
   mkdir -p "$K_DIR" "$K_DATA"
+  if [[ $K_DATA == "$K_SHM_DATA" ]] && (($(df -Pk /dev/shm | awk 'NR == 2 { print $4 }') < 2097152)); then
+    die "OW_KAFKA_DATA_TMPFS=1: /dev/shm has less than 2 GiB free for the broker's log"
+  fi
   rm -f "$K_ENV" "$K_PIDFILE"
   rotate_log "$K_LOG"
   if [[ $kind == kafka && -n $TLS_DIR ]]; then
