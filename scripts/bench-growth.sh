@@ -136,12 +136,15 @@ preload_to() {  # TARGET
 # InnoDB's page reads, page writes, waits for a free page, pages flushed,
 # then mariadbd's CPU time in clock ticks
 io_counters() {
-  echo "$(q "SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY FIELD(VARIABLE_NAME, 'INNODB_DATA_READS',
+  local io cpu
+  # Separate assignments: a failed query or read stops the script (set -e).
+  io=$(q "SELECT GROUP_CONCAT(VARIABLE_VALUE ORDER BY FIELD(VARIABLE_NAME, 'INNODB_DATA_READS',
        'INNODB_DATA_WRITES', 'INNODB_BUFFER_POOL_WAIT_FREE', 'INNODB_BUFFER_POOL_PAGES_FLUSHED')
        SEPARATOR ' ') FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN
        ('INNODB_DATA_READS', 'INNODB_DATA_WRITES', 'INNODB_BUFFER_POOL_WAIT_FREE',
-        'INNODB_BUFFER_POOL_PAGES_FLUSHED')")" \
-    "$(awk '{ print $14 + $15 }' "/proc/$(cat "$OW_RUN_DIR/mariadb.pid")/stat")"
+        'INNODB_BUFFER_POOL_PAGES_FLUSHED')") || return
+  cpu=$(awk '{ print $14 + $15 }' "/proc/$(<"$OW_RUN_DIR/mariadb.pid")/stat") || return
+  echo "$io $cpu"
 }
 io_per_batch() {  # BEFORE AFTER LABEL: a backlog run's I/O and MariaDB CPU per decided batch
   awk -v a="$1" -v b="$2" -v n="$BACKLOG" -v l="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {
