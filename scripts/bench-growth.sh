@@ -152,6 +152,12 @@ io_per_batch() {  # BEFORE AFTER LABEL: a backlog run's I/O and MariaDB CPU per 
     printf "  backlog I/O per batch (%s): %.2f page reads, %.2f writes, %.2f pages flushed; %d waits for a free page; mariadbd %.0f us CPU\n",
       l, (y[1] - x[1]) / n, (y[2] - x[2]) / n, (y[4] - x[4]) / n, y[3] - x[3], (y[5] - x[5]) * 1e6 / hz / n }'
 }
+backlog_run() {  # NAME LABEL: a backlog of $BACKLOG batches, with its I/O and CPU per batch
+  local before
+  before=$(io_counters)
+  bench "$1" -n "$BACKLOG"
+  io_per_batch "$before" "$(io_counters)" "$2, $(backlog_rate "$1") batches/s" | tee -a "$OUT/growth.txt"
+}
 
 # What fills the buffer pool: MiB of pages per index (data pages only)
 pool_by_index() {
@@ -199,7 +205,7 @@ backlog_rate() { awk -F'|' '$2 ~ /tuned/ { gsub(/ /, "", $7); print $7 }' "$OUT/
 steady_p99() { sed -n 's/^latency after .*p50\/p95\/p99 [0-9]* \/ [0-9]* \/ \([0-9]*\) ms\(,.*\)\{0,1\}$/\1/p' "$OUT/$1.txt"; }
 
 growth() {
-  local step label rate p99 r0="" p0="" sz rq0 rd0 rq1 rd1 hit io0
+  local step label rate p99 r0="" p0="" sz rq0 rd0 rq1 rd1 hit
   printf '# rows requests orders decide_per_s p99_ms req_data_MiB req_index_MiB ord_data_MiB ord_index_MiB B_per_request B_per_order pool_hit_pct\n' >"$OUT/growth.dat"
   for step in "${STEPS[@]}"; do
     preload_to "$step"
@@ -210,13 +216,8 @@ growth() {
     # it runs: 19,712 batches/s there against 12,612 at 1M with 0.11 page
     # reads per batch (cbafeb7). After it, the pool is full at every step.
     say "step $step: two backlog runs ($BACKLOG batches each), then ${SECS} s at $RATE batches/s"
-    io0=$(io_counters)
-    bench "first-$step" -n "$BACKLOG"
-    io_per_batch "$io0" "$(io_counters)" "first run, $(backlog_rate "first-$step") batches/s" |
-      tee -a "$OUT/growth.txt"
-    io0=$(io_counters)
-    bench "backlog-$step" -n "$BACKLOG"
-    io_per_batch "$io0" "$(io_counters)" "measured run" | tee -a "$OUT/growth.txt"
+    backlog_run "first-$step" "first run"
+    backlog_run "backlog-$step" "measured run"
     echo "  buffer pool after the backlog run, MiB by index: $(pool_by_index)" | tee -a "$OUT/growth.txt"
     bench "rate-$step" --rate "$RATE" -n $((RATE * SECS))
     rq1=$(status_var Innodb_buffer_pool_read_requests)

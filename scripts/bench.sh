@@ -112,6 +112,15 @@ services_up=1
 source "$OW_RUN_DIR/services.env"
 [[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start (got the $OW_BROKER_KIND broker); run scripts/deps.sh"
 WATCH="mariadbd=$(cat "$OW_RUN_DIR/mariadb.pid"),kafka=$(cat "$OW_RUN_DIR/kafka.pid")"
+ow_bench() {  # OUT_DIR ARGS...: ow-bench against these services and this worker
+  local out=$1
+  shift
+  "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-host 127.0.0.1 \
+    --mysql-port "$OW_MYSQL_PORT" --mysql-user root --worker "$BUILD/order-worker" \
+    --out "$out" "$@"
+}
+SETUP=""  # what was done to the services, for the log and bench.txt's header
+setup_done() { say "$1"; SETUP+=" ($1)"; }
 
 # A fresh broker's JVM is still compiling its hot paths: the same produce
 # load cost it 52 % of a core in its first 10 s and 24 % in the next 10 s
@@ -134,24 +143,18 @@ fi
 # shape (its own topic, database and group) warms those paths too.
 PIPE_WARMUP_S="${OW_BENCH_PIPELINE_WARMUP_S:-30}"
 if [[ -n $RATE ]] && ((PIPE_WARMUP_S > 0)); then
-  say "warming the pipeline: ${PIPE_WARMUP_S} s at $RATE batches/s, discarded"
+  say "warming the pipeline: ${PIPE_WARMUP_S} s at $RATE batches/s"
   mkdir -p "$OUT/pipeline-warmup"
-  "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-host 127.0.0.1 \
-    --mysql-port "$OW_MYSQL_PORT" --mysql-user root --worker "$BUILD/order-worker" \
-    --out "$OUT/pipeline-warmup" "${PASS[@]}" -n "$(awk -v r="$RATE" -v s="$PIPE_WARMUP_S" \
-      'BEGIN { printf "%d", r * s }')" >"$OUT/pipeline-warmup.txt" 2>&1 ||
+  ow_bench "$OUT/pipeline-warmup" "${PASS[@]}" -n "$(awk -v r="$RATE" -v s="$PIPE_WARMUP_S" \
+    'BEGIN { printf "%d", r * s }')" >"$OUT/pipeline-warmup.txt" 2>&1 ||
     die "the pipeline warm-up did not complete (see $OUT/pipeline-warmup.txt)"
+  setup_done "after a ${PIPE_WARMUP_S} s pipeline warm-up, discarded"
 fi
 if [[ -n $BROKER_CPUS ]]; then
   command -v taskset >/dev/null || die "--broker-cpus needs taskset (util-linux)"
   taskset -a -p -c "$BROKER_CPUS" "$(cat "$OW_RUN_DIR/kafka.pid")" >/dev/null ||
     die "taskset could not pin the broker to CPUs $BROKER_CPUS"
-  say "broker pinned to CPUs $BROKER_CPUS (every thread of its JVM)"
-fi
-
-# services.sh keeps a broker that is already running: check the one we got.
-if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]] && ! grep -q '^log.dirs=/dev/shm/' "$OW_RUN_DIR/kafka/server.properties"; then
-  die "--broker-tmpfs: the running broker keeps its log on disk (stop it: OW_RUN_DIR=$OW_RUN_DIR scripts/services.sh stop all)"
+  setup_done "broker pinned to CPUs $BROKER_CPUS, every thread of its JVM"
 fi
 if [[ -n $BROKER_NICE ]]; then
   for task in /proc/"$(cat "$OW_RUN_DIR/kafka.pid")"/task/*; do
@@ -160,20 +163,19 @@ if [[ -n $BROKER_NICE ]]; then
     renice -n "$BROKER_NICE" -p "${task##*/}" >/dev/null 2>&1 || [[ ! -d $task ]] ||
       die "renice failed for the broker's thread ${task##*/}"
   done
-  say "broker at niceness $BROKER_NICE (every thread of its JVM)"
+  setup_done "broker at niceness $BROKER_NICE, every thread of its JVM"
 fi
+if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then setup_done "broker log directory in /dev/shm"; fi
 
 {
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
-  echo "bench: ow-bench ${PASS[*]}${BROKER_CPUS:+ (broker pinned to CPUs $BROKER_CPUS)}${BROKER_NICE:+ (broker at niceness $BROKER_NICE)}$( [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]] && echo ' (broker log directory in /dev/shm)')$( [[ -n $RATE ]] && ((PIPE_WARMUP_S > 0)) && echo " (after a ${PIPE_WARMUP_S} s pipeline warm-up)")"
+  echo "bench: ow-bench ${PASS[*]}$SETUP"
 } | tee "$OUT/bench.txt"
 
 set +e
-"$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-host 127.0.0.1 \
-  --mysql-port "$OW_MYSQL_PORT" --mysql-user root --worker "$BUILD/order-worker" \
-  --out "$OUT" --watch "$WATCH" "${PASS[@]}" | tee -a "$OUT/bench.txt"
+ow_bench "$OUT" --watch "$WATCH" "${PASS[@]}" | tee -a "$OUT/bench.txt"
 status=${PIPESTATUS[0]}
 set -e
 

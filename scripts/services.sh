@@ -60,6 +60,9 @@ OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
 BUILD_DIR="${OW_BUILD_DIR:-$REPO_ROOT/build}"
 
 STATE_FILE="$OW_RUN_DIR/services.env"
+# Names outside $OW_RUN_DIR (a short socket path, the broker's memory log
+# directory) carry this tag, so that run directories never share one.
+RUN_TAG="$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
 
 MDB_DIR="$OW_RUN_DIR/mariadb"
 MDB_DATA="$MDB_DIR/data"
@@ -72,7 +75,7 @@ K_DIR="$OW_RUN_DIR/kafka"
 K_DATA="$K_DIR/data"
 # Benchmarks only: the broker's log segments in memory, so that their
 # writeback does not queue MariaDB's redo fsyncs on the one disk here.
-K_SHM_DATA="/dev/shm/ow-kafka-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
+K_SHM_DATA="/dev/shm/ow-kafka-$RUN_TAG"
 if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then K_DATA="$K_SHM_DATA"; fi
 K_PROPS="$K_DIR/server.properties"
 K_LOG="$OW_RUN_DIR/kafka.log"
@@ -218,6 +221,11 @@ service_pid() {
 
 pidfile_of() { case $1 in mariadb) echo "$MDB_PIDFILE" ;; kafka) echo "$K_PIDFILE" ;; esac; }
 envfile_of() { case $1 in mariadb) echo "$MDB_ENV" ;; kafka) echo "$K_ENV" ;; esac; }
+# Whether a running service was started with this shell's data directory
+# (OW_KAFKA_DATA_TMPFS moves the broker's).
+data_dir_current() {
+  [[ $1 != kafka || ! -f $K_PROPS ]] || grep -qxF "log.dirs=$K_DATA" "$K_PROPS"
+}
 
 # frag_get FILE VAR: value of VAR in a fragment file, without our environment.
 frag_get() {
@@ -315,7 +323,7 @@ mariadb_socket() {
   local sock="$MDB_DIR/mysql.sock"
   # sun_path holds 107 bytes: fall back to /tmp for a deep $OW_RUN_DIR.
   if ((${#sock} > 100)); then
-    sock="/tmp/ow-mysql-$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12).sock"
+    sock="/tmp/ow-mysql-$RUN_TAG.sock"
   fi
   echo "$sock"
 }
@@ -704,12 +712,15 @@ cmd_start() {
   for svc in "${TARGETS[@]}"; do
     if pid="$(service_pid "$svc")"; then
       echo "$pid" >"$(pidfile_of "$svc")"
-      if [[ -f $(envfile_of "$svc") ]]; then
+      if [[ ! -f $(envfile_of "$svc") ]]; then
+        # Running but its state was lost: restart it cleanly.
+        warn "$svc is running (pid $pid) without its state file; restarting it"
+      elif ! data_dir_current "$svc"; then
+        warn "$svc is running (pid $pid) with another data directory; restarting it"
+      else
         say "$svc already running (pid $pid); leaving it as is"
         continue
       fi
-      # Running but its state was lost: restart it cleanly.
-      warn "$svc is running (pid $pid) without its state file; restarting it"
       kill_and_wait "$pid" "$svc"
     fi
     todo+=("$svc")
