@@ -122,33 +122,11 @@ ow_bench() {  # OUT_DIR ARGS...: ow-bench against these services and this worker
 SETUP=""  # what was done to the services, for the log and bench.txt's header
 setup_done() { say "$1"; SETUP+=" ($1)"; }
 
-# A fresh broker's JVM is still compiling its hot paths: the same produce
-# load cost it 52 % of a core in its first 10 s and 24 % in the next 10 s
-# (measured here). Give it OW_BENCH_JVM_WARMUP_S seconds of produce and
-# fetch traffic before anything is measured.
-WARMUP_S="${OW_BENCH_JVM_WARMUP_S:-20}"
-if ((WARMUP_S > 0)); then
-  say "warming the broker's JVM for ${WARMUP_S} s"
-  "$BUILD/ow-kit" create-topic "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup 6 >/dev/null
-  "$BUILD/ow-kit" gen "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup $((4000 * WARMUP_S)) --rate 4000 \
-    --prefix warm >/dev/null 2>&1
-  "$BUILD/ow-kit" read "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup >/dev/null
-fi
-# The produce-and-read warm-up above leaves the broker's C2 compiler busy
-# once a worker's traffic starts (consumer group fetches that wait for
-# fetch.min.bytes, the idempotent result producer, offset commits): in
-# the first 30 s of a --rate 2500 run the compiler threads took 50-60 %
-# of a core on top of the request handlers' 44 %, the worker fell behind
-# and the p99 "after the warm-up" was 2-3.5 s. A discarded run of the same
-# shape (its own topic, database and group) warms those paths too.
-PIPE_WARMUP_S="${OW_BENCH_PIPELINE_WARMUP_S:-30}"
-if [[ -n $RATE ]] && ((PIPE_WARMUP_S > 0)); then
-  say "warming the pipeline: ${PIPE_WARMUP_S} s at $RATE batches/s"
-  mkdir -p "$OUT/pipeline-warmup"
-  ow_bench "$OUT/pipeline-warmup" "${PASS[@]}" -n "$(awk -v r="$RATE" -v s="$PIPE_WARMUP_S" \
-    'BEGIN { printf "%d", r * s }')" >"$OUT/pipeline-warmup.txt" 2>&1 ||
-    die "the pipeline warm-up did not complete (see $OUT/pipeline-warmup.txt)"
-  setup_done "after a ${PIPE_WARMUP_S} s pipeline warm-up, discarded"
+# shellcheck source=scripts/bench-warmup.sh
+source "$ROOT/scripts/bench-warmup.sh"
+warm_broker_jvm
+if [[ -n $RATE ]] && warm_pipeline "$RATE" "$OUT/pipeline-warmup" ow_bench "${PASS[@]}"; then
+  setup_done "after a ${OW_BENCH_PIPELINE_WARMUP_S:-30} s pipeline warm-up, discarded"
 fi
 if [[ -n $BROKER_CPUS ]]; then
   command -v taskset >/dev/null || die "--broker-cpus needs taskset (util-linux)"
