@@ -44,9 +44,9 @@ static const ow_sql_shape insert_requests_sql = {
     "(?,?,?,?,?,?,?)", ""};
 static const ow_sql_shape select_requests_sql = {
     OW_SLOT_DECIDE + 2,
-    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body FROM "
-    "idempotency_requests WHERE (user_id, idempotency_key) IN (",
-    "(?,?)", ")"};
+    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body, "
+    "key_hash FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
 static const ow_sql_shape insert_orders_sql = {
     OW_SLOT_DECIDE + 3,
     "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
@@ -424,8 +424,7 @@ static int select_requests_chunk(batch *bt, size_t from, size_t rows, ow_error *
     for (size_t i = 0; i < padded; i++) {
         const ow_store_item *it = &bt->items[from + (i < rows ? i : rows - 1)];
 
-        ow_param_int(p, it->req->user_id);
-        ow_param_bytes(p, it->key, it->key_len);
+        ow_param_bytes(p, it->key_hash, OW_KEY_HASH_LEN);
     }
     rc = ow_store_execute(bt->s, st, p, "read requests", err);
     if (rc == OW_OK)
@@ -719,6 +718,11 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     ow_error_clear(err);
     if (n == 0)
         return OW_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (ow_key_hash(items[i].req->user_id, items[i].key, items[i].key_len, items[i].key_hash) !=
+            OW_OK)
+            return ow_store_oom(err); /* keys are checked to be <= OW_KEY_MAX */
+    }
     one_at_a_time |= s->next_one_at_a_time;
     /* Recorded keys first, without a lock (issue 12); the rest decide_batch. */
     return remember_race(s, ow_store_decide_known(s, items, n, one_at_a_time, decide_batch, err),

@@ -1,6 +1,8 @@
 #include "ow/digest.h"
 
 #include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ow/error.h"
 
@@ -72,4 +74,19 @@ int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
         ow_hex(raw, OW_DIGEST_LEN, hex);
     ow_buf_cleanup(&canon);
     return rc;
+}
+
+int ow_key_hash(long long user_id, const char *key, size_t len, unsigned char out[OW_KEY_HASH_LEN])
+{
+    char text[32 + OW_KEY_MAX];
+    unsigned char raw[OW_DIGEST_LEN];
+    int n = snprintf(text, sizeof(text) - OW_KEY_MAX, "%lld:", user_id);
+
+    if (n < 0 || len > OW_KEY_MAX)
+        return OW_EINVAL;
+    memcpy(text + n, key, len);
+    if (EVP_Digest(text, (size_t)n + len, raw, NULL, EVP_sha256(), NULL) != 1)
+        return OW_ENOMEM; /* its only failure: no memory for the context */
+    memcpy(out, raw, OW_KEY_HASH_LEN);
+    return OW_OK;
 }

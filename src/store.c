@@ -268,8 +268,10 @@ int ow_store_connect(ow_store *s, ow_error *err)
     if (s->db == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
     mysql_options(s->db, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
-    mysql_options(s->db, MYSQL_OPT_READ_TIMEOUT, &rw_timeout);
-    mysql_options(s->db, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
+    if (!s->long_statements) {
+        mysql_options(s->db, MYSQL_OPT_READ_TIMEOUT, &rw_timeout);
+        mysql_options(s->db, MYSQL_OPT_WRITE_TIMEOUT, &rw_timeout);
+    }
     mysql_options(s->db, MYSQL_OPT_RECONNECT, &off);
     mysql_options(s->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     ow_store_tls_options(s);

@@ -123,7 +123,7 @@ static int begin_snapshot(ow_store *s, ow_error *err)
 
 static const char *const sql_lookup_request =
     "SELECT id, status, request_digest, response_status, created_at, updated_at, response_body "
-    "FROM idempotency_requests WHERE user_id = ? AND idempotency_key = ?";
+    "FROM idempotency_requests WHERE key_hash = ? AND user_id = ? AND idempotency_key = ?";
 
 static const char *const sql_lookup_orders =
     "SELECT id, order_no, external_order_no, amount, product_id, quantity FROM orders "
@@ -187,12 +187,15 @@ static void fill_record(const request_cols *c, ow_admin_record *r)
 static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_admin_record *r, ow_error *err)
 {
     request_cols c;
+    unsigned char hash[OW_KEY_HASH_LEN];
     int frc;
     int rc = OW_OK;
 
     ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 2) != OW_OK)
+    if (ow_params_reserve(&s->params, 3) != OW_OK ||
+        ow_key_hash(r->user_id, r->key, r->key_len, hash) != OW_OK)
         return ow_store_oom(err);
+    ow_param_bytes(&s->params, hash, sizeof(hash));
     ow_param_int(&s->params, r->user_id);
     ow_param_bytes(&s->params, r->key, r->key_len);
     rc = ow_store_execute(s, st, &s->params, "look up request", err);

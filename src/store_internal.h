@@ -80,6 +80,10 @@ struct ow_store {
     unsigned port;
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s;
+    /* No read or write timeout on the socket: migrate's table rebuilds run
+     * for minutes on a large table (migration 004), and a client that
+     * gives up leaves the server rolling back. */
+    int long_statements;
     ow_store_tls tls; /* owned copies (store_tls.c) */
     MYSQL *db;
     /* ow_store_cancel's view of the connection: its socket (-1 when none)

@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/log.h"
 #include "store_known_internal.h"
 
 static const ow_sql_shape known_sql = {
     OW_SLOT_KNOWN + 0,
-    "SELECT user_id, idempotency_key, request_digest, response_status, response_body FROM "
-    "idempotency_requests WHERE (user_id, idempotency_key) IN (",
-    "(?,?)", ")"};
+    "SELECT user_id, idempotency_key, request_digest, response_status, response_body, key_hash "
+    "FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
 
 int ow_store_answer_recorded(ow_store *s, ow_store_item *it, const unsigned char *digest,
                              long long status, ow_error *err)
@@ -59,11 +60,47 @@ static int row_matches(const ow_request_row *row, const ow_store_item *it)
            memcmp(it->key, row->key, row->key_len) == 0;
 }
 
+/* A row that holds an item's key hash for another (user_id, key): two keys
+ * whose SHA-256 agree in 128 bits (about 1.5e-21 for 10^9 keys;
+ * docs/transactions.md). The item's key cannot be recorded, so it is
+ * answered like a key used for another request, from its own fields, and
+ * writes nothing. Also when the row is another item's of the same batch. */
+static int answer_collisions(ow_request_row *row, ow_store_item *items, size_t n, ow_error *err)
+{
+    int rc = OW_OK;
+
+    for (size_t i = 0; rc == OW_OK && i < n; i++) {
+        ow_store_item *it = &items[i];
+        ow_response_ctx ctx;
+
+        if (memcmp(row->key_hash, it->key_hash, OW_KEY_HASH_LEN) != 0 || row_matches(row, it))
+            continue;
+        row->s->stats.key_hash_collisions++;
+        OW_LOG(OW_LOG_ERROR, "idempotency_key_hash_collision",
+               OW_F_INT("user_id", it->req->user_id), OW_F_KEY("key", it->key, it->key_len),
+               OW_F_INT("stored_user_id", row->user_id),
+               OW_F_KEY("stored_key", row->key, row->key_len));
+        ow_buf_reset(&it->body);
+        it->ours = 0;
+        it->replayed = 0;
+        it->decision = OW_DECISION_KEY_REUSED;
+        it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
+        memcpy(it->stored_digest8, "00000000", sizeof(it->stored_digest8));
+        ctx.user_id = it->req->user_id;
+        ctx.key = it->key;
+        ctx.key_len = it->key_len;
+        ctx.digest_hex = it->digest_hex;
+        if (ow_response_key_reused(&ctx, &it->body) != OW_OK)
+            rc = ow_store_oom(err);
+    }
+    return rc;
+}
+
 int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item *items, size_t n,
                         ow_request_row_fn fn, const char *what, ow_error *err)
 {
-    MYSQL_BIND res[6];
-    ow_mybool nul[6] = {0};
+    MYSQL_BIND res[7];
+    ow_mybool nul[7] = {0};
     ow_request_row row = {.s = s, .st = st, .what = what};
     unsigned c = with_id ? 1 : 0;
     unsigned e;
@@ -77,6 +114,8 @@ int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item 
     ow_result_bytes(&res[c + 2], row.digest, sizeof(row.digest), &row.digest_len, &nul[c + 2]);
     ow_result_int(&res[c + 3], &row.status, &nul[c + 3]);
     ow_result_bytes(&res[c + 4], NULL, 0, &row.body_len, &nul[c + 4]);
+    ow_result_bytes(&res[c + 5], row.key_hash, sizeof(row.key_hash), &row.key_hash_len,
+                    &nul[c + 5]);
     row.body_col = c + 4;
     if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
         return ow_store_fail_stmt(s, st, what, err);
@@ -84,13 +123,16 @@ int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item 
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
             break;
-        if (row.key_len > OW_KEY_MAX || row.digest_len != OW_DIGEST_LEN)
+        if (row.key_len > OW_KEY_MAX || row.digest_len != OW_DIGEST_LEN ||
+            row.key_hash_len != OW_KEY_HASH_LEN)
             continue;
         row.have_body = 0;
         for (size_t i = 0; rc == OW_OK && i < n; i++) {
             if (row_matches(&row, &items[i]))
                 rc = fn(&row, &items[i], err);
         }
+        if (rc == OW_OK)
+            rc = answer_collisions(&row, items, n, err);
     }
     e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
@@ -125,8 +167,7 @@ static int read_chunk(ow_store *s, ow_store_item *items, size_t from, size_t row
     for (size_t i = 0; i < ((size_t)1 << bucket); i++) {
         const ow_store_item *it = &items[from + (i < rows ? i : rows - 1)];
 
-        ow_param_int(p, it->req->user_id);
-        ow_param_bytes(p, it->key, it->key_len);
+        ow_param_bytes(p, it->key_hash, OW_KEY_HASH_LEN);
     }
     rc = ow_store_execute(s, st, p, "read known keys", err);
     if (rc == OW_OK)

@@ -23,8 +23,9 @@ int ow_store_decide_known(ow_store *s, ow_store_item *items, size_t n, int one_a
                           ow_decide_fn decide, ow_error *err);
 
 /* One row of a SELECT of ([id,] user_id, idempotency_key, request_digest,
- * response_status, response_body), the columns that decide.c's read-back
- * and the known-key read both select. The body is fetched on demand. */
+ * response_status, response_body, key_hash), the columns that decide.c's
+ * read-back and the known-key read both select. The body is fetched on
+ * demand. */
 typedef struct {
     ow_store *s;
     MYSQL_STMT *st;
@@ -36,6 +37,8 @@ typedef struct {
     unsigned long key_len;
     unsigned char digest[OW_DIGEST_LEN];
     unsigned long digest_len;
+    unsigned char key_hash[OW_KEY_HASH_LEN];
+    unsigned long key_hash_len;
     unsigned long body_len;
     unsigned body_col;
     int have_body;

@@ -24,16 +24,27 @@ static int run_static_prepared(ow_store *s, const char *sql, ow_error *err)
     return rc;
 }
 
-/* ER_CANT_DROP_FIELD_OR_KEY: what a migration drops is already gone. MySQL 8
- * has no DROP INDEX IF EXISTS, so this makes a drop safe to run again
- * (issue 12, migration 002). */
+/* Errors of an ALTER TABLE that say its change is already there. MySQL 8
+ * has no DROP INDEX IF EXISTS or ADD COLUMN IF NOT EXISTS, so these make a
+ * drop (issue 12, migration 002) and an added column (issue 13, migration
+ * 004) safe to run again after a migrate that stopped halfway or beside
+ * another replica's. Each ALTER of a migration is atomic and names what it
+ * adds or drops first, so "already there" means "done". A CREATE TABLE
+ * with these errors still fails. */
+#define OW_ER_DUP_FIELDNAME 1060
 #define OW_ER_CANT_DROP_FIELD_OR_KEY 1091
+
+static int already_done(const char *sql, int code)
+{
+    return strncmp(sql, "ALTER TABLE ", 12) == 0 &&
+           (code == OW_ER_DUP_FIELDNAME || code == OW_ER_CANT_DROP_FIELD_OR_KEY);
+}
 
 static int run_statement(ow_store *s, const char *sql, ow_error *err)
 {
     int rc = run_static_prepared(s, sql, err);
 
-    if (rc != OW_OK && err->code == OW_ER_CANT_DROP_FIELD_OR_KEY) {
+    if (rc != OW_OK && already_done(sql, err->code)) {
         ow_error_clear(err);
         return OW_OK;
     }
@@ -131,7 +142,13 @@ static int record(ow_store *s, const ow_migration *m, int *first, ow_error *err)
 
 int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err)
 {
-    int rc = ow_store_connect(s, err);
+    int rc;
+
+    if (!s->long_statements) {
+        s->long_statements = 1;
+        ow_store_disconnect(s);
+    }
+    rc = ow_store_connect(s, err);
 
     *applied = 0;
     if (rc == OW_OK)

@@ -18,11 +18,22 @@
 
 #define OW_DIGEST_LEN 32
 #define OW_DIGEST_HEX_LEN 64
+/* The key hash (issue 13): the first 16 bytes of SHA-256 over the user id
+ * in decimal, ':' and the key's bytes. It is the whole unique key of
+ * idempotency_requests (migration 004), so that index holds 16 bytes per
+ * request instead of the user id and the key; the row keeps both, and a
+ * read by the hash compares them. Migration 004 computes the same value in
+ * SQL: UNHEX(LEFT(SHA2(CONCAT(user_id, ':', idempotency_key), 256), 32)). */
+#define OW_KEY_HASH_LEN 16
 
 /* Appends the canonical form to out. Returns 0 or OW_ENOMEM. */
 int ow_digest_canonical(const ow_request *req, ow_buf *out);
 /* Computes the digest; hex gets 64 lower-case hex digits and a NUL. */
 int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
                       char hex[OW_DIGEST_HEX_LEN + 1]);
+
+/* The key hash of (user_id, key[0..len)). Returns 0, OW_EINVAL when len
+ * exceeds OW_KEY_MAX, or OW_ENOMEM. */
+int ow_key_hash(long long user_id, const char *key, size_t len, unsigned char out[OW_KEY_HASH_LEN]);
 
 #endif

@@ -92,6 +92,7 @@ typedef struct {
      * for the security log (issue 11). */
     char stored_digest8[9];
     /* Private to the store. */
+    unsigned char key_hash[OW_KEY_HASH_LEN]; /* the unique key's value (migration 004) */
     int64_t request_id;
     int ours;
 } ow_store_item;
@@ -103,6 +104,7 @@ typedef struct {
     uint64_t id_collisions;
     uint64_t deadlocks;  /* decide calls the server chose as a deadlock victim (1213) */
     uint64_t known_keys; /* items answered by the non-locking read of recorded keys (issue 12) */
+    uint64_t key_hash_collisions; /* another (user_id, key) holds an item's key hash */
 } ow_store_stats;
 
 struct ow_config;

@@ -675,7 +675,7 @@ static void test_audit_clean(void **state)
  * dropped to make the duplicates possible). */
 static void insert_bad_rows(testdb *t)
 {
-    testdb_exec(t, "ALTER TABLE idempotency_requests DROP INDEX uq_requests_user_key");
+    testdb_exec(t, "ALTER TABLE idempotency_requests DROP INDEX uq_requests_key_hash");
     testdb_exec(t, "ALTER TABLE orders DROP INDEX uq_orders_user_ext");
     /* Good rows around them. */
     testdb_exec(t, REQ(1, 1, "good-1", "SUCCEEDED", 201, "{}"));
@@ -854,6 +854,76 @@ static void test_migrate_concurrently(void **state)
     testdb_exec(&db, sql);
 }
 
+static int migrate_db(testdb *t)
+{
+    ow_store *s = testdb_store(t, &ids, 5);
+    migrate_run r = {.store = s};
+
+    migrate_thread(&r);
+    ow_store_free(&s);
+    if (r.rc != OW_OK)
+        fail_msg("migrate: %s", r.msg);
+    return r.applied;
+}
+
+static long long index_count(testdb *t, const char *name)
+{
+    char sql[300];
+
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE "
+             "table_schema = DATABASE() AND table_name = 'idempotency_requests' AND "
+             "index_name = '%s' AND non_unique = 0",
+             name);
+    return testdb_count(t, sql);
+}
+
+/* Migration 004 (issue 13) on a database with rows from before it: each row
+ * gets the key hash that the worker computes (a retry of a stored key finds
+ * its row), the old unique key is gone, and a migrate that stopped after its
+ * first statement runs again. */
+static void test_migrate_key_hash_on_old_rows(void **state)
+{
+    testdb old;
+    ow_store *s;
+    testmsg m;
+
+    (void)state;
+    testdb_create(&old, "ow_it_migrate_old"); /* every migration applied */
+    /* Back to the schema before 004, with rows written then. */
+    testdb_exec(&old, "ALTER TABLE idempotency_requests DROP INDEX uq_requests_key_hash, "
+                      "DROP COLUMN key_hash, "
+                      "ADD UNIQUE KEY uq_requests_user_key (user_id, idempotency_key)");
+    testdb_exec(&old, "DELETE FROM ow_schema_migrations WHERE version = 4");
+    testdb_exec(&old, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                      "request_digest, status, response_status, response_body) SELECT seq, "
+                      "1 + seq % 7, CONCAT('old-', seq), UNHEX(SHA2(seq, 256)), 'SUCCEEDED', 201, "
+                      "'{}' FROM seq_1_to_500");
+    assert_int_equal(migrate_db(&old), 1);
+    assert_int_equal(index_count(&old, "uq_requests_user_key"), 0);
+    assert_int_equal(index_count(&old, "uq_requests_key_hash"), 1);
+    /* Row 42 is (1, 'old-42'), recorded for another request: the worker
+     * finds it by its own hash and refuses the key. */
+    s = testdb_store(&old, &ids, 5);
+    testmsg_make(&m, "old-42", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"O1\","
+                               "\"amount\":\"1.00\"}]}");
+    assert_int_equal(testmsg_decide(s, &m), OW_DECISION_KEY_REUSED);
+    assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM idempotency_requests"), 500);
+    assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM orders"), 0);
+    testmsg_free(&m);
+    ow_store_free(&s);
+    /* Stopped after its first statement: the column is there, the old
+     * index too. */
+    testdb_exec(&old, "ALTER TABLE idempotency_requests "
+                      "ADD UNIQUE KEY uq_requests_user_key (user_id, idempotency_key)");
+    testdb_exec(&old, "DELETE FROM ow_schema_migrations WHERE version = 4");
+    assert_int_equal(migrate_db(&old), 1);
+    assert_int_equal(migrate_db(&old), 0);
+    assert_int_equal(index_count(&old, "uq_requests_user_key"), 0);
+    assert_int_equal(index_count(&old, "uq_requests_key_hash"), 1);
+    testdb_drop(&old);
+}
+
 /* --- statement errors keep their text (issue 9, defect 7) -------------------- */
 
 /* Runs a subcommand against t and checks that it fails (status 1) with a
@@ -944,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),
         cmocka_unit_test(test_migrate_concurrently),
+        cmocka_unit_test(test_migrate_key_hash_on_old_rows),
         cmocka_unit_test(test_prepare_errors_keep_text),
     };
     int rc;

@@ -623,6 +623,85 @@ static void test_same_id_same_key(void **state)
     ow_store_free(&b);
 }
 
+/* Migration 004's SQL and the worker compute one key hash (issue 13): every
+ * row the worker wrote carries the value the migration would give it. */
+static void test_key_hash_matches_sql(void **state)
+{
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b;
+
+    (void)state;
+    testmsg_make(&a, "k-hash-1", "{\"user_id\":31,\"orders\":[{\"external_order_no\":\"H1\","
+                                 "\"amount\":\"1.00\"}]}");
+    testmsg_make(&b, "k:hash\\2", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"H2\","
+                                   "\"amount\":\"1.00\"}]}");
+    assert_int_equal(testmsg_decide(s, &a), OW_DECISION_CREATED);
+    assert_int_equal(testmsg_decide(s, &b), OW_DECISION_CREATED);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE key_hash = "
+                           "UNHEX(LEFT(SHA2(CONCAT(user_id, ':', idempotency_key), 256), 32))"),
+                     2);
+    testmsg_free(&a);
+    testmsg_free(&b);
+    ow_store_free(&s);
+}
+
+/* Plants a row for another user and key that carries m's key hash: what a
+ * 128-bit collision of SHA-256 would store. The server computes key_hash
+ * (migration 004), so t's copy of it becomes a plain column whose default
+ * is that hash: the worker's own insert then collides too. */
+static void plant_collision(testdb *t, const testmsg *m)
+{
+    unsigned char h[OW_KEY_HASH_LEN];
+    char hex[2 * OW_KEY_HASH_LEN + 1];
+    char sql[600];
+
+    assert_int_equal(ow_key_hash(m->req.user_id, m->item.key, m->item.key_len, h), OW_OK);
+    ow_hex(h, sizeof(h), hex);
+    snprintf(sql, sizeof(sql),
+             "ALTER TABLE idempotency_requests MODIFY key_hash BINARY(16) NOT NULL DEFAULT "
+             "X'%s'",
+             hex);
+    testdb_exec(t, sql);
+    testdb_exec(t, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                   "request_digest, status, response_status, response_body) VALUES (5, 99, "
+                   "'other-key', UNHEX(SHA2('x', 256)), 'SUCCEEDED', 201, '{\"secret\":1}')");
+}
+
+/* A key whose hash another (user_id, key) holds is answered like a reused
+ * key from the request's own fields, writes nothing and does not stall:
+ * through the known-key read, and through the deciding transaction's
+ * read-back when that read is off. */
+static void test_key_hash_collision(void **state)
+{
+    const char *value = "{\"user_id\":32,\"orders\":[{\"external_order_no\":\"C1\","
+                        "\"amount\":\"1.00\"}]}";
+
+    (void)state;
+    for (int known = 1; known >= 0; known--) {
+        testdb c;
+        ow_store *s;
+        testmsg m;
+
+        testdb_create(&c, "ow_it_collide");
+        s = testdb_store(&c, &ids, 5);
+        testmsg_make(&m, "k-collides", value);
+        plant_collision(&c, &m);
+        ow_store_set_known_read(s, known);
+        assert_int_equal(testmsg_decide(s, &m), OW_DECISION_KEY_REUSED);
+        assert_int_equal(m.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
+        assert_int_equal(m.item.replayed, 0);
+        assert_null(strstr(m.item.body.data, "secret"));
+        assert_non_null(strstr(m.item.body.data, "k-collides"));
+        assert_int_equal(ow_store_get_stats(s)->key_hash_collisions, 1);
+        assert_int_equal(testdb_count(&c, "SELECT COUNT(*) FROM idempotency_requests"), 1);
+        assert_int_equal(testdb_count(&c, "SELECT COUNT(*) FROM orders"), 0);
+        testmsg_free(&m);
+        ow_store_free(&s);
+        testdb_drop(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -637,6 +716,8 @@ int main(void)
         cmocka_unit_test_setup(test_lost_connection, setup),
         cmocka_unit_test_setup(test_same_id_same_key, setup),
         cmocka_unit_test_setup(test_replay_batch_reads_only, setup),
+        cmocka_unit_test_setup(test_key_hash_matches_sql, setup),
+        cmocka_unit_test_setup(test_key_hash_collision, setup),
     };
     int rc;
 

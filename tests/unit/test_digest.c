@@ -159,6 +159,32 @@ static void test_escaping_in_canonical_form(void **state)
     ow_request_cleanup(&req);
 }
 
+/* The key hash (issue 13): SHA-256 of "<user_id>:<key>", first 16 bytes
+ * (vectors from sha256sum); the user is part of it, a key of the longest
+ * length is accepted and a longer one refused. */
+static void test_key_hash(void **state)
+{
+    unsigned char h[OW_KEY_HASH_LEN], h2[OW_KEY_HASH_LEN];
+    char hex[2 * OW_KEY_HASH_LEN + 1];
+    char longest[OW_KEY_MAX + 1];
+
+    (void)state;
+    assert_int_equal(ow_key_hash(42, "abc", 3, h), OW_OK);
+    ow_hex(h, sizeof(h), hex);
+    assert_string_equal(hex, "4c611c47136d0d52ef7b1d6508b6d77b");
+    assert_int_equal(ow_key_hash(-7, "x:y", 3, h), OW_OK);
+    ow_hex(h, sizeof(h), hex);
+    assert_string_equal(hex, "24ccf1fad69ed7e0f0829603e7537ad6");
+    assert_int_equal(ow_key_hash(42, "abc", 3, h), OW_OK);
+    assert_int_equal(ow_key_hash(4, "2:abc", 5, h2), OW_OK); /* "4:2:abc", not "42:abc" */
+    assert_memory_not_equal(h, h2, sizeof(h));
+    assert_int_equal(ow_key_hash(43, "abc", 3, h2), OW_OK);
+    assert_memory_not_equal(h, h2, sizeof(h));
+    memset(longest, 'k', sizeof(longest));
+    assert_int_equal(ow_key_hash(9223372036854775807LL, longest, OW_KEY_MAX, h), OW_OK);
+    assert_int_equal(ow_key_hash(1, longest, OW_KEY_MAX + 1, h), OW_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_different_request_different_digest),
         cmocka_unit_test(test_canonical_form_and_vector),
         cmocka_unit_test(test_escaping_in_canonical_form),
+        cmocka_unit_test(test_key_hash),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
