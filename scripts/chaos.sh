@@ -117,6 +117,10 @@ supervise() {  # INDEX
     "$BIN" run 2>>"$RUN/worker-$i.log" &
     pid=$!
     echo "$pid" >"$RUN/replica-$i.pid"
+    # A stop_replica between the loop's check and the pid file found no
+    # pid to signal (seen: a scale-up at 70 s, caught up and stopped in
+    # the same second): stop the replica here, as it would have.
+    [[ -f $RUN/replica-$i.enabled ]] || kill -TERM "$pid" 2>/dev/null || true
     set +e; { wait "$pid"; } 2>/dev/null; status=$?; set -e
     echo "replica $i pid $pid exit $status" >>"$RUN/exits.log"
     rm -f "$RUN/replica-$i.pid"
