@@ -7,7 +7,8 @@
  *      orders, report differing ones as a conflict, give new orders new ids;
  *      build the response body;
  *   3. INSERT IGNORE every request row, final status and body included;
- *   4. read the request rows back by (user_id, key): a row with our id is
+ *   4. read the request rows back by key hash (the unique key, migration
+ *      004) and match them by (user_id, key): a row with our id is
  *      ours (as many as step 3 inserted: ids from two processes can
  *      collide); another id means the key was already recorded (by an earlier
  *      request or a concurrent transaction that committed while we waited on

@@ -1,6 +1,6 @@
 /*
  * Replays without a write (issue 12). Before the deciding transaction, one
- * consistent read by the unique key (user_id, idempotency_key) looks up the
+ * consistent read by the unique key (key_hash, migration 004) looks up the
  * whole micro-batch. READ COMMITTED makes it a non-locking read of the
  * latest committed rows. Measured before this (scripts/bench.sh --replay,
  * 100,000 batches), a batch of replays cost as much as deciding it: the
