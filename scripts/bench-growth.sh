@@ -95,7 +95,7 @@ source "$OW_RUN_DIR/services.env"
 # shellcheck source=scripts/bench-warmup.sh
 source "$ROOT/scripts/bench-warmup.sh"
 warm_broker_jvm
-fresh_bench() {  # OUT_DIR ARGS...: ow-bench on a database of its own (not the preloaded one)
+fresh_bench() {  # OUT_DIR ARGS...: ow-bench on a database of its own unless ARGS name one
   local out=$1
   shift
   "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-port "$OW_MYSQL_PORT" \
@@ -203,9 +203,9 @@ bench() {  # NAME ARGS...: runs ow-bench on the preloaded database; output in $O
   local name=$1
   shift
   mkdir -p "$OUT/$name"
-  "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-port "$OW_MYSQL_PORT" \
-    --worker "$BUILD/order-worker" --out "$OUT/$name" --database $DB --random-keys \
-    --first-number "$NUMBER" --no-naive --no-serial --no-db-limit ${OW_GROWTH_BENCH_ARGS:-} "$@" >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
+  # shellcheck disable=SC2086 # OW_GROWTH_BENCH_ARGS is a list of options
+  fresh_bench "$OUT/$name" --database $DB --random-keys --first-number "$NUMBER" \
+    ${OW_GROWTH_BENCH_ARGS:-} "$@" >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
     die "ow-bench $name failed (see $OUT/$name.txt and $OUT/$name.log)"
   NUMBER=$((NUMBER + 100000000))
 }

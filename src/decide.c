@@ -719,24 +719,20 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     ow_error_clear(err);
     if (n == 0)
         return OW_OK;
-    for (size_t i = 0; i < n; i++) {
-        if (ow_key_hash(items[i].req->user_id, items[i].key, items[i].key_len, items[i].key_hash) !=
-            OW_OK)
-            return ow_store_oom(err); /* keys are checked to be <= OW_KEY_MAX */
-    }
     one_at_a_time |= s->next_one_at_a_time;
     /* Recorded keys first, without a lock (issue 12); the rest decide_batch. */
     return remember_race(s, ow_store_decide_known(s, items, n, one_at_a_time, decide_batch, err),
                          err);
 }
 
-void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
+int ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
 {
     memset(it, 0, sizeof(*it));
     it->req = req;
     it->key = key;
     it->key_len = key_len;
     ow_buf_init(&it->body);
+    return ow_key_hash(req->user_id, key, key_len, it->key_hash);
 }
 
 void ow_store_item_cleanup(ow_store_item *it)

@@ -98,8 +98,8 @@ ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *
         goto fail;
     if (rc == OW_OK && key_ok) {
         job->valid = 1;
-        ow_store_item_init(&job->item, &job->req, job->key, job->key_len);
-        if (ow_digest_compute(&job->req, job->item.digest, job->item.digest_hex) != OW_OK)
+        if (ow_store_item_init(&job->item, &job->req, job->key, job->key_len) != OW_OK ||
+            ow_digest_compute(&job->req, job->item.digest, job->item.digest_hex) != OW_OK)
             goto fail;
     } else if (make_invalid(job, lim, m, &errs, key_ok) != OW_OK) {
         goto fail;

@@ -19,30 +19,38 @@ static const ow_sql_shape known_sql = {
     "FROM idempotency_requests WHERE key_hash IN (",
     "?", ")"};
 
-int ow_store_answer_recorded(ow_store *s, ow_store_item *it, const unsigned char *digest,
-                             long long status, ow_error *err)
+/* IDEMPOTENCY_KEY_REUSED, built from the item's own fields; stored_digest8
+ * names the recorded request for the security log. */
+static int answer_key_reused(ow_store_item *it, const char *stored_digest8, ow_error *err)
 {
-    ow_response_ctx ctx;
+    ow_response_ctx ctx = {it->req->user_id, it->key, it->key_len, it->digest_hex};
 
     ow_buf_reset(&it->body);
     it->ours = 0;
-    if (memcmp(digest, it->digest, OW_DIGEST_LEN) == 0) {
-        it->decision = OW_DECISION_REPLAY;
-        it->code = status == 201 ? OW_CODE_CREATED : OW_CODE_ORDER_ALREADY_EXISTS;
-        it->replayed = 1;
-        if (ow_buf_append(&it->body, s->scratch.blob.data, s->scratch.blob.len) != OW_OK)
-            return ow_store_oom(err);
-        return OW_OK;
-    }
+    it->replayed = 0;
     it->decision = OW_DECISION_KEY_REUSED;
     it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
-    it->replayed = 0;
-    ow_hex(digest, 4, it->stored_digest8);
-    ctx.user_id = it->req->user_id;
-    ctx.key = it->key;
-    ctx.key_len = it->key_len;
-    ctx.digest_hex = it->digest_hex;
+    memcpy(it->stored_digest8, stored_digest8, sizeof(it->stored_digest8));
     return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
+}
+
+int ow_store_answer_recorded(ow_store *s, ow_store_item *it, const unsigned char *digest,
+                             long long status, ow_error *err)
+{
+    char digest8[9];
+
+    if (memcmp(digest, it->digest, OW_DIGEST_LEN) != 0) {
+        ow_hex(digest, 4, digest8);
+        return answer_key_reused(it, digest8, err);
+    }
+    ow_buf_reset(&it->body);
+    it->ours = 0;
+    it->decision = OW_DECISION_REPLAY;
+    it->code = status == 201 ? OW_CODE_CREATED : OW_CODE_ORDER_ALREADY_EXISTS;
+    it->replayed = 1;
+    if (ow_buf_append(&it->body, s->scratch.blob.data, s->scratch.blob.len) != OW_OK)
+        return ow_store_oom(err);
+    return OW_OK;
 }
 
 int ow_request_row_body(ow_request_row *row, ow_error *err)
@@ -60,40 +68,18 @@ static int row_matches(const ow_request_row *row, const ow_store_item *it)
            memcmp(it->key, row->key, row->key_len) == 0;
 }
 
-/* A row that holds an item's key hash for another (user_id, key): two keys
+/* The row holds the item's key hash for another (user_id, key): two keys
  * whose SHA-256 agree in 128 bits (about 1.5e-21 for 10^9 keys;
- * docs/transactions.md). The item's key cannot be recorded, so it is
- * answered like a key used for another request, from its own fields, and
- * writes nothing. Also when the row is another item's of the same batch. */
-static int answer_collisions(ow_request_row *row, ow_store_item *items, size_t n, ow_error *err)
+ * docs/transactions.md), the row possibly another item's of the same
+ * batch. The item's key cannot be recorded, so it is answered like a key
+ * used for another request, from its own fields, and writes nothing. */
+static int answer_collision(ow_request_row *row, ow_store_item *it, ow_error *err)
 {
-    int rc = OW_OK;
-
-    for (size_t i = 0; rc == OW_OK && i < n; i++) {
-        ow_store_item *it = &items[i];
-        ow_response_ctx ctx;
-
-        if (memcmp(row->key_hash, it->key_hash, OW_KEY_HASH_LEN) != 0 || row_matches(row, it))
-            continue;
-        row->s->stats.key_hash_collisions++;
-        OW_LOG(OW_LOG_ERROR, "idempotency_key_hash_collision",
-               OW_F_INT("user_id", it->req->user_id), OW_F_KEY("key", it->key, it->key_len),
-               OW_F_INT("stored_user_id", row->user_id),
-               OW_F_KEY("stored_key", row->key, row->key_len));
-        ow_buf_reset(&it->body);
-        it->ours = 0;
-        it->replayed = 0;
-        it->decision = OW_DECISION_KEY_REUSED;
-        it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
-        memcpy(it->stored_digest8, "00000000", sizeof(it->stored_digest8));
-        ctx.user_id = it->req->user_id;
-        ctx.key = it->key;
-        ctx.key_len = it->key_len;
-        ctx.digest_hex = it->digest_hex;
-        if (ow_response_key_reused(&ctx, &it->body) != OW_OK)
-            rc = ow_store_oom(err);
-    }
-    return rc;
+    row->s->stats.key_hash_collisions++;
+    OW_LOG(OW_LOG_ERROR, "idempotency_key_hash_collision", OW_F_INT("user_id", it->req->user_id),
+           OW_F_KEY("key", it->key, it->key_len), OW_F_INT("stored_user_id", row->user_id),
+           OW_F_KEY("stored_key", row->key, row->key_len));
+    return answer_key_reused(it, "00000000", err);
 }
 
 int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item *items, size_t n,
@@ -127,12 +113,14 @@ int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item 
             row.key_hash_len != OW_KEY_HASH_LEN)
             continue;
         row.have_body = 0;
+        /* The rows were read by key hash: a row with an item's hash is its
+         * key's record or a collision. */
         for (size_t i = 0; rc == OW_OK && i < n; i++) {
-            if (row_matches(&row, &items[i]))
-                rc = fn(&row, &items[i], err);
+            if (memcmp(row.key_hash, items[i].key_hash, OW_KEY_HASH_LEN) != 0)
+                continue;
+            rc = row_matches(&row, &items[i]) ? fn(&row, &items[i], err)
+                                              : answer_collision(&row, &items[i], err);
         }
-        if (rc == OW_OK)
-            rc = answer_collisions(&row, items, n, err);
     }
     e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);

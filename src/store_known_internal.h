@@ -47,9 +47,11 @@ typedef struct {
 /* Called for each item whose (user_id, key) is the row's. */
 typedef int (*ow_request_row_fn)(ow_request_row *row, ow_store_item *it, ow_error *err);
 
-/* Reads every row of the executed statement st and calls fn for each item
- * of items[0..n) with the row's (user_id, key): a batch may carry a key
- * twice. Rows with a key or digest of the wrong length are skipped. */
+/* Reads every row of the executed statement st, a read by key hash, and
+ * calls fn for each item of items[0..n) with the row's (user_id, key): a
+ * batch may carry a key twice. An item with the row's hash and another key
+ * is answered IDEMPOTENCY_KEY_REUSED (a hash collision). Rows with a key,
+ * digest or hash of the wrong length are skipped. */
 int ow_store_match_rows(ow_store *s, MYSQL_STMT *st, int with_id, ow_store_item *items, size_t n,
                         ow_request_row_fn fn, const char *what, ow_error *err);
 /* The current row's response_body into s->scratch.blob, read once per row. */

@@ -133,7 +133,10 @@ int ow_store_connected(const ow_store *s);
  * its share of shutdown.timeout_ms (issue 9). */
 void ow_store_cancel(ow_store *s);
 
-void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len);
+/* Borrows req and key, and hashes them once for every decide of the item
+ * (its key_hash). Returns 0, OW_EINVAL for a key over OW_KEY_MAX or
+ * OW_ENOMEM; ow_store_item_cleanup is safe after any of them. */
+int ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len);
 void ow_store_item_cleanup(ow_store_item *it);
 
 /* Decides items[0..n) in one transaction. On success every item has a

@@ -160,7 +160,7 @@ void testmsg_make(testmsg *m, const char *key, const char *value)
     ow_field_errors_init(&errs);
     if (ow_request_parse(value, strlen(value), &limits, &m->req, &errs) != OW_OK)
         fail_msg("bad test input %s: %s %s", value, errs.items[0].field, errs.items[0].message);
-    ow_store_item_init(&m->item, &m->req, key, strlen(key));
+    assert_int_equal(ow_store_item_init(&m->item, &m->req, key, strlen(key)), OW_OK);
     assert_int_equal(ow_digest_compute(&m->req, m->item.digest, m->item.digest_hex), OW_OK);
 }
 

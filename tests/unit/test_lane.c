@@ -124,13 +124,14 @@ static int hang_until_cancelled(ow_error *err)
     return ow_error_set(err, OW_ERRCLASS_FATAL, 2026, "TLS/SSL error: unexpected eof");
 }
 
-void ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
+int ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
 {
     memset(it, 0, sizeof(*it));
     it->req = req;
     it->key = key;
     it->key_len = key_len;
     ow_buf_init(&it->body);
+    return OW_OK;
 }
 
 void ow_store_item_cleanup(ow_store_item *it)
@@ -286,7 +287,7 @@ static ow_job *job_new(fixture *f, const char *key, const char *const *orders, s
         snprintf(job->req.orders[i].external_order_no, OW_EXT_NO_MAX + 1, "%s", orders[i]);
         job->req.orders[i].ext_len = strlen(orders[i]);
     }
-    ow_store_item_init(&job->item, &job->req, job->key, job->key_len);
+    assert_int_equal(ow_store_item_init(&job->item, &job->req, job->key, job->key_len), OW_OK);
     ow_buf_init(&job->invalid_body);
     atomic_fetch_add(&ow_stats.inflight_messages, 1);
     return job;
