@@ -99,65 +99,92 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
     return check_result_fits(o, err);
 }
 
-/* A topic's max.message.bytes as the broker reports it: OW_OK with *limit,
- * or OW_ENOTFOUND when the broker does not tell (no DescribeConfigs right,
- * no answer in time). */
-static int topic_limit(rd_kafka_t *rk, const char *topic, size_t *limit)
+/* The max.message.bytes of one described topic, or 0 when its entry does
+ * not carry it. */
+static size_t described_limit(const rd_kafka_ConfigResource_t *res)
 {
-    rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    size_t nc = 0, limit = 0;
+    const rd_kafka_ConfigEntry_t **ce =
+        rd_kafka_ConfigResource_error(res) == RD_KAFKA_RESP_ERR_NO_ERROR
+            ? rd_kafka_ConfigResource_configs(res, &nc)
+            : NULL;
+
+    for (size_t i = 0; i < nc; i++) {
+        const char *v = rd_kafka_ConfigEntry_value(ce[i]);
+
+        if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 && v != NULL)
+            limit = (size_t)strtoull(v, NULL, 10);
+    }
+    return limit;
+}
+
+/* The topics' max.message.bytes as the broker reports them, in one
+ * DescribeConfigs request so that a broker that never answers costs one
+ * wait, not one per topic (librdkafka's mock cluster is such a broker: two
+ * waits were 20 s of every worker start in integration.mock_faults).
+ * limit[i] stays 0 for a topic the broker did not describe (no
+ * DescribeConfigs right, no answer in time). */
+static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, size_t *limit)
+{
+    rd_kafka_ConfigResource_t *res[OW_OUTPUT_TOPICS] = {0};
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_event_t *ev = NULL;
-    int rc = OW_ENOTFOUND;
+    int made = q != NULL;
 
-    if (res != NULL && q != NULL) {
-        rd_kafka_DescribeConfigs(rk, &res, 1, NULL, q);
+    for (size_t i = 0; i < n; i++) {
+        limit[i] = 0;
+        res[i] = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topics[i]);
+        made = made && res[i] != NULL;
+    }
+    if (made) {
+        rd_kafka_DescribeConfigs(rk, res, n, NULL, q);
         ev = rd_kafka_queue_poll(q, 10000);
     }
     if (ev != NULL && rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         const rd_kafka_DescribeConfigs_result_t *r = rd_kafka_event_DescribeConfigs_result(ev);
-        size_t n = 0, nc = 0;
+        size_t nr = 0;
         const rd_kafka_ConfigResource_t **rs =
-            r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &n) : NULL;
-        const rd_kafka_ConfigEntry_t **ce =
-            n == 1 && rd_kafka_ConfigResource_error(rs[0]) == RD_KAFKA_RESP_ERR_NO_ERROR
-                ? rd_kafka_ConfigResource_configs(rs[0], &nc)
-                : NULL;
+            r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &nr) : NULL;
 
-        for (size_t i = 0; i < nc; i++) {
-            const char *v = rd_kafka_ConfigEntry_value(ce[i]);
-
-            if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 && v != NULL) {
-                *limit = (size_t)strtoull(v, NULL, 10);
-                rc = OW_OK;
-            }
-        }
+        for (size_t k = 0; k < nr; k++)
+            for (size_t i = 0; i < n; i++)
+                if (strcmp(rd_kafka_ConfigResource_name(rs[k]), topics[i]) == 0)
+                    limit[i] = described_limit(rs[k]);
     }
     if (ev != NULL)
         rd_kafka_event_destroy(ev);
     if (q != NULL)
         rd_kafka_queue_destroy(q);
-    if (res != NULL)
-        rd_kafka_ConfigResource_destroy(res);
-    return rc;
+    for (size_t i = 0; i < n; i++)
+        if (res[i] != NULL)
+            rd_kafka_ConfigResource_destroy(res[i]);
 }
 
-int ow_output_check_topic(ow_output *o, const char *key, const char *topic, ow_error *err)
+int ow_output_check_topics(ow_output *o, const char *const *keys, const char *const *topics,
+                           size_t n, ow_error *err)
 {
-    size_t limit = 0;
+    size_t limit[OW_OUTPUT_TOPICS];
 
-    if (topic_limit(o->producer, topic, &limit) != OW_OK) {
-        OW_LOG(OW_LOG_WARN, "output_limit_unchecked", OW_F_STR("topic", topic),
-               OW_F_STR("why", "the broker did not describe the topic's max.message.bytes"));
-        return OW_OK;
+    if (n > OW_OUTPUT_TOPICS)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%zu output topics, at most %d", n,
+                            OW_OUTPUT_TOPICS);
+    topic_limits(o->producer, topics, n, limit);
+    for (size_t i = 0; i < n; i++) {
+        if (limit[i] == 0) {
+            OW_LOG(OW_LOG_WARN, "output_limit_unchecked", OW_F_STR("topic", topics[i]),
+                   OW_F_STR("why", "the broker did not describe the topic's max.message.bytes"));
+            continue;
+        }
+        if (limit[i] < o->message_max)
+            return ow_error_set(
+                err, OW_ERRCLASS_INVALID_INPUT, 0,
+                "%s: topic %s takes messages of at most %zu bytes (max.message.bytes), "
+                "less than the producer's message.max.bytes %zu; set "
+                "kafka.producer.message.max.bytes to at most %zu or raise the topic's "
+                "max.message.bytes",
+                keys[i], topics[i], limit[i], o->message_max, limit[i]);
     }
-    if (limit >= o->message_max)
-        return OW_OK;
-    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                        "%s: topic %s takes messages of at most %zu bytes (max.message.bytes), "
-                        "less than the producer's message.max.bytes %zu; set "
-                        "kafka.producer.message.max.bytes to at most %zu or raise the topic's "
-                        "max.message.bytes",
-                        key, topic, limit, o->message_max, limit);
+    return OW_OK;
 }
 
 void ow_output_destroy(ow_output *o)

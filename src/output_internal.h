@@ -42,11 +42,17 @@ typedef struct {
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
                    ow_ledger *ledger, ow_error *err);
 void ow_output_destroy(ow_output *o);
-/* Refuses (class INVALID_INPUT) an output topic whose max.message.bytes is
- * below the producer's message.max.bytes: the broker would refuse results
- * the worker believes fit. A broker that does not describe the topic (no
- * DescribeConfigs right) is logged and let through. */
-int ow_output_check_topic(ow_output *o, const char *key, const char *topic, ow_error *err);
+/* The output topics one check asks about: results and dead letters. */
+#define OW_OUTPUT_TOPICS 2
+
+/* Refuses (class INVALID_INPUT, naming keys[i]) an output topic whose
+ * max.message.bytes is below the producer's message.max.bytes: the broker
+ * would refuse results the worker believes fit. One request asks about all
+ * n (at most OW_OUTPUT_TOPICS) topics; a topic the broker does not describe
+ * (no DescribeConfigs right, no answer within 10 s) is logged and let
+ * through. */
+int ow_output_check_topics(ow_output *o, const char *const *keys, const char *const *topics,
+                           size_t n, ow_error *err);
 
 /* Produces a decided or invalid job's outputs (its result, and the
  * dead-letter copy of an invalid message); the last acknowledgement ends
