@@ -1,11 +1,11 @@
 #include "ow/log.h"
 
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ow/digest.h"
 #include "ow/response.h"
 #include "ow/util.h"
 
@@ -24,8 +24,7 @@ void ow_log_set_fd(int fd)
 
 void ow_log_mask_key(const char *key, size_t len, char out[OW_LOG_MASK_MAX])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
+    unsigned char md[OW_DIGEST_LEN];
     char hex[9];
     size_t show = len / 3;
 
@@ -35,7 +34,7 @@ void ow_log_mask_key(const char *key, size_t len, char out[OW_LOG_MASK_MAX])
         snprintf(out, OW_LOG_MASK_MAX, "(none)");
         return;
     }
-    if (EVP_Digest(key, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen < 4) {
+    if (ow_sha256(key, len, md) != OW_OK) {
         snprintf(out, OW_LOG_MASK_MAX, "(masked)");
         return;
     }
