@@ -115,9 +115,12 @@ static const config_row config_table[] = {
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
      "On SIGTERM/SIGINT/SIGHUP, the bound of the whole stop: in-flight work, result delivery, "
      "the final commit and leaving the group."},
-    /* The retry cache (issue 12): 2 MiB keeps the worker within its 64 MiB
-     * RSS budget beside the 16 MiB prefetch queue (docs/performance.md). */
-    {"cache.max_bytes", CT_INT, 0, 1073741824, "2097152", 0, ROW_OFF(cache_max_bytes),
+    /* The retry cache (issue 12): with 2 MiB a retry storm's peak RSS was
+     * 63.7 and 64.7 MiB, over the 64 MiB budget beside the 16 MiB prefetch
+     * queue; 1 MiB peaked at 61.3 MiB and took the same share of the
+     * database's work away (17.5 s of MariaDB CPU against 17.9-18.6 s with
+     * 2 MiB and 22.0-23.3 s without a cache; docs/performance.md). */
+    {"cache.max_bytes", CT_INT, 0, 1073741824, "1048576", 0, ROW_OFF(cache_max_bytes),
      "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
      "retries without a database round trip, split among the lanes; 0 disables the cache."},
     {"cache.ttl_s", CT_INT, 1, 86400, "300", 0, ROW_OFF(cache_ttl_s),
