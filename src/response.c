@@ -74,21 +74,36 @@ static int write_head(ow_buf *out, ow_result_code code, const char *message,
     return rc;
 }
 
+/* Appends rather than formats: the 201 body is built for every new batch,
+ * and ow_buf_appendf here was 9.4 % of the deciding worker's samples
+ * (issue 12). The bytes are the same as the formatted ones. */
 static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const ow_order_ref *ref)
 {
     char amount[OW_AMOUNT_TEXT_MAX];
-    int rc = ow_buf_appendf(out, "{\"index\":%zu,\"external_order_no\":", index);
+    int rc = ow_buf_appends(out, "{\"index\":");
 
     ow_amount_format(it->amount_cents, amount);
     if (rc == OW_OK)
+        rc = ow_buf_append_int(out, (long long)index);
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, ",\"external_order_no\":");
+    if (rc == OW_OK)
         rc = ow_json_write_string(out, it->external_order_no, it->ext_len);
     if (rc == OW_OK)
-        rc = ow_buf_appendf(out, ",\"order_id\":%lld,\"order_no\":", (long long)ref->order_id);
+        rc = ow_buf_appends(out, ",\"order_id\":");
+    if (rc == OW_OK)
+        rc = ow_buf_append_int(out, (long long)ref->order_id);
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, ",\"order_no\":");
     if (rc == OW_OK)
         rc = ow_json_write_string(out, ref->order_no, strlen(ref->order_no));
     if (rc == OW_OK)
-        rc = ow_buf_appendf(out, ",\"amount\":\"%s\",\"existing\":%s}", amount,
-                            ref->existing ? "true" : "false");
+        rc = ow_buf_appends(out, ",\"amount\":\"");
+    if (rc == OW_OK)
+        rc = ow_buf_appends(out, amount);
+    if (rc == OW_OK)
+        rc =
+            ow_buf_appends(out, ref->existing ? "\",\"existing\":true}" : "\",\"existing\":false}");
     return rc;
 }
 
