@@ -99,32 +99,58 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
     return check_result_fits(o, err);
 }
 
-/* The max.message.bytes of one described topic, or 0 when its entry does
- * not carry it. */
-static size_t described_limit(const rd_kafka_ConfigResource_t *res)
-{
-    size_t nc = 0, limit = 0;
-    const rd_kafka_ConfigEntry_t **ce =
-        rd_kafka_ConfigResource_error(res) == RD_KAFKA_RESP_ERR_NO_ERROR
-            ? rd_kafka_ConfigResource_configs(res, &nc)
-            : NULL;
+/* What the broker said about one output topic's size limit. */
+typedef struct {
+    int found; /* 1: limit is the topic's max.message.bytes */
+    size_t limit;
+    char why[160]; /* when not found */
+} topic_limit;
 
+/* The max.message.bytes of one described topic, or why there is none. */
+static void described_limit(const rd_kafka_ConfigResource_t *res, topic_limit *t)
+{
+    size_t nc = 0;
+    const rd_kafka_ConfigEntry_t **ce = NULL;
+
+    if (rd_kafka_ConfigResource_error(res) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char *e = rd_kafka_ConfigResource_error_string(res);
+
+        snprintf(t->why, sizeof(t->why), "the broker refused to describe the topic: %s",
+                 e != NULL ? e : rd_kafka_err2str(rd_kafka_ConfigResource_error(res)));
+        return;
+    }
+    ce = rd_kafka_ConfigResource_configs(res, &nc);
     for (size_t i = 0; i < nc; i++) {
         const char *v = rd_kafka_ConfigEntry_value(ce[i]);
 
-        if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 && v != NULL)
-            limit = (size_t)strtoull(v, NULL, 10);
+        if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 && v != NULL) {
+            t->limit = (size_t)strtoull(v, NULL, 10);
+            t->found = 1;
+        }
     }
-    return limit;
+}
+
+static void limits_from_result(rd_kafka_event_t *ev, const char *const *topics, size_t n,
+                               topic_limit *t)
+{
+    const rd_kafka_DescribeConfigs_result_t *r = rd_kafka_event_DescribeConfigs_result(ev);
+    size_t nr = 0;
+    const rd_kafka_ConfigResource_t **rs =
+        r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &nr) : NULL;
+
+    /* librdkafka puts each resource back at its request position and
+     * leaves the slot NULL when the broker left it out. */
+    for (size_t k = 0; k < nr; k++)
+        for (size_t i = 0; rs[k] != NULL && i < n; i++)
+            if (strcmp(rd_kafka_ConfigResource_name(rs[k]), topics[i]) == 0)
+                described_limit(rs[k], &t[i]);
 }
 
 /* The topics' max.message.bytes as the broker reports them, in one
  * DescribeConfigs request so that a broker that never answers costs one
  * wait, not one per topic (librdkafka's mock cluster is such a broker: two
- * waits were 20 s of every worker start in integration.mock_faults).
- * limit[i] stays 0 for a topic the broker did not describe (no
- * DescribeConfigs right, no answer in time). */
-static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, size_t *limit)
+ * waits were 20 s of every worker start in integration.mock_faults). */
+static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, topic_limit *t)
 {
     rd_kafka_ConfigResource_t *res[OW_OUTPUT_TOPICS] = {0};
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
@@ -132,7 +158,9 @@ static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, si
     int made = q != NULL;
 
     for (size_t i = 0; i < n; i++) {
-        limit[i] = 0;
+        memset(&t[i], 0, sizeof(t[i]));
+        snprintf(t[i].why, sizeof(t[i].why),
+                 "the broker did not describe the topic's max.message.bytes within 10 s");
         res[i] = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topics[i]);
         made = made && res[i] != NULL;
     }
@@ -140,17 +168,8 @@ static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, si
         rd_kafka_DescribeConfigs(rk, res, n, NULL, q);
         ev = rd_kafka_queue_poll(q, 10000);
     }
-    if (ev != NULL && rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const rd_kafka_DescribeConfigs_result_t *r = rd_kafka_event_DescribeConfigs_result(ev);
-        size_t nr = 0;
-        const rd_kafka_ConfigResource_t **rs =
-            r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &nr) : NULL;
-
-        for (size_t k = 0; k < nr; k++)
-            for (size_t i = 0; i < n; i++)
-                if (strcmp(rd_kafka_ConfigResource_name(rs[k]), topics[i]) == 0)
-                    limit[i] = described_limit(rs[k]);
-    }
+    if (ev != NULL && rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        limits_from_result(ev, topics, n, t);
     if (ev != NULL)
         rd_kafka_event_destroy(ev);
     if (q != NULL)
@@ -163,26 +182,26 @@ static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, si
 int ow_output_check_topics(ow_output *o, const char *const *keys, const char *const *topics,
                            size_t n, ow_error *err)
 {
-    size_t limit[OW_OUTPUT_TOPICS];
+    topic_limit t[OW_OUTPUT_TOPICS];
 
     if (n > OW_OUTPUT_TOPICS)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%zu output topics, at most %d", n,
                             OW_OUTPUT_TOPICS);
-    topic_limits(o->producer, topics, n, limit);
+    topic_limits(o->producer, topics, n, t);
     for (size_t i = 0; i < n; i++) {
-        if (limit[i] == 0) {
+        if (!t[i].found) {
             OW_LOG(OW_LOG_WARN, "output_limit_unchecked", OW_F_STR("topic", topics[i]),
-                   OW_F_STR("why", "the broker did not describe the topic's max.message.bytes"));
+                   OW_F_STR("why", t[i].why));
             continue;
         }
-        if (limit[i] < o->message_max)
+        if (t[i].limit < o->message_max)
             return ow_error_set(
                 err, OW_ERRCLASS_INVALID_INPUT, 0,
                 "%s: topic %s takes messages of at most %zu bytes (max.message.bytes), "
                 "less than the producer's message.max.bytes %zu; set "
                 "kafka.producer.message.max.bytes to at most %zu or raise the topic's "
                 "max.message.bytes",
-                keys[i], topics[i], limit[i], o->message_max, limit[i]);
+                keys[i], topics[i], t[i].limit, o->message_max, t[i].limit);
     }
     return OW_OK;
 }

@@ -49,8 +49,8 @@ void ow_output_destroy(ow_output *o);
  * max.message.bytes is below the producer's message.max.bytes: the broker
  * would refuse results the worker believes fit. One request asks about all
  * n (at most OW_OUTPUT_TOPICS) topics; a topic the broker does not describe
- * (no DescribeConfigs right, no answer within 10 s) is logged and let
- * through. */
+ * (no DescribeConfigs right, no answer within 10 s) is logged with the
+ * reason and let through. */
 int ow_output_check_topics(ow_output *o, const char *const *keys, const char *const *topics,
                            size_t n, ow_error *err);
 

@@ -618,10 +618,10 @@ static int check_output_topics(ow_worker *w, ow_error *err)
     if (rc == OW_OK)
         rc = check_topic(w, "topic.dlq", w->cfg->topic_dlq, err);
     if (rc == OW_OK) {
-        const char *const keys[] = {"topic.results", "topic.dlq"};
-        const char *const topics[] = {w->cfg->topic_results, w->cfg->topic_dlq};
+        const char *const keys[OW_OUTPUT_TOPICS] = {"topic.results", "topic.dlq"};
+        const char *const topics[OW_OUTPUT_TOPICS] = {w->cfg->topic_results, w->cfg->topic_dlq};
 
-        rc = ow_output_check_topics(&w->out, keys, topics, 2, err);
+        rc = ow_output_check_topics(&w->out, keys, topics, OW_OUTPUT_TOPICS, err);
     }
     return rc;
 }
