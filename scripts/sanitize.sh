@@ -62,7 +62,7 @@ for tier in $TIERS; do
   else
     failed=1
     say "tier $tier FAILED (log: $log)"
-    grep -E 'ERROR: (Address|Leak|Undefined)Sanitizer|runtime error|SUMMARY|FAILED|Failed|Timeout|aborted|SEGFAULT|Exception' "$log" \
+    grep -E 'ERROR: (Address|Leak|Undefined)Sanitizer|runtime error|SUMMARY|FAILED|Failed|Timeout|aborted|SEGFAULT|Exception|Not Run' "$log" \
       | head -40 || true
   fi
 done

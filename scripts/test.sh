@@ -102,7 +102,7 @@ ctest_tier() {  # LABEL
     status=passed
   else
     status=FAILED
-    grep -E 'FAILED|ERROR|LINE|fail|Timeout|aborted|SEGFAULT|Exception' "$log" | head -40 || true
+    grep -E 'FAILED|ERROR|LINE|fail|Timeout|aborted|SEGFAULT|Exception|Not Run' "$log" | head -40 || true
   fi
   programs=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#' "$log" || true)
   cases=$(grep -oE '\[==========\] [0-9]+ test\(s\) run' "$log" | awk '{s += $2} END {print s + 0}')

@@ -80,6 +80,7 @@ static int write_head(ow_buf *out, ow_result_code code, const char *message,
 static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const ow_order_ref *ref)
 {
     char amount[OW_AMOUNT_TEXT_MAX];
+    const char *tail = ref->existing ? "\",\"existing\":true}" : "\",\"existing\":false}";
     int rc = ow_buf_appends(out, "{\"index\":");
 
     ow_amount_format(it->amount_cents, amount);
@@ -102,8 +103,7 @@ static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const
     if (rc == OW_OK)
         rc = ow_buf_appends(out, amount);
     if (rc == OW_OK)
-        rc =
-            ow_buf_appends(out, ref->existing ? "\",\"existing\":true}" : "\",\"existing\":false}");
+        rc = ow_buf_appends(out, tail);
     return rc;
 }
 
