@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "ow/error.h"
@@ -106,14 +105,18 @@ int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
 
 int ow_key_hash(long long user_id, const char *key, size_t len, unsigned char out[OW_KEY_HASH_LEN])
 {
-    char text[32 + OW_KEY_MAX];
+    char text[22 + OW_KEY_MAX];
     unsigned char raw[OW_DIGEST_LEN];
-    int n = snprintf(text, sizeof(text) - OW_KEY_MAX, "%lld:", user_id);
+    size_t n;
 
-    if (n < 0 || len > OW_KEY_MAX)
+    if (len > OW_KEY_MAX)
         return OW_EINVAL;
+    /* Digits as ow_buf_append_int writes them, without printf (issue 12):
+     * this runs for every message, on the poll thread. */
+    n = ow_format_int(user_id, text);
+    text[n++] = ':';
     memcpy(text + n, key, len);
-    if (ow_sha256(text, (size_t)n + len, raw) != OW_OK)
+    if (ow_sha256(text, n + len, raw) != OW_OK)
         return OW_ENOMEM;
     memcpy(out, raw, OW_KEY_HASH_LEN);
     return OW_OK;

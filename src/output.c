@@ -138,8 +138,8 @@ static void limits_from_result(rd_kafka_event_t *ev, const char *const *topics, 
     const rd_kafka_ConfigResource_t **rs =
         r != NULL ? rd_kafka_DescribeConfigs_result_resources(r, &nr) : NULL;
 
-    /* librdkafka puts each resource back at its request position and
-     * leaves the slot NULL when the broker left it out. */
+    /* Matched by name, not by position; librdkafka leaves a slot NULL when
+     * the broker left that topic out of its answer. */
     for (size_t k = 0; k < nr; k++)
         for (size_t i = 0; rs[k] != NULL && i < n; i++)
             if (strcmp(rd_kafka_ConfigResource_name(rs[k]), topics[i]) == 0)

@@ -17,28 +17,29 @@ void ow_field_errors_init(ow_field_errors *errs)
     errs->omitted = 0;
 }
 
-/* The next free error, or NULL (counted as omitted) when the list is full. */
-static ow_field_error *error_slot(ow_field_errors *errs)
+static void field_errors_vadd(ow_field_errors *errs, const char *field, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void field_errors_vadd(ow_field_errors *errs, const char *field, const char *fmt, va_list ap)
 {
+    ow_field_error *e;
+
     if (errs == NULL)
-        return NULL;
+        return;
     if (errs->count == OW_FIELD_ERRORS_MAX) {
         errs->omitted++;
-        return NULL;
+        return;
     }
-    return &errs->items[errs->count++];
+    e = &errs->items[errs->count++];
+    snprintf(e->field, sizeof(e->field), "%s", field);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
 }
 
 void ow_field_errors_add(ow_field_errors *errs, const char *field, const char *fmt, ...)
 {
-    ow_field_error *e = error_slot(errs);
     va_list ap;
 
-    if (e == NULL)
-        return;
-    snprintf(e->field, sizeof(e->field), "%s", field);
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    field_errors_vadd(errs, field, fmt, ap);
     va_end(ap);
 }
 
@@ -191,17 +192,15 @@ static void item_error(ow_field_errors *errs, size_t index, const char *name, co
     __attribute__((format(printf, 4, 5)));
 static void item_error(ow_field_errors *errs, size_t index, const char *name, const char *fmt, ...)
 {
-    ow_field_error *e = error_slot(errs);
+    char path[sizeof(errs->items[0].field)];
     va_list ap;
 
-    if (e == NULL)
-        return;
     if (name != NULL)
-        snprintf(e->field, sizeof(e->field), "orders[%zu].%s", index, name);
+        snprintf(path, sizeof(path), "orders[%zu].%s", index, name);
     else
-        snprintf(e->field, sizeof(e->field), "orders[%zu]", index);
+        snprintf(path, sizeof(path), "orders[%zu]", index);
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    field_errors_vadd(errs, path, fmt, ap);
     va_end(ap);
 }
 
