@@ -115,7 +115,7 @@ sql -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
 
 {
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), mode $MODE$( ((QUICK)) && echo ' --quick')"
-  echo "bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; MariaDB $OW_MARIADB_VERSION, buffer pool $(q 'SELECT @@innodb_buffer_pool_size DIV 1048576') MiB"
+  echo "bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; MariaDB $OW_MARIADB_VERSION, buffer pool $(q 'SELECT @@innodb_buffer_pool_size DIV 1048576') MiB, redo log $(q 'SELECT @@innodb_log_file_size DIV 1048576') MiB"
 } | tee "$OUT/growth.txt"
 
 # Preload: generated rows through LOAD DATA LOCAL INFILE, 500,000 records

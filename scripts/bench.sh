@@ -59,6 +59,12 @@ T_START=$SECONDS
 say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
 die() { say "ERROR: $*"; exit 2; }
 
+# MariaDB's default 96 MiB redo log held the checkpoint age at its limit
+# at 3,100 batches/s, and every lane stalled together while InnoDB flushed
+# pages to make room (docs/performance.md, "The redo log"). A production
+# server is sized for its write rate; so is this one, for every mode.
+export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
+
 case " $* " in
   *" --growth "* | *" --purge "*) exec "$ROOT/scripts/bench-growth.sh" "$@" ;;
   *" --shards "*) exec "$ROOT/scripts/bench-shards.sh" "$@" ;;
@@ -148,7 +154,7 @@ if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then setup_done "broker log directory i
 {
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
+  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1, innodb_log_file_size $OW_MARIADB_REDO_LOG), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
   echo "bench: ow-bench ${PASS[*]}$SETUP"
 } | tee "$OUT/bench.txt"
 

@@ -35,6 +35,8 @@
 #                               created at format time, and the same as PLAIN users
 #   OW_MARIADB_BUFFER_POOL      innodb_buffer_pool_size (default 512M; the growth
 #                               benchmark uses 256M so that its indexes outgrow it)
+#   OW_MARIADB_REDO_LOG         innodb_log_file_size (default MariaDB's own, 96M;
+#                               scripts/bench.sh uses 1G: docs/performance.md)
 #   OW_MARIADB_ARGS             more mariadbd options, space-separated (benchmarks)
 #   OW_KAFKA_DATA_TMPFS=1       the broker's log directory under /dev/shm (benchmarks:
 #                               on one disk its writeback stalled MariaDB's commits)
@@ -335,7 +337,8 @@ mariadb_launch() {  # PORT -> sets MDB_PID
     --datadir="$MDB_DATA" --socket="$sock" --port="$port" \
     --bind-address=127.0.0.1 --user=root \
     --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
-    --innodb-buffer-pool-size="${OW_MARIADB_BUFFER_POOL:-512M}" --skip-name-resolve --innodb-print-all-deadlocks=ON \
+    --innodb-buffer-pool-size="${OW_MARIADB_BUFFER_POOL:-512M}" \
+    ${OW_MARIADB_REDO_LOG:+--innodb-log-file-size="$OW_MARIADB_REDO_LOG"} --skip-name-resolve --innodb-print-all-deadlocks=ON \
     --pid-file="$MDB_DIR/mariadbd.pid" --log-error="$MDB_LOG" "${MDB_TLS_SERVER[@]}" \
     ${OW_MARIADB_ARGS:-})"
   echo "$MDB_PID" >"$MDB_PIDFILE"
