@@ -116,23 +116,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Reads the results until every sent message with a key has one, or fails. */
-static void await_results(kit_msgs *results, int timeout_s)
-{
-    int want = 0;
-
-    for (int i = 0; i < n_sent; i++)
-        want += sent[i].code != NULL;
-    for (int waited = 0; waited < timeout_s * 2; waited++) {
-        kit_msgs_free(results);
-        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, results);
-        if ((int)results->n >= want)
-            return;
-        usleep(500000);
-    }
-    fail_msg("only %zu of %d results arrived within %d s", results->n, want, timeout_s);
-}
-
 static int same_message(const expect *e, const char *key, size_t key_len, int has_key,
                         const char *value, size_t len)
 {
@@ -180,6 +163,30 @@ static const kit_msg *result_for(const kit_msgs *results, const kit_msgs *inputs
             fail_msg("message %d has two different results", i);
     }
     return found;
+}
+
+/* Reads the results until every sent message with a key has one, or fails.
+ * Counting results would not do: a rebalance re-decides the messages whose
+ * offsets were not committed yet, and those identical copies stood in for a
+ * result still on its way (valgrind tier, 2026-12-02). */
+static void await_results(kit_msgs *results, int timeout_s)
+{
+    kit_msgs inputs = {0};
+    int missing = -1;
+
+    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
+    for (int waited = 0; missing != 0 && waited < timeout_s * 2; waited++) {
+        if (waited > 0)
+            usleep(500000);
+        kit_msgs_free(results);
+        kit_read_topic(ts.bootstrap, ts.topic_out, 20000, results);
+        missing = 0;
+        for (int i = 0; i < n_sent; i++)
+            missing += sent[i].code != NULL && result_for(results, &inputs, i) == NULL;
+    }
+    kit_msgs_free(&inputs);
+    if (missing != 0)
+        fail_msg("%d sent messages have no result after %d s", missing, timeout_s);
 }
 
 static json_t *parse(const kit_msg *m)
