@@ -165,16 +165,16 @@ static const kit_msg *result_for(const kit_msgs *results, const kit_msgs *inputs
     return found;
 }
 
-/* Reads the results until every sent message with a key has one, or fails.
- * Counting results would not do: a rebalance re-decides the messages whose
- * offsets were not committed yet, and those identical copies stood in for a
- * result still on its way (valgrind tier, 2026-12-02). */
-static void await_results(kit_msgs *results, int timeout_s)
+/* Reads the input topic into inputs, then the results until every sent
+ * message with a key has one, or fails. Counting results would not do: a
+ * rebalance re-decides the messages whose offsets were not committed yet,
+ * and those identical copies stood in for a result still on its way
+ * (valgrind tier, 2026-12-02). */
+static void await_results(kit_msgs *results, kit_msgs *inputs, int timeout_s)
 {
-    kit_msgs inputs = {0};
     int missing = -1;
 
-    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
+    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, inputs), 0);
     for (int waited = 0; missing != 0 && waited < timeout_s * 2; waited++) {
         if (waited > 0)
             usleep(500000);
@@ -182,9 +182,8 @@ static void await_results(kit_msgs *results, int timeout_s)
         kit_read_topic(ts.bootstrap, ts.topic_out, 20000, results);
         missing = 0;
         for (int i = 0; i < n_sent; i++)
-            missing += sent[i].code != NULL && result_for(results, &inputs, i) == NULL;
+            missing += sent[i].code != NULL && result_for(results, inputs, i) == NULL;
     }
-    kit_msgs_free(&inputs);
     if (missing != 0)
         fail_msg("%d sent messages have no result after %d s", missing, timeout_s);
 }
@@ -280,8 +279,7 @@ static void test_first_requests_and_invalid(void **state)
     add("", 0, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}", NULL, 0);
     dlq_expected = 6;
     assert_int_equal(kit_flush(producer, 30000), 0);
-    await_results(&results, 90);
-    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
+    await_results(&results, &inputs, 90);
     for (int i = 0; i < n_sent; i++)
         check_result(&results, &inputs, i);
     /* Dead letters: the original bytes, with headers naming the error and source. */
@@ -365,8 +363,7 @@ static void test_retries_reuse_clash(void **state)
         sent[add(key, 1, value, "CREATED", 0)].existing_index = 1;
     }
     assert_int_equal(kit_flush(producer, 30000), 0);
-    await_results(&results, 90);
-    assert_int_equal(kit_read_topic(ts.bootstrap, ts.topic_in, 20000, &inputs), 0);
+    await_results(&results, &inputs, 90);
     for (int i = first; i < n_sent; i++)
         check_result(&results, &inputs, i);
     assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW + 10);
