@@ -157,7 +157,7 @@ if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then setup_done "broker log directory i
 {
   echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1, innodb_log_file_size $OW_MARIADB_REDO_LOG), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
+  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1, redo log $(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -N -B -e 'SELECT @@innodb_log_file_size DIV 1048576') MiB), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
   echo "bench: ow-bench ${PASS[*]}$SETUP"
 } | tee "$OUT/bench.txt"
 
