@@ -423,7 +423,7 @@ static void print_ratios(const bm_result *tuned, const bm_result *naive, const b
 static void print_notes(const options *o, const bm_result *runs, size_t n, size_t prefix)
 {
     printf("notes: rates are measured between a run's first and last result (see 'timing');\n"
-           "       latency is input CreateTime -> first result CreateTime; each run's topic is\n"
+           "       latency is input CreateTime -> first result LogAppendTime; each run's topic is\n"
            "       filled just before its worker starts, so latency includes the time a batch\n"
            "       waited in that backlog (use --rate for latency under a given load).\n");
     if (o->naive || o->serial)
@@ -522,7 +522,7 @@ static int mode_rate(const options *o, const bm_data *d)
     putchar('\n');
     bm_report_table(stdout, &r, 1, NULL);
     printf("rate mode: %zu batches produced at %.1f/s while the worker ran; latency is input "
-           "CreateTime -> first result CreateTime\n",
+           "CreateTime -> first result LogAppendTime\n",
            d->n, o->rate);
     if (o->env.warmup_s > 0) {
         printf("latency after a %.0f s warm-up: %zu inputs, p50/p95/p99 %.0f / %.0f / %.0f ms, "

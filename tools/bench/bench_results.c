@@ -2,8 +2,9 @@
  * The results topic, read once at the end of a run: each result is matched
  * to its input through its source-partition / source-offset headers; the
  * first definitive result of an input gives its end-to-end latency (input
- * CreateTime to result CreateTime, both set by the producing clients on
- * this machine) and its place in the throughput window.
+ * CreateTime, set by the load generator, to the result's LogAppendTime, set
+ * by the broker as it appended the result; both clocks are this machine's)
+ * and its place in the throughput window.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -419,7 +419,12 @@ static int prepare(const bm_env *e, const bm_topic *in, bm_result *r)
 {
     if ((e->database != NULL ? bm_db_grant(e, r->database) : bm_db_create(e, r->database)) != 0)
         return -1;
-    if (kit_create_topic(e->bootstrap, r->results, in->partitions) != 0 ||
+    /* The broker stamps each result as it appends it, so a latency also
+     * counts the worker's linger.ms and its produce round trip, which a
+     * CreateTime (set when the worker hands the result to librdkafka)
+     * leaves out. */
+    if (kit_create_topic_with(e->bootstrap, r->results, in->partitions, "message.timestamp.type",
+                              "LogAppendTime") != 0 ||
         kit_create_topic(e->bootstrap, r->dlq, 1) != 0) {
         bm_log("%s: cannot create the output topics", r->name);
         return -1;
