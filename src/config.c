@@ -103,9 +103,9 @@ static const config_row config_table[] = {
      "Messages consumed but not yet acknowledged before partitions are paused."},
     /* 14 MiB (was 16; it also sizes the prefetch queue): a retry storm's
      * peak RSS with the cache was 64.4 and 64.5 MiB with 16 and 59.1 MiB
-     * with 14; replays ran at 42,000-71,000 batches/s against
-     * 72,000-78,000 in four interleaved pairs (docs/performance.md,
-     * "Memory"). */
+     * with 14; replays ran at 41,700-70,800 batches/s against
+     * 72,100-78,100 in four runs of each the same evening
+     * (docs/performance.md, "Memory"). */
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "14680064", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
     {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
