@@ -11,6 +11,7 @@ void ow_gate_init(ow_gate *g, int on, int64_t linger_us, ow_gate_hand_fn hand, v
     memset(g, 0, sizeof(*g));
     g->on = on;
     g->linger_us = linger_us;
+    g->max_hold_us = OW_GATE_MAX_HOLD_US;
     g->hand = hand;
     g->ctx = ctx;
     pthread_mutex_init(&g->mu, NULL);
@@ -67,8 +68,11 @@ static int is_open(ow_gate *g)
 static int hold(ow_gate *g, const char *topic, const void *key, size_t key_len, const void *value,
                 size_t len, rd_kafka_headers_t *h, void *opaque)
 {
-    ow_gate_msg *n = malloc(sizeof(*n) + key_len + len);
+    ow_gate_msg *n;
 
+    if (g->max_held_bytes > 0 && g->held_bytes + key_len + len > g->max_held_bytes)
+        return 0; /* refused as full */
+    n = malloc(sizeof(*n) + key_len + len);
     if (n == NULL)
         return -1;
     n->next = NULL;
@@ -76,6 +80,7 @@ static int hold(ow_gate *g, const char *topic, const void *key, size_t key_len, 
     n->opaque = opaque;
     n->h = h;
     n->err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    n->since_us = ow_clock_mono_us();
     n->has_key = key != NULL;
     n->has_value = value != NULL;
     n->key_len = key_len;
@@ -90,6 +95,7 @@ static int hold(ow_gate *g, const char *topic, const void *key, size_t key_len, 
         g->held = n;
     g->held_tail = n;
     g->n_held++;
+    g->held_bytes += key_len + len;
     return 1;
 }
 
@@ -106,17 +112,17 @@ int ow_gate_send(ow_gate *g, const char *topic, const void *key, size_t key_len,
     pthread_mutex_lock(&g->mu);
     if (is_open(g))
         *e = hand_over(g, topic, key, key_len, value, len, h, opaque);
-    else
-        rc = hold(g, topic, key, key_len, value, len, h, opaque);
+    else if ((rc = hold(g, topic, key, key_len, value, len, h, opaque)) == 0)
+        *e = RD_KAFKA_RESP_ERR__QUEUE_FULL;
     pthread_mutex_unlock(&g->mu);
     if (rc < 0)
         rd_kafka_headers_destroy(h);
     return rc;
 }
 
-void ow_gate_count(ow_gate *g)
+void ow_gate_count(ow_gate *g, int n)
 {
-    atomic_fetch_add(&g->in_flight, 1);
+    atomic_fetch_add(&g->in_flight, n);
 }
 
 void ow_gate_acked(ow_gate *g)
@@ -128,12 +134,15 @@ ow_gate_msg *ow_gate_release(ow_gate *g, int stop_on_full)
 {
     ow_gate_msg *refused = NULL, **tail = &refused;
 
+    int64_t now = ow_clock_mono_us();
+
     pthread_mutex_lock(&g->mu);
-    if (g->held == NULL || atomic_load(&g->in_flight) > 0) {
+    if (g->held == NULL ||
+        (atomic_load(&g->in_flight) > 0 && now - g->held->since_us < g->max_hold_us)) {
         pthread_mutex_unlock(&g->mu);
         return NULL;
     }
-    g->window_until_us = ow_clock_mono_us() + g->linger_us;
+    g->window_until_us = now + g->linger_us;
     while (g->held != NULL) {
         ow_gate_msg *n = g->held;
 
@@ -143,6 +152,7 @@ ow_gate_msg *ow_gate_release(ow_gate *g, int stop_on_full)
             break; /* the rest after the next delivery poll */
         g->held = n->next;
         g->n_held--;
+        g->held_bytes -= n->key_len + n->len;
         if (n->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
             free(n);
             continue;
@@ -167,6 +177,7 @@ ow_gate_msg *ow_gate_take(ow_gate *g)
     list = g->held;
     g->held = g->held_tail = NULL;
     g->n_held = 0;
+    g->held_bytes = 0;
     pthread_mutex_unlock(&g->mu);
     return list;
 }

@@ -11,6 +11,13 @@
  * together. So each partition has at most one request in flight and nothing
  * lingers behind it.
  *
+ * The gate is one for all partitions: a partition whose leader is away
+ * would hold every other partition's results. So a held output goes on
+ * after OW_GATE_MAX_HOLD_US whatever is in flight (results then wait for
+ * the producer as they did without the gate), and the held bytes are
+ * bounded: past max_held_bytes a send is refused with QUEUE_FULL, as the
+ * producer's own queue would refuse it (review of bd8f0b8).
+ *
  * The gate knows nothing of jobs or topics' meaning: it copies key and
  * value, keeps the headers and an opaque pointer, and hands each output to
  * a function the caller gives (rd_kafka_producev in the worker, a recorder
@@ -25,6 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The longest an output waits for the gate: well above a produce round
+ * trip on a busy broker (10-60 ms here), well below what an outage of one
+ * partition's leader may last. */
+#define OW_GATE_MAX_HOLD_US 250000
+
 /* One output held by the gate; its key, then its value, follow. */
 typedef struct ow_gate_msg {
     struct ow_gate_msg *next;
@@ -32,6 +44,7 @@ typedef struct ow_gate_msg {
     void *opaque;
     rd_kafka_headers_t *h; /* NULL once the hand-over refused it (destroyed) */
     rd_kafka_resp_err_t err;
+    int64_t since_us;       /* when it was held */
     int has_key, has_value; /* 0: NULL (no key, a tombstone), not empty */
     size_t key_len, len;
     char data[];
@@ -44,15 +57,17 @@ typedef rd_kafka_resp_err_t (*ow_gate_hand_fn)(void *ctx, const char *topic, con
                                                rd_kafka_headers_t *h, void *opaque);
 
 typedef struct {
-    int on;            /* 0: every output is handed over at once */
-    int64_t linger_us; /* how long outputs go through after the producer was idle */
+    int on;                /* 0: every output is handed over at once */
+    int64_t linger_us;     /* how long outputs go through after the producer was idle */
+    int64_t max_hold_us;   /* OW_GATE_MAX_HOLD_US; tests shorten it */
+    size_t max_held_bytes; /* 0: no bound */
     ow_gate_hand_fn hand;
     void *ctx;
     /* mu guards held and window_until_us and orders every hand-over;
      * in_flight is decremented by delivery reports without it. */
     pthread_mutex_t mu;
     ow_gate_msg *held, *held_tail; /* oldest first */
-    size_t n_held;
+    size_t n_held, held_bytes;
     int64_t window_until_us;
     _Atomic int64_t in_flight; /* handed over, not yet reported */
 } ow_gate;
@@ -63,17 +78,20 @@ void ow_gate_init(ow_gate *g, int on, int64_t linger_us, ow_gate_hand_fn hand, v
 void ow_gate_destroy(ow_gate *g);
 
 /* Hands one output over, or holds a copy while the gate is closed. h is
- * consumed either way unless the hand-over refused it (then *e says why and
+ * consumed either way unless the output was refused (then *e says why,
+ * RD_KAFKA_RESP_ERR__QUEUE_FULL when the held bytes are at their bound, and
  * h is still the caller's). Returns 1 when held, 0 when handed over or
  * refused, -1 when a copy could not be allocated (h destroyed). */
 int ow_gate_send(ow_gate *g, const char *topic, const void *key, size_t key_len, const void *value,
                  size_t len, rd_kafka_headers_t *h, void *opaque, rd_kafka_resp_err_t *e);
-/* Counts an output handed to the producer past the gate (a notice). */
-void ow_gate_count(ow_gate *g);
+/* Counts n outputs handed to the producer past the gate (a notice; -1
+ * when the producer refused one counted before it was handed over). */
+void ow_gate_count(ow_gate *g, int n);
 /* A delivery report of any output counted in flight. */
 void ow_gate_acked(ow_gate *g);
 
-/* Once nothing is in flight, hands over everything held, oldest first.
+/* Once nothing is in flight, or the oldest output held has waited
+ * max_hold_us, hands over everything held, oldest first.
  * With stop_on_full, a full local queue stops it and the rest stay held, in
  * order. Returns the outputs the hand-over refused, oldest first (each with
  * its err; their headers destroyed), for the caller to settle and free. */

@@ -42,21 +42,35 @@ static int read_message_max(rd_kafka_t *producer, size_t *max, ow_error *err)
     return OW_OK;
 }
 
-/* The producer's linger.ms (a fraction of a millisecond is allowed), which
- * is also how long the gate stays open after the producer was idle. */
-static int read_linger(rd_kafka_t *producer, int64_t *us, ow_error *err)
+/* A number in the producer's configuration (linger.ms may have a
+ * fraction of a millisecond). */
+static int read_number(rd_kafka_t *producer, const char *name, double *v, ow_error *err)
 {
     char buf[32];
     size_t len = sizeof(buf);
     char *end = NULL;
-    double ms;
 
-    if (rd_kafka_conf_get(rd_kafka_conf(producer), "linger.ms", buf, &len) != RD_KAFKA_CONF_OK)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot read linger.ms");
-    ms = strtod(buf, &end);
-    if (end == buf || ms < 0)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "linger.ms: cannot read %s", buf);
-    *us = (int64_t)(ms * 1000.0);
+    if (rd_kafka_conf_get(rd_kafka_conf(producer), name, buf, &len) != RD_KAFKA_CONF_OK)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot read %s", name);
+    *v = strtod(buf, &end);
+    if (end == buf || *v < 0)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: cannot read %s", name, buf);
+    return OW_OK;
+}
+
+/* The gate stays open for one linger.ms after the producer was idle, and
+ * holds at most as many bytes as the producer's own queue would. */
+static int read_gate_limits(rd_kafka_t *producer, ow_gate *g, ow_error *err)
+{
+    double linger_ms, queue_kb;
+    int rc = read_number(producer, "linger.ms", &linger_ms, err);
+
+    if (rc == OW_OK)
+        rc = read_number(producer, "queue.buffering.max.kbytes", &queue_kb, err);
+    if (rc != OW_OK)
+        return rc;
+    g->linger_us = (int64_t)(linger_ms * 1000.0);
+    g->max_held_bytes = (size_t)queue_kb * 1024;
     return OW_OK;
 }
 
@@ -124,7 +138,7 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
     o->ledger = ledger;
     rc = read_message_max(producer, &o->message_max, err);
     if (rc == OW_OK)
-        rc = read_linger(producer, &o->gate.linger_us, err);
+        rc = read_gate_limits(producer, &o->gate, err);
     if (rc != OW_OK)
         return rc;
     o->output_max = o->message_max - OW_OUTPUT_RESERVE;
@@ -273,7 +287,9 @@ static void settle_refused(ow_output *o, const ow_gate_msg *n)
     ow_job *job = n->opaque == (void *)&in_progress_token ? NULL : n->opaque;
     int dlq = strcmp(n->topic, o->cfg->topic_dlq) == 0;
 
-    if (n->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && job != NULL) {
+    if (n->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && job == NULL)
+        return; /* an interim answer; the final one is checked on its own */
+    if (n->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         queue_notice(o, job, dlq ? "dead letter" : "result", n->len + n->key_len,
                      rd_kafka_err2str(n->err));
         ow_job_ack(o->ledger, job, 1, 1);
@@ -328,8 +344,13 @@ int ow_output_flush(ow_output *o, int64_t deadline_ms)
     for (;;) {
         int64_t left;
 
+        int notices;
+
         ow_output_pump(o);
-        if (ow_output_held(o) == 0 && rd_kafka_outq_len(o->producer) == 0)
+        pthread_mutex_lock(&o->mu);
+        notices = o->notices != NULL;
+        pthread_mutex_unlock(&o->mu);
+        if (!notices && ow_output_held(o) == 0 && rd_kafka_outq_len(o->producer) == 0)
             return OW_OK;
         left = deadline_ms - ow_clock_mono_ms();
         if (left <= 0)
@@ -444,14 +465,15 @@ static rd_kafka_resp_err_t produce_notice(ow_output *o, const ow_notice *n)
     rd_kafka_header_add(h, "error-code", -1, "OUTPUT_TOO_LARGE", -1);
     rd_kafka_header_add(h, "error-message", -1, msg, -1);
     source_headers(h, o, n->job);
+    ow_gate_count(&o->gate, 1); /* before its report can arrive */
     e = rd_kafka_producev(o->producer, RD_KAFKA_V_TOPIC(o->cfg->topic_dlq),
                           RD_KAFKA_V_KEY(n->job->key, n->job->out_key_len), RD_KAFKA_V_VALUE("", 0),
                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
                           RD_KAFKA_V_OPAQUE(n->job), RD_KAFKA_V_END);
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-        ow_gate_count(&o->gate);
-    else
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ow_gate_count(&o->gate, -1);
         rd_kafka_headers_destroy(h);
+    }
     return e;
 }
 

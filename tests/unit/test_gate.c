@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -117,6 +118,7 @@ static void test_holds_until_every_report(void **state)
 
     (void)state;
     ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX; /* only reports open it */
     assert_int_equal(send_one(&g, "a", 1), 0);
     assert_int_equal(send_one(&g, "b", 2), 1);
     assert_int_equal(send_one(&g, "a", 3), 1);
@@ -157,6 +159,71 @@ static void test_window_lets_a_burst_through(void **state)
     ow_gate_destroy(&g);
 }
 
+/* The window of one linger closes: an output sent after it, while one is
+ * in flight, waits. */
+static void test_window_closes_after_linger(void **state)
+{
+    ow_gate g;
+
+    (void)state;
+    ow_gate_init(&g, 1, 20000, record, &rec);
+    g.max_hold_us = INT64_MAX;
+    assert_int_equal(send_one(&g, "k", 1), 0);
+    usleep(50000);
+    assert_int_equal(send_one(&g, "k", 2), 1);
+    assert_int_equal(rec.n, 1);
+    ow_gate_destroy(&g);
+}
+
+/* A report that never comes (a partition's leader away) holds the others
+ * only for max_hold_us; then what is held goes with the first still in
+ * flight. */
+static void test_held_too_long_goes_anyway(void **state)
+{
+    ow_gate g;
+    static const long want[] = {1, 2, 3};
+
+    (void)state;
+    ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = 5000;
+    assert_int_equal(send_one(&g, "stuck", 1), 0);
+    assert_int_equal(send_one(&g, "k", 2), 1);
+    assert_int_equal(send_one(&g, "k", 3), 1);
+    usleep(20000);
+    assert_null(ow_gate_release(&g, 1));
+    assert_recorded(0, want, 3);
+    assert_int_equal(atomic_load(&g.in_flight), 3);
+    ow_gate_destroy(&g);
+}
+
+/* Held bytes are bounded like the producer's queue: past the bound a send
+ * is refused as full and its headers stay the caller's. */
+static void test_held_bytes_are_bounded(void **state)
+{
+    ow_gate g;
+    rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+    rd_kafka_resp_err_t e;
+    long v = 5;
+
+    (void)state;
+    ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX;
+    g.max_held_bytes = 3 * (1 + sizeof(long));
+    assert_int_equal(send_one(&g, "k", 1), 0);
+    for (long i = 2; i <= 4; i++)
+        assert_int_equal(send_one(&g, "k", i), 1);
+    assert_int_equal(ow_gate_send(&g, "results", "k", 1, &v, sizeof(v), h, NULL, &e), 0);
+    assert_int_equal(e, RD_KAFKA_RESP_ERR__QUEUE_FULL);
+    assert_int_equal(ow_gate_held(&g), 3);
+    assert_int_equal(g.held_bytes, 3 * (1 + sizeof(long)));
+    ow_gate_acked(&g);
+    assert_null(ow_gate_release(&g, 1));
+    assert_int_equal(g.held_bytes, 0);
+    assert_int_equal(send_one(&g, "k", 5), 1); /* room again */
+    rd_kafka_headers_destroy(h);
+    ow_gate_destroy(&g);
+}
+
 /* A full queue stops the release; the rest stay held in order and go at
  * the next one. Without stop_on_full (giving up) a full queue is a refusal. */
 static void test_full_queue_keeps_order(void **state)
@@ -167,6 +234,7 @@ static void test_full_queue_keeps_order(void **state)
 
     (void)state;
     ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX; /* only reports open it */
     assert_int_equal(send_one(&g, "k", 1), 0);
     for (long v = 2; v <= 4; v++)
         assert_int_equal(send_one(&g, "k", v), 1);
@@ -211,6 +279,7 @@ static void test_refused_outputs_come_back(void **state)
 
     (void)state;
     ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX; /* only reports open it */
     assert_int_equal(send_one(&g, "k", 1), 0);
     assert_int_equal(send_one(&g, "big", 2), 1);
     assert_int_equal(send_one(&g, "k", 3), 1);
@@ -241,6 +310,7 @@ static void test_keyless_stays_keyless(void **state)
 
     (void)state;
     ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX; /* only reports open it */
     assert_int_equal(send_one(&g, "k", 1), 0);
     assert_int_equal(
         ow_gate_send(&g, "dlq", NULL, 0, &v, sizeof(v), rd_kafka_headers_new(1), NULL, &e), 1);
@@ -271,6 +341,7 @@ static void test_take_returns_held_in_order(void **state)
 
     (void)state;
     ow_gate_init(&g, 1, 0, record, &rec);
+    g.max_hold_us = INT64_MAX; /* only reports open it */
     assert_int_equal(send_one(&g, "k", 1), 0);
     for (long i = 2; i <= 4; i++)
         assert_int_equal(send_one(&g, "k", i), 1);
@@ -368,6 +439,9 @@ int main(void)
         cmocka_unit_test_setup(test_off_hands_over_everything, setup),
         cmocka_unit_test_setup(test_holds_until_every_report, setup),
         cmocka_unit_test_setup(test_window_lets_a_burst_through, setup),
+        cmocka_unit_test_setup(test_window_closes_after_linger, setup),
+        cmocka_unit_test_setup(test_held_too_long_goes_anyway, setup),
+        cmocka_unit_test_setup(test_held_bytes_are_bounded, setup),
         cmocka_unit_test_setup(test_full_queue_keeps_order, setup),
         cmocka_unit_test_setup(test_refused_outputs_come_back, setup),
         cmocka_unit_test_setup(test_keyless_stays_keyless, setup),
