@@ -108,13 +108,6 @@ static const config_row config_table[] = {
      * (docs/performance.md, "Memory"). */
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "14680064", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
-    /* Issue 12: librdkafka 2.0.2's broker thread busy-polls while a
-     * partition's lingered results wait behind its request in flight
-     * (docs/performance.md, "The producer's busy wait"). */
-    {"output.gate", CT_INT, 0, 1, "1", 0, ROW_OFF(output_gate),
-     "1: after one kafka.producer.linger.ms, results wait in the worker until every output "
-     "handed to the producer is acknowledged, then go together, so each partition has one "
-     "produce request in flight; 0: every result goes to the producer at once."},
     {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
      "First delay after a transient failure; doubles per attempt, with jitter."},
     {"retry.backoff_max_ms", CT_INT, 1, 600000, "5000", 0, ROW_OFF(retry_backoff_max_ms),

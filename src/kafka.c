@@ -138,9 +138,7 @@ static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
      * 64,100-65,000/s against 38,900-60,400/s, but end-to-end p50/p99 was
      * 37/64 ms against 26/52 ms at 4,300 batches/s and p99 137 against
      * 63 ms at 7,000/s, so latency keeps 10 (docs/performance.md, "The
-     * producer's busy wait"). Since output.gate the worker itself keeps
-     * results back while a request is in flight (gate.c); linger.ms is
-     * then the window in which results go to the producer at once. */
+     * producer's busy wait"). */
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "linger.ms", "10", err);
     if (rc == OW_OK)

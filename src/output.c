@@ -42,49 +42,6 @@ static int read_message_max(rd_kafka_t *producer, size_t *max, ow_error *err)
     return OW_OK;
 }
 
-/* A number in the producer's configuration (linger.ms may have a
- * fraction of a millisecond). */
-static int read_number(rd_kafka_t *producer, const char *name, double *v, ow_error *err)
-{
-    char buf[32];
-    size_t len = sizeof(buf);
-    char *end = NULL;
-
-    if (rd_kafka_conf_get(rd_kafka_conf(producer), name, buf, &len) != RD_KAFKA_CONF_OK)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot read %s", name);
-    *v = strtod(buf, &end);
-    if (end == buf || *v < 0)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: cannot read %s", name, buf);
-    return OW_OK;
-}
-
-/* The gate stays open for one linger.ms after the producer was idle, and
- * holds at most as many bytes as the producer's own queue would. */
-static int read_gate_limits(rd_kafka_t *producer, ow_gate *g, ow_error *err)
-{
-    double linger_ms, queue_kb;
-    int rc = read_number(producer, "linger.ms", &linger_ms, err);
-
-    if (rc == OW_OK)
-        rc = read_number(producer, "queue.buffering.max.kbytes", &queue_kb, err);
-    if (rc != OW_OK)
-        return rc;
-    g->linger_us = (int64_t)(linger_ms * 1000.0);
-    g->max_held_bytes = (size_t)queue_kb * 1024;
-    return OW_OK;
-}
-
-/* The gate's hand-over: the producer copies key and value. */
-static rd_kafka_resp_err_t producev_hand(void *ctx, const char *topic, const void *key,
-                                         size_t key_len, const void *value, size_t len,
-                                         rd_kafka_headers_t *h, void *opaque)
-{
-    return rd_kafka_producev(
-        ctx, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY((void *)(uintptr_t)key, key_len),
-        RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
-}
-
 /* The most orders whose largest result still fits, by bisection. */
 static size_t orders_that_fit(size_t hi, size_t room)
 {
@@ -131,14 +88,11 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
 
     memset(o, 0, sizeof(*o));
     pthread_mutex_init(&o->mu, NULL);
-    ow_gate_init(&o->gate, cfg->output_gate != 0, 0, producev_hand, producer);
     o->producer = producer;
     o->cfg = cfg;
     o->rs = rs;
     o->ledger = ledger;
     rc = read_message_max(producer, &o->message_max, err);
-    if (rc == OW_OK)
-        rc = read_gate_limits(producer, &o->gate, err);
     if (rc != OW_OK)
         return rc;
     o->output_max = o->message_max - OW_OUTPUT_RESERVE;
@@ -260,11 +214,10 @@ void ow_output_destroy(ow_output *o)
         o->notices = n->next;
         free(n);
     }
-    ow_gate_destroy(&o->gate);
     pthread_mutex_destroy(&o->mu);
 }
 
-/* --- Headers ------------------------------------------------------------ */
+/* --- Producing ---------------------------------------------------------- */
 
 static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_job *job)
 {
@@ -275,112 +228,19 @@ static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_j
         ow_kafka_header_int(h, "key-truncated-from", (long long)job->key_len);
 }
 
-/* --- The gate (output.gate, gate_internal.h) --------------------------- */
-
-static void queue_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
-                         const char *reason);
-
-/* A held output the producer refused when the gate handed it over: as
- * produce() would have settled it, only later. */
-static void settle_refused(ow_output *o, const ow_gate_msg *n)
-{
-    ow_job *job = n->opaque == (void *)&in_progress_token ? NULL : n->opaque;
-    int dlq = strcmp(n->topic, o->cfg->topic_dlq) == 0;
-
-    if (n->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && job == NULL)
-        return; /* an interim answer; the final one is checked on its own */
-    if (n->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        queue_notice(o, job, dlq ? "dead letter" : "result", n->len + n->key_len,
-                     rd_kafka_err2str(n->err));
-        ow_job_ack(o->ledger, job, 1, 1);
-        return;
-    }
-    OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", n->topic),
-           OW_F_STR("error", rd_kafka_err2str(n->err)));
-    if (n->err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-        ow_runstate_set_fatal(o->rs, "a result could not be produced");
-    if (job != NULL)
-        ow_job_ack(o->ledger, job, 1, 0);
-}
-
-/* Once every output handed over is acknowledged, hands over what the gate
- * held; a full queue stops it until the next poll unless giving up. */
-static void release_held(ow_output *o)
-{
-    ow_gate_msg *refused = ow_gate_release(&o->gate, !ow_runstate_give_up(o->rs));
-
-    while (refused != NULL) {
-        ow_gate_msg *n = refused;
-
-        refused = n->next;
-        settle_refused(o, n);
-        free(n);
-    }
-}
-
-size_t ow_output_held(ow_output *o)
-{
-    return ow_gate_held(&o->gate);
-}
-
-void ow_output_abandon_held(ow_output *o)
-{
-    ow_gate_msg *list = ow_gate_take(&o->gate);
-
-    while (list != NULL) {
-        ow_gate_msg *n = list;
-
-        list = n->next;
-        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", n->topic));
-        if (n->opaque != (void *)&in_progress_token)
-            ow_job_ack(o->ledger, n->opaque, 1, 0);
-        rd_kafka_headers_destroy(n->h);
-        free(n);
-    }
-}
-
-int ow_output_flush(ow_output *o, int64_t deadline_ms)
-{
-    for (;;) {
-        int64_t left;
-
-        int notices;
-
-        ow_output_pump(o);
-        pthread_mutex_lock(&o->mu);
-        notices = o->notices != NULL;
-        pthread_mutex_unlock(&o->mu);
-        if (!notices && ow_output_held(o) == 0 && rd_kafka_outq_len(o->producer) == 0)
-            return OW_OK;
-        left = deadline_ms - ow_clock_mono_ms();
-        if (left <= 0)
-            return OW_ERETRY;
-        rd_kafka_flush(o->producer, (int)(left < 100 ? left : 100));
-    }
-}
-
-/* --- Producing ---------------------------------------------------------- */
-
 /* Produces one message, waiting while the local queue is full. The value
- * is copied and h is consumed. Returns OW_OK (handed over or held by the
- * gate), OW_EINVAL when the message is too large, or OW_EFATAL when it had
- * to give up. */
+ * is copied and h is consumed. Returns OW_OK, OW_EINVAL when the message
+ * is too large, or OW_EFATAL when it had to give up. */
 static int produce(ow_output *o, const char *topic, const ow_job *job, const void *value,
                    size_t len, rd_kafka_headers_t *h, void *opaque)
 {
     for (;;) {
-        rd_kafka_resp_err_t e;
-        int held =
-            ow_gate_send(&o->gate, topic, job->key, job->out_key_len, value, len, h, opaque, &e);
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            o->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(job->key, job->out_key_len),
+            RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+            RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 
-        if (held > 0) {
-            OW_COUNT(outputs_held, 1);
-            return OW_OK;
-        }
-        if (held < 0) {
-            ow_runstate_set_fatal(o->rs, "out of memory");
-            return OW_EFATAL;
-        }
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             return OW_OK; /* h is owned by the message now */
         if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL && !ow_runstate_give_up(o->rs)) {
@@ -465,15 +325,12 @@ static rd_kafka_resp_err_t produce_notice(ow_output *o, const ow_notice *n)
     rd_kafka_header_add(h, "error-code", -1, "OUTPUT_TOO_LARGE", -1);
     rd_kafka_header_add(h, "error-message", -1, msg, -1);
     source_headers(h, o, n->job);
-    ow_gate_count(&o->gate, 1); /* before its report can arrive */
     e = rd_kafka_producev(o->producer, RD_KAFKA_V_TOPIC(o->cfg->topic_dlq),
                           RD_KAFKA_V_KEY(n->job->key, n->job->out_key_len), RD_KAFKA_V_VALUE("", 0),
                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
                           RD_KAFKA_V_OPAQUE(n->job), RD_KAFKA_V_END);
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ow_gate_count(&o->gate, -1);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(h);
-    }
     return e;
 }
 
@@ -506,7 +363,6 @@ void ow_output_pump(ow_output *o)
         }
         free(n);
     }
-    release_held(o);
 }
 
 /* --- Publishing ---------------------------------------------------------- */
@@ -602,7 +458,6 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
     const char *topic = rd_kafka_topic_name(m->rkt);
     int is_dlq = strcmp(topic, o->cfg->topic_dlq) == 0;
 
-    ow_gate_acked(&o->gate);
     if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
         /* Purged at shutdown: the job ends not done. */
         OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));

@@ -12,16 +12,12 @@
  * topic's limit lowered while the worker runs) is replaced by a small
  * OUTPUT_TOO_LARGE notice on the dead-letter topic, so that its partition
  * moves on; it is never fatal and never retried.
- *
- * Results and dead letters pass the output gate (gate_internal.h, issue
- * 12) on their way to the producer.
  */
 #ifndef OW_OUTPUT_INTERNAL_H
 #define OW_OUTPUT_INTERNAL_H
 
 #include <pthread.h>
 
-#include "gate_internal.h"
 #include "pipeline_internal.h"
 
 /* Bytes of every output's limit kept for its headers and record framing. */
@@ -38,7 +34,6 @@ typedef struct {
     size_t output_max;  /* key + value bytes one output may carry */
     pthread_mutex_t mu; /* guards notices */
     ow_notice *notices; /* OUTPUT_TOO_LARGE notices waiting to be produced */
-    ow_gate gate;       /* output.gate */
 } ow_output;
 
 /* Reads the producer's effective message.max.bytes and refuses (class
@@ -67,18 +62,8 @@ void ow_output_publish(ow_output *o, ow_job *job);
 void ow_output_in_progress(ow_output *o, ow_job *job);
 /* The delivery report of an output (the producer's dr_msg_cb). */
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m);
-/* Produces the notices waiting and, once nothing is in flight, the outputs
- * the gate held; called by the delivery poller after each poll, outside the
- * delivery callback, so a full queue can drain first. */
+/* Produces the notices waiting; called by the delivery poller after each
+ * poll, outside the delivery callback, so a full queue can drain first. */
 void ow_output_pump(ow_output *o);
-/* At shutdown, after the poller stopped: hands over what the gate holds and
- * waits for every acknowledgement until deadline_ms (monotonic). Returns
- * OW_OK when nothing is left, OW_ERETRY when time ran out. */
-int ow_output_flush(ow_output *o, int64_t deadline_ms);
-/* Ends the jobs of the outputs the gate still holds as not done (the
- * shutdown flush ran out of time); nothing is handed over after it. */
-void ow_output_abandon_held(ow_output *o);
-/* Outputs the gate holds. */
-size_t ow_output_held(ow_output *o);
 
 #endif

@@ -786,9 +786,7 @@ static void leave_group(ow_worker *w)
 static void abandon_outputs(ow_worker *w)
 {
     OW_LOG(OW_LOG_WARN, "flush_incomplete",
-           OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)),
-           OW_F_INT("held", (int64_t)ow_output_held(&w->out)));
-    ow_output_abandon_held(&w->out);
+           OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
     rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(w->producer, 100); /* serves the purged reports */
 }
@@ -824,9 +822,12 @@ static void shut_down(ow_worker *w)
     if (w->poller_started)
         pthread_join(w->poller, NULL);
     w->poller_started = 0;
-    if (w->producer != NULL && w->out_ready &&
-        ow_output_flush(&w->out, w->rs.deadline_ms - leave_reserve_ms(w->cfg)) != OW_OK)
-        abandon_outputs(w);
+    left = w->rs.deadline_ms - leave_reserve_ms(w->cfg) - ow_clock_mono_ms();
+    if (w->producer != NULL && w->out_ready) {
+        ow_output_pump(&w->out);
+        if (rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            abandon_outputs(w);
+    }
     if (w->consumer != NULL) {
         /* Half of what is left, so that leaving the group has the rest. */
         left = w->rs.deadline_ms - ow_clock_mono_ms();

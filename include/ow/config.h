@@ -68,7 +68,6 @@ typedef struct ow_config {
     int64_t batch_max_wait_ms;
     int64_t inflight_max_messages;
     int64_t inflight_max_bytes;
-    int64_t output_gate; /* issue 12 */
     int64_t retry_backoff_ms;
     int64_t retry_backoff_max_ms;
     int64_t commit_interval_ms;

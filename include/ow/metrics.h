@@ -44,8 +44,6 @@
       "Security events: a key sent again with a different request (IDEMPOTENCY_KEY_REUSED).")      \
     X(keys_rejected, "order_worker_malformed_keys_total",                                          \
       "Security events: messages rejected for a missing or malformed idempotency key.")            \
-    X(outputs_held, "order_worker_outputs_held_total",                                             \
-      "Outputs the output gate held until the producer's requests in flight were acknowledged.")   \
     X(cache_hits, "order_worker_cache_hits_total",                                                 \
       "Retries answered from the lane's retry cache, without the database (issue 12).")            \
     X(cache_misses, "order_worker_cache_misses_total",                                             \
