@@ -1,9 +1,11 @@
 #!/bin/sh
 # Every setting in the sample configuration (config/order-worker.conf) is
-# the default that `order-worker config --markdown` prints, so that a user
-# who copies it gets what the documentation describes. Its
-# inflight.max_bytes stayed at 16 MiB for a day after the default became
-# 14 MiB (867b49e). A setting may differ only if it is listed in ALLOWED,
+# its default, so that a user who copies it gets what the documentation
+# describes. Its inflight.max_bytes stayed at 16 MiB for a day after the
+# default became 14 MiB (867b49e). Both sides come from the worker's own
+# loader (`order-worker config --print`), with and without the file, in an
+# environment without ORDER_WORKER_* variables; a key it does not know
+# fails the load. A setting may differ only if it is listed in ALLOWED,
 # with its reason.
 #
 # usage: sample_config.sh ORDER_WORKER_BIN SAMPLE_CONF
@@ -13,42 +15,30 @@ conf=$2
 # api.token_file: the sample names where the package puts the token.
 ALLOWED="api.token_file"
 
-defaults=$(mktemp)
-trap 'rm -f "$defaults"' EXIT
-# | `key` | type | `default` | ...  ->  key<TAB>default ("(empty)" is "")
-"$bin" config --markdown | awk -F'|' 'NR > 2 {
-    k = $2; d = $4
-    gsub(/[ `]/, "", k); gsub(/^ +| +$/, "", d); gsub(/`/, "", d)
-    if (d == "(empty)") d = ""
-    print k "\t" d
-}' >"$defaults"
-if [ ! -s "$defaults" ]; then
-  echo "FAIL: '$bin config --markdown' printed no table"
-  exit 1
-fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
 
-fail=0
-checked=0
-while IFS= read -r line; do
-  case $line in '' | '#'*) continue ;; esac
-  key=$(printf '%s\n' "$line" | sed -E 's/^ *([^ =]+) *=.*/\1/')
-  value=$(printf '%s\n' "$line" | sed -E 's/^[^=]*= *//; s/ *$//')
-  checked=$((checked + 1))
-  case " $ALLOWED " in *" $key "*) continue ;; esac
-  if ! awk -F'\t' -v k="$key" '$1 == k { found = 1 } END { exit !found }' "$defaults"; then
-    echo "FAIL: $conf sets '$key', which is not a configuration key"
-    fail=1
-    continue
-  fi
-  want=$(awk -F'\t' -v k="$key" '$1 == k { print $2 }' "$defaults")
-  if [ "$value" != "$want" ]; then
-    echo "FAIL: $conf: $key = '$value', but its default is '$want'"
-    fail=1
-  fi
-done <"$conf"
-if [ "$checked" -eq 0 ]; then
-  echo "FAIL: $conf holds no settings"
+# Writes $dir/$1: "key = value" lines without their "# source" and without
+# the allowed keys; fails when the loader refuses the configuration.
+effective() {
+  out=$1
+  shift
+  env -i PATH="$PATH" "$bin" config --print "$@" >"$dir/raw" || return 1
+  sed -E 's/    # .*$//' "$dir/raw" |
+    awk -v allowed=" $ALLOWED " 'index(allowed, " " $1 " ") == 0' >"$dir/$out"
+}
+
+if ! effective defaults || ! effective sample --config "$conf"; then
+  echo "FAIL: order-worker config --print could not load $conf (above)"
   exit 1
 fi
-[ "$fail" -eq 0 ] || exit 1
-echo "OK: the $checked settings of $conf are the defaults (except $ALLOWED)"
+if [ ! -s "$dir/defaults" ] || ! grep -q '    # file (' "$dir/raw"; then
+  echo "FAIL: order-worker config --print printed nothing, or nothing from $conf"
+  exit 1
+fi
+if ! diff -u "$dir/defaults" "$dir/sample" | sed -n '3,$p' | grep '^[-+]'; then
+  echo "OK: every setting of $conf is its default (except $ALLOWED)"
+  exit 0
+fi
+echo "FAIL: the settings above ('+') in $conf differ from their defaults ('-')"
+exit 1
