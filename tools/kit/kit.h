@@ -76,7 +76,8 @@ int kit_committed(const char *bootstrap, const char *group, const char *topic, i
  * memory runs out. */
 char **kit_env_merge(const char *const env[], size_t n_env);
 /* Starts argv with extra environment ("NAME=value", NULL-terminated);
- * stderr goes to log_path (appended) when not NULL. Returns the pid or -1. */
+ * stderr goes to log_path (appended) when not NULL. The child gets SIGKILL
+ * when the calling thread ends (PR_SET_PDEATHSIG). Returns the pid or -1. */
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path);
 /* Waits up to timeout_ms; returns the exit status (or 128+signal), -1 on timeout. */
 int kit_wait(pid_t pid, int timeout_ms);

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,17 +40,29 @@ char **kit_env_merge(const char *const env[], size_t n_env)
     return out;
 }
 
+/*
+ * The child is killed when the process that spawned it ends, however it
+ * ends. A test process that aborted (librdkafka 2.0.2's
+ * rd_kafka_broker_destroy_final assertion in one of its own client threads,
+ * confluentinc/librdkafka#3608, in integration.mock_faults on 2026-12-03)
+ * left its worker running; the worker held the stdout it inherited, and
+ * ctest waited on that pipe until its 900 s timeout. The death signal
+ * belongs to the spawning thread: every caller spawns from its main thread.
+ */
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path)
 {
     char **envp = kit_env_merge((const char *const *)env, SIZE_MAX);
     int fd =
         log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+    pid_t parent = getpid();
     pid_t pid;
 
     if (envp == NULL)
         return -1;
     pid = fork();
     if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
         if (fd >= 0)
             dup2(fd, 2);
         execve(argv[0], argv, envp);
