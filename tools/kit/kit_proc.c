@@ -52,13 +52,13 @@ char **kit_env_merge(const char *const env[], size_t n_env)
 pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path)
 {
     char **envp = kit_env_merge((const char *const *)env, SIZE_MAX);
-    int fd =
-        log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     pid_t parent = getpid();
     pid_t pid;
+    int fd;
 
     if (envp == NULL)
         return -1;
+    fd = log_path != NULL ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
     pid = fork();
     if (pid == 0) {
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
