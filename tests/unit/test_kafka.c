@@ -45,6 +45,9 @@ static void test_roles_and_guarantees(void **state)
     assert_string_equal(get(c, "session.timeout.ms", buf, sizeof(buf)), "7000");
     assert_string_equal(get(p, "session.timeout.ms", buf, sizeof(buf)), "45000");
     assert_string_equal(get(p, "linger.ms", buf, sizeof(buf)), "9");
+    /* Results are compressed unless the configuration says otherwise. */
+    assert_string_equal(get(p, "compression.type", buf, sizeof(buf)), "lz4");
+    assert_string_equal(get(c, "compression.type", buf, sizeof(buf)), "none");
     /* What the guarantees rest on. */
     assert_string_equal(get(c, "enable.auto.offset.store", buf, sizeof(buf)), "false");
     assert_string_equal(get(c, "partition.assignment.strategy", buf, sizeof(buf)),
@@ -52,6 +55,27 @@ static void test_roles_and_guarantees(void **state)
     assert_string_equal(get(p, "enable.idempotence", buf, sizeof(buf)), "true");
     assert_string_equal(get(p, "acks", buf, sizeof(buf)), "-1");
     rd_kafka_conf_destroy(c);
+    rd_kafka_conf_destroy(p);
+    ow_config_cleanup(&cfg);
+}
+
+/* The lz4 default gives way to the configuration. */
+static void test_compression_override(void **state)
+{
+    ow_config cfg;
+    ow_error err;
+    rd_kafka_conf_t *p;
+    char buf[64];
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg, "kafka.producer.compression.type = zstd\n", "t",
+                                           &err),
+                     OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
+    assert_non_null(p);
+    assert_string_equal(get(p, "compression.type", buf, sizeof(buf)), "zstd");
     rd_kafka_conf_destroy(p);
     ow_config_cleanup(&cfg);
 }
@@ -114,6 +138,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roles_and_guarantees),
+        cmocka_unit_test(test_compression_override),
         cmocka_unit_test(test_refused_and_bad_properties),
         cmocka_unit_test(test_check_config_names_the_line),
     };
