@@ -320,8 +320,8 @@ static void test_result_refused_for_size_becomes_notice(void **state)
     await_result(topic, "limits-first", &out, &m);
     /* ...then the limit drops below the big batch's result. The broker
      * checks the batch as it arrives, lz4-compressed by default: the 300
-     * orders' result (about 40 KB as JSON) compresses to several KB, so the
-     * limit is well under that, and still above a 1-order result. */
+     * orders' result got through a 20,000-byte limit compressed, so the
+     * limit is 2,048 bytes, still above a 1-order result. */
     assert_int_equal(kit_alter_topic_config(ts.bootstrap, topic, "max.message.bytes", "2048"), 0);
     for (int i = 0; i < 100 && described_limit(topic) != 2048; i++)
         usleep(100000);
