@@ -144,12 +144,12 @@ static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "32768", err);
     /* Results are JSON that repeats its field names in every order. With
-     * lz4, a replaying worker used 1.35-1.46 s of CPU per 100,000 results
-     * against 1.90-2.01 s uncompressed, and the broker 0.60-0.64 s against
-     * 1.28-1.59 s, in two interleaved pairs (docs/performance.md, "Compressed
-     * results"). The Java client and librdkafka's read lz4 as they are;
-     * a consumer without the codec needs kafka.producer.compression.type =
-     * none (docs/contract.md). */
+     * lz4, a replaying worker used 1.19-1.46 s of CPU per 100,000 results
+     * against 1.90-2.26 s uncompressed, and the broker 0.47-0.64 s against
+     * 1.28-1.76 s, in three interleaved pairs; deciding ran at the same rate
+     * (docs/performance.md, "Compressed results"). The Java client and
+     * librdkafka's read lz4 as they are; a consumer without the codec needs
+     * kafka.producer.compression.type = none (docs/contract.md). */
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "compression.type", "lz4", err);
     return rc;
