@@ -18,6 +18,16 @@ static const char *get(rd_kafka_conf_t *c, const char *name, char *buf, size_t s
     return buf;
 }
 
+/* A finished configuration from text. */
+static void load(ow_config *cfg, const char *text)
+{
+    ow_error err;
+
+    assert_int_equal(ow_config_init(cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(cfg, text, "t", &err), OW_OK);
+    assert_int_equal(ow_config_finish(cfg, &err), OW_OK);
+}
+
 static void test_roles_and_guarantees(void **state)
 {
     ow_config cfg;
@@ -26,14 +36,9 @@ static void test_roles_and_guarantees(void **state)
     char buf[256];
 
     (void)state;
-    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
-    assert_int_equal(ow_config_load_string(&cfg,
-                                           "kafka.socket.timeout.ms = 12345\n"
-                                           "kafka.consumer.session.timeout.ms = 7000\n"
-                                           "kafka.producer.linger.ms = 9\n",
-                                           "t", &err),
-                     OW_OK);
-    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    load(&cfg, "kafka.socket.timeout.ms = 12345\n"
+               "kafka.consumer.session.timeout.ms = 7000\n"
+               "kafka.producer.linger.ms = 9\n");
     c = ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err);
     p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
     assert_non_null(c);
@@ -68,11 +73,7 @@ static void test_compression_override(void **state)
     char buf[64];
 
     (void)state;
-    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
-    assert_int_equal(ow_config_load_string(&cfg, "kafka.producer.compression.type = zstd\n", "t",
-                                           &err),
-                     OW_OK);
-    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    load(&cfg, "kafka.producer.compression.type = zstd\n");
     p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
     assert_non_null(p);
     assert_string_equal(get(p, "compression.type", buf, sizeof(buf)), "zstd");
@@ -92,9 +93,7 @@ static void test_refused_and_bad_properties(void **state)
     assert_string_equal(err.msg, "kafka.producer.acks: is fixed by order-worker's delivery guarantees");
     ow_config_cleanup(&cfg);
 
-    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
-    assert_int_equal(ow_config_load_string(&cfg, "kafka.no.such.property = 1\n", "t", &err), OW_OK);
-    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    load(&cfg, "kafka.no.such.property = 1\n");
     assert_null(ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err));
     assert_non_null(strstr(err.msg, "kafka.no.such.property"));
     ow_config_cleanup(&cfg);
