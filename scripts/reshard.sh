@@ -17,9 +17,10 @@
 #      function; ids and unique keys travel unchanged);
 #   3. checks that every moving row arrived, then deletes them from shard i
 #      in one transaction;
-# and finally records the 2N map on every shard (`order-worker migrate`
-# with NEW.conf). Until that last step the shards still record N, so a
-# worker started too early refuses NEW.conf with exit 2, and an
+# and finally records the 2N map on every shard (`order-worker migrate
+# --remap` with NEW.conf: migrate alone never changes a recorded map).
+# Until that last step the shards still record N, so a worker started too
+# early refuses NEW.conf with exit 2, and an
 # interrupted run can simply be run again (copies are INSERT IGNORE,
 # deletes only touch rows already copied).
 #
@@ -105,5 +106,7 @@ for ((i = 0; i < N; i++)); do
                DROP FUNCTION ow_bucket;"
   say "shard $i -> $j: $(sql "$j" -N -e "SELECT COUNT(*) FROM idempotency_requests") requests, $(sql "$j" -N -e "SELECT COUNT(*) FROM orders") orders"
 done
-ORDER_WORKER_MYSQL_SHARDS="$LIST" "$BIN" migrate --config "$CONF" | grep 'map recorded' | sed 's/^/reshard: /'
+# --remap: migrate replaces a recorded map only when asked, and only shard
+# i of N with shard i of 2N.
+ORDER_WORKER_MYSQL_SHARDS="$LIST" "$BIN" migrate --config "$CONF" --remap | grep 'map recorded' | sed 's/^/reshard: /'
 say "done: start the workers with mysql.shards = $LIST"

@@ -1,6 +1,7 @@
 -- Creates (or updates) the database user of the result query service
--- (`order-worker serve`, issue 15): SELECT on the two tables and nothing
--- else, so that the HTTP side can never change a record or an order.
+-- (`order-worker serve`): SELECT on the two tables and on the shard map
+-- (every connection checks it) and nothing else, so that the HTTP side can
+-- never change a record or an order.
 -- Run it as an administrator after `order-worker migrate`, with four
 -- session variables set, for example:
 --
@@ -32,6 +33,11 @@ EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
 SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.orders TO ', @ow_account);
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_shard_map TO ', @ow_account);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;

@@ -1,7 +1,7 @@
 -- Creates (or updates) the database user the worker runs as, with only the
 -- privileges it needs: SELECT, INSERT and UPDATE on the two tables, and
 -- DELETE on idempotency_requests for `order-worker purge` (retention);
--- SELECT on ow_shard_map (read by run with mysql.shards).
+-- SELECT on ow_shard_map (every connection reads it as it connects).
 -- Run it as an administrator after `order-worker migrate`, with three
 -- session variables set, for example:
 --
@@ -51,7 +51,7 @@ PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
--- The shard map (issue 14, migration 003): run reads it before it starts.
+-- The shard map (migration 003): every connection reads it as it connects.
 SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_shard_map TO ', @ow_account);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;

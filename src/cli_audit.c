@@ -94,6 +94,11 @@ int ow_cmd_audit(int argc, char **argv, const volatile sig_atomic_t *stop)
     code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
+    code = ow_cli_check_shard_maps(&cfg, "audit");
+    if (code != OW_EXIT_OK) {
+        ow_config_cleanup(&cfg);
+        return code;
+    }
     /* Each shard is audited on its own (a user's rows are all on one); a
      * database error outranks findings in the exit status. */
     for (unsigned i = 0; i < ow_cli_shards(&cfg); i++) {

@@ -166,12 +166,3 @@ int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user)
     }
     return 0;
 }
-
-ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids)
-{
-    ow_store_params p;
-
-    ow_store_params_from_config(cfg, &p);
-    ow_idgen_init(ids, 0, ow_clock_wall_ms);
-    return ow_store_new(&p, ids);
-}

@@ -210,6 +210,11 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
+    code = ow_cli_check_shard_maps(&cfg, "lookup");
+    if (code != OW_EXIT_OK) {
+        ow_config_cleanup(&cfg);
+        return code;
+    }
     /* The user's shard (issue 14); shard 0 is mysql.host when unsharded. */
     s = ow_cli_shard_store_new(
         &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);

@@ -279,6 +279,11 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
         ow_config_cleanup(&cfg);
         return OW_EXIT_USAGE;
     }
+    code = ow_cli_check_shard_maps(&cfg, "purge");
+    if (code != OW_EXIT_OK) {
+        ow_config_cleanup(&cfg);
+        return code;
+    }
     p.cfg = &cfg;
     p.stop = stop;
     p.tty = isatty(fileno(stderr));

@@ -86,8 +86,9 @@ static int serve(const ow_config *cfg, const char *token, size_t token_len,
     p.token_len = token_len;
     ow_store_params_from_config(cfg, &p.store);
     /* Sharded: every lookup reads the user's shard, routed like the
-     * workers route (issue 14). The recorded map is not checked here:
-     * serve writes nothing, and must start while a shard is down. */
+     * workers route. A shard that was down at start has its recorded map
+     * checked by its connections when they connect: until then, and if
+     * it disagrees, its users get an error instead of a false "no record". */
     for (unsigned i = 0; i < cfg->shards.n; i++)
         ow_store_params_for_shard(cfg, i, &shards[i]);
     p.shards = shards;
@@ -119,7 +120,9 @@ int ow_cmd_serve(int argc, char **argv, const volatile sig_atomic_t *stop)
     code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    code = read_token(cfg.api_token_file, token, sizeof(token), &token_len);
+    code = ow_cli_check_shard_maps(&cfg, "serve");
+    if (code == OW_EXIT_OK)
+        code = read_token(cfg.api_token_file, token, sizeof(token), &token_len);
     if (code == OW_EXIT_OK)
         code = serve(&cfg, token, token_len, stop);
     memset(token, 0, sizeof(token));

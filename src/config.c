@@ -91,7 +91,8 @@ static const config_row config_table[] = {
      "Seconds to wait for a concurrent request with the same key before publishing "
      "REQUEST_IN_PROGRESS (the database lock wait timeout)."},
     {"worker.lanes", CT_INT, 1, 64, "4", 0, ROW_OFF(worker_lanes),
-     "Parallel lanes, each with its own database connection; a key always uses the same lane."},
+     "Lanes per database (per shard with mysql.shards), each with its own connection; every "
+     "message of one user's key goes through the same lane."},
     {"batch.max_messages", CT_INT, 1, 1000, "64", 0, ROW_OFF(batch_max_messages),
      "Most messages decided in one database transaction (1 = one transaction per message)."},
     {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),

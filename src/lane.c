@@ -1,22 +1,31 @@
 /*
- * A lane: one thread, one database connection, a FIFO of jobs whose keys
- * hash to it. It takes a micro-batch from its queue, decides it in one
- * transaction, and produces the results in queue order.
+ * A lane: one thread, one connection to one database, a FIFO of the jobs
+ * whose user lives on that database and whose key hashes to the lane. It
+ * takes a micro-batch from its queue, decides it in one transaction, and
+ * produces the results in queue order.
  *
  * Batch rules keep per-key order and keep a batch free of internal races:
  * a job is skipped (and its key blocked for this round) when its key is
  * already in the batch or blocked, when one of its orders is already in
  * the batch, or when it waits for a retry (REQUEST_IN_PROGRESS).
+ *
+ * While the lane's database does not answer (its watch says so), only the
+ * jobs that need no database leave: invalid messages and retries its cache
+ * answers. The others wait in the queue, in order, and their keys with
+ * them. Lanes of other databases are not held up: a database that hangs
+ * costs only its own lanes.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "lane_internal.h"
+#include "ow/shard.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
+#define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
 
 /* A set of 64-bit hashes, cleared per batch. 0 marks an empty slot. */
 typedef struct {
@@ -128,6 +137,13 @@ static void orders_add(batch *b, const ow_job *job)
         hset_add(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i]));
 }
 
+/* The lane's queue length changed by delta; mu held. */
+static void count_queued(ow_lane *l, long delta)
+{
+    l->queued = (size_t)((long)l->queued + delta);
+    atomic_fetch_add(&ow_stats.shard_waiting[l->shard], delta);
+}
+
 static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
 {
     if (prev == NULL)
@@ -137,17 +153,47 @@ static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
     if (l->tail == job)
         l->tail = prev;
     job->next = NULL;
-    l->queued--;
+    count_queued(l, -1);
+}
+
+/* Whether a job can be answered now: a valid job needs its database unless
+ * the lane's cache answers it (it then rides along without counting
+ * against the batch). */
+typedef enum { TAKE_NO = 0, TAKE_COUNTED, TAKE_FREE } take_kind;
+
+static take_kind how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *db_wait)
+{
+    if (!job->valid)
+        return TAKE_COUNTED;
+    if (ow_lane_cache_answer(l, job))
+        return TAKE_FREE;
+    if (!db_up) {
+        *db_wait = 1;
+        return TAKE_NO;
+    }
+    if (orders_collide(b, job) || (b->n > 0 && b->orders + job->req.n_orders > BATCH_MAX_ORDERS))
+        return TAKE_NO;
+    if (l->cache != NULL)
+        OW_COUNT(cache_misses, 1);
+    return TAKE_COUNTED;
+}
+
+static int db_answers(ow_lane *l)
+{
+    ow_watch_state st = l->watch != NULL ? ow_store_watch_state(l->watch, NULL) : OW_WATCH_UP;
+
+    return st == OW_WATCH_UP || st == OW_WATCH_UNKNOWN;
 }
 
 /* Moves eligible jobs from the queue into b. Called with l->mu held.
- * Returns the earliest not_before of a skipped waiting job, or 0. */
+ * Returns the earliest time a skipped job may be taken, or 0. */
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
     size_t max = (size_t)l->env->cfg->batch_max_messages;
     size_t scanned = 0, counted = 0;
     int64_t now = ow_clock_mono_ms();
     int64_t wake = 0;
+    int db_up = db_answers(l), db_wait = 0;
     ow_job *prev = NULL;
     ow_job *job = l->head;
 
@@ -157,7 +203,7 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
     hset_clear(&b->orders_set);
     while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
         ow_job *next = job->next;
-        int take = 1;
+        take_kind take = TAKE_NO;
 
         if (ow_ledger_stale(l->env->ledger, &job->t)) {
             unlink_job(l, prev, job);
@@ -167,35 +213,29 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
             continue;
         }
         if (job->not_before_ms > now) {
-            take = 0;
             if (wake == 0 || job->not_before_ms < wake)
                 wake = job->not_before_ms;
-        } else if (hset_has(&b->keys, job->key_hash)) {
-            take = 0;
-        } else if (l->shards != NULL && ow_lane_shards_blocked(l, job, &wake)) {
-            take = 0; /* issue 14: an earlier job of its key waits for its shard */
-        } else if (job->valid && (orders_collide(b, job) ||
-                                  (b->n > 0 && b->orders + job->req.n_orders > BATCH_MAX_ORDERS))) {
-            take = 0;
+        } else if (!hset_has(&b->keys, job->key_hash)) {
+            take = how_to_take(l, b, job, db_up, &db_wait);
         }
         if (!hset_add(&b->keys, job->key_hash))
             break;
+        /* A skipped job keeps its orders for itself too: a later job with
+         * one of them must not be decided before it. */
         if (job->valid)
             orders_add(b, job);
-        if (take) {
+        if (take != TAKE_NO) {
             unlink_job(l, prev, job);
             b->jobs[b->n++] = job;
-            /* A retry the cache answers rides along without counting
-             * (issue 12); it keeps its place for the results' order. */
-            if (!job->valid || !ow_lane_cache_answer(l, job)) {
-                counted++;
-                b->orders += job->req.n_orders;
-            }
+            counted += take == TAKE_COUNTED;
+            b->orders += take == TAKE_COUNTED && job->valid ? job->req.n_orders : 0;
         } else {
             prev = job;
         }
         job = next;
     }
+    if (db_wait && (wake == 0 || wake > now + DB_WAIT_POLL_MS))
+        wake = now + DB_WAIT_POLL_MS;
     return wake;
 }
 
@@ -220,39 +260,43 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
 }
 
 /* Logs a database event of a lane, naming the shard when there are shards. */
-static void log_db(const ow_lane *l, int level, const char *event, int shard, unsigned attempt,
+static void log_db(const ow_lane *l, int level, const char *event, unsigned attempt,
                    const ow_error *err)
 {
-    if (shard < 0)
+    if (l->env->cfg->shards.n == 0)
         OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("attempt", attempt + 1),
                OW_F_INT("code", err->code), OW_F_STR("error", err->msg));
     else
-        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", shard),
+        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", l->shard),
                OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
                OW_F_STR("error", err->msg));
 }
 
-int ow_lane_attempt(ow_lane *l, ow_store *st, ow_store_item *items, size_t n, int shard,
-                    unsigned attempt, int64_t t0_us, ow_error *err)
+/* One deciding attempt of items[0..n), timed from t0_us. OW_OK: decided.
+ * OW_ERETRY: a transient failure worth another attempt. OW_EFATAL: abandon
+ * the batch, for an error retrying cannot fix (logged; the worker stops),
+ * a stop, or a call the stop cancelled. */
+static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned attempt,
+                          int64_t t0_us, ow_error *err)
 {
     ow_runstate *rs = l->env->rs;
-    uint64_t deadlocks = ow_store_get_stats(st)->deadlocks;
-    int rc = ow_store_decide(st, items, n, 0, err);
+    uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
+    int rc = ow_store_decide(l->store, items, n, 0, err);
 
-    l->last_db_ms = ow_clock_mono_ms();
     if (rc == OW_OK) {
         ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0_us);
         OW_COUNT(transactions, 1);
+        OW_COUNT(shard_transactions[l->shard], 1);
         return OW_OK;
     }
     OW_COUNT(retries[err->cls < 4 ? err->cls : 0], 1);
-    OW_COUNT(deadlocks, ow_store_get_stats(st)->deadlocks - deadlocks);
+    OW_COUNT(deadlocks, ow_store_get_stats(l->store)->deadlocks - deadlocks);
     /* A call the stop cancelled can fail in any class: it is abandoned. */
     if (atomic_load(&l->cancelled))
         return OW_EFATAL;
     if (err->cls != OW_ERRCLASS_RETRIABLE) {
-        log_db(l, OW_LOG_ERROR, "db_fatal", shard, attempt, err);
-        ow_runstate_set_fatal(rs, "database error that retrying cannot fix");
+        log_db(l, OW_LOG_ERROR, "db_fatal", attempt, err);
+        ow_runstate_fail(rs, err, "database error that retrying cannot fix");
         return OW_EFATAL;
     }
     /* Stopping: abandon the batch now; it is redelivered later. */
@@ -261,14 +305,22 @@ int ow_lane_attempt(ow_lane *l, ow_store *st, ow_store_item *items, size_t n, in
     return OW_ERETRY;
 }
 
-int ow_lane_backoff(ow_lane *l, int shard, unsigned attempt, const ow_error *err)
+/* Logs the retry and waits its backoff, or, while the database does not
+ * answer, until it does (at most retry.backoff_max_ms); 1 when the worker
+ * gives up meanwhile. */
+static int backoff(ow_lane *l, unsigned attempt, const ow_error *err)
 {
     const ow_config *cfg = l->env->cfg;
     ow_runstate *rs = l->env->rs;
+    int64_t delay =
+        ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng);
 
-    log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", shard, attempt, err);
-    ow_sleep_ms(ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
-                &rs->stop_sleep);
+    log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", attempt, err);
+    if (l->watch != NULL && !db_answers(l))
+        ow_store_watch_wait_up(l->watch, ow_clock_mono_ms() + cfg->retry_backoff_max_ms,
+                               &rs->stop_sleep);
+    else
+        ow_sleep_ms(delay, &rs->stop_sleep);
     return ow_runstate_give_up(rs);
 }
 
@@ -283,12 +335,11 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
 
     for (unsigned attempt = 0;; attempt++) {
         ow_error err;
-        int rc = ow_lane_attempt(l, l->store, b->items, *nv, -1, attempt, t0, &err);
+        int rc = attempt_decide(l, b->items, *nv, attempt, t0, &err);
 
-        atomic_store(&l->env->rs->db_ok, rc == OW_OK || ow_store_connected(l->store));
         if (rc != OW_ERETRY)
             return rc;
-        if (ow_lane_backoff(l, -1, attempt, &err))
+        if (backoff(l, attempt, &err))
             return OW_EFATAL;
         *nv = drop_stale(l, b, *nv);
         if (*nv == 0)
@@ -306,7 +357,7 @@ static void requeue_front(ow_lane *l, ow_job *first, ow_job *last, size_t n)
     l->head = first;
     if (l->tail == NULL)
         l->tail = last;
-    l->queued += n;
+    count_queued(l, (long)n);
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -373,19 +424,12 @@ static void run_batch(ow_lane *l, batch *b)
         size_t n = nv;
         int64_t since = ow_clock_mono_ms();
 
-        if (l->shards != NULL)
-            decided = ow_lane_shards_decide(l, b->valid, b->items, n) == OW_OK;
-        else
-            decided = decide(l, b, &n) == OW_OK;
-        if (decided) /* parked jobs' items are undecided: never kept */
+        decided = decide(l, b, &n) == OW_OK;
+        if (decided)
             ow_lane_cache_fill(l, b->items, n, since);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
-    /* Issue 14: jobs waiting for their shard leave the batch first (once
-     * published, a job may be freed by its acknowledgement). */
-    if (l->shards != NULL && decided)
-        ow_lane_shards_park(l, b->jobs, &b->n);
     publish_batch(l, b, decided);
 }
 
@@ -421,32 +465,6 @@ static int wait_for_work(ow_lane *l, int64_t wake_ms)
     return !l->stop;
 }
 
-/* An idle lane checks its connection every few seconds: it keeps the
- * connection from timing out and keeps /readyz truthful without traffic.
- * Called with mu held. */
-static void idle_ping(ow_lane *l)
-{
-    ow_error err;
-    int ok;
-
-    if (l->queued > 0 || ow_clock_mono_ms() - l->last_db_ms < 5000)
-        return;
-    pthread_mutex_unlock(&l->mu);
-    if (l->shards != NULL) {
-        ow_lane_shards_ping(l);
-        l->last_db_ms = ow_clock_mono_ms();
-        pthread_mutex_lock(&l->mu);
-        return;
-    }
-    ok = ow_store_ping(l->store, &err) == OW_OK;
-    atomic_store(&l->env->rs->db_ok, ok);
-    if (!ok)
-        OW_LOG(OW_LOG_DEBUG, "db_ping_failed", OW_F_INT("lane", l->index),
-               OW_F_STR("error", err.msg));
-    l->last_db_ms = ow_clock_mono_ms();
-    pthread_mutex_lock(&l->mu);
-}
-
 /* When a batch could grow, give producers batch.max_wait_ms to add to it. */
 static void linger(ow_lane *l)
 {
@@ -474,11 +492,8 @@ static void *lane_main(void *arg)
     while (wait_for_work(l, wake)) {
         ow_job *stale = NULL;
 
-        if (l->shards != NULL)
-            wake = ow_lane_shards_tick(l, 0);
         if (l->queued == 0) {
             wake = 0;
-            idle_ping(l);
             continue;
         }
         linger(l);
@@ -496,37 +511,46 @@ static void *lane_main(void *arg)
     /* Stopping: what was never started is abandoned and redelivered later. */
     {
         ow_job *rest = l->head;
-        ow_job *parked = l->shards != NULL ? ow_lane_shards_take_all(l) : NULL;
 
         l->head = l->tail = NULL;
-        l->queued = 0;
+        count_queued(l, -(long)l->queued);
         l->exited = 1;
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
         finish_list(l->env->ledger, rest);
-        finish_list(l->env->ledger, parked);
     }
     batch_free(&b);
     return NULL;
 }
 
-int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, ow_error *err)
+size_t ow_lane_route(const ow_config *cfg, size_t per_db, const ow_job *job)
+{
+    unsigned db = 0;
+
+    if ((job->valid || job->has_user) && cfg->shards.n > 0)
+        db = ow_shard_of_user(job->req.user_id, (uint32_t)cfg->mysql_shard_buckets, cfg->shards.n);
+    return db * per_db + job->key_hash % per_db;
+}
+
+int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned shard,
+                  ow_store_watch *watch, ow_error *err)
 {
     ow_store_params p;
 
-    ow_store_params_for_shard(env->cfg, 0, &p); /* mysql.host unless sharded */
+    ow_store_params_for_shard(env->cfg, shard, &p); /* mysql.host unless sharded */
     memset(l, 0, sizeof(*l));
     l->env = env;
     l->index = index;
+    l->shard = shard;
+    l->watch = watch;
     l->rng = (uint64_t)ow_clock_mono_us() * 2654435761u + index + 1;
-    l->last_db_ms = ow_clock_mono_ms();
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, env->ids);
     if (l->store == NULL || ow_lane_cache_init(l) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    if (ow_lane_shards_start(l, err) != OW_OK)
-        return OW_EFATAL;
+    if (watch != NULL)
+        ow_store_use_watch(l->store, watch);
     if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start lane %u", index);
     l->started = 1;
@@ -542,7 +566,7 @@ void ow_lane_enqueue(ow_lane *l, ow_job *job)
     else
         l->tail->next = job;
     l->tail = job;
-    l->queued++;
+    count_queued(l, 1);
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
@@ -550,7 +574,6 @@ void ow_lane_enqueue(ow_lane *l, ow_job *job)
 void ow_lane_drop_partition(ow_lane *l, int32_t partition)
 {
     ow_job *dropped = NULL;
-    ow_job *parked = NULL;
     ow_job *prev = NULL;
 
     pthread_mutex_lock(&l->mu);
@@ -566,11 +589,8 @@ void ow_lane_drop_partition(ow_lane *l, int32_t partition)
         }
         job = next;
     }
-    if (l->shards != NULL)
-        parked = ow_lane_shards_take_partition(l, partition);
     pthread_mutex_unlock(&l->mu);
     finish_list(l->env->ledger, dropped);
-    finish_list(l->env->ledger, parked);
 }
 
 void ow_lane_stop(ow_lane *l)
@@ -600,12 +620,10 @@ void ow_lane_join(ow_lane *l, int64_t deadline_ms)
                                   "its batch is rolled back and redelivered"));
         atomic_store(&l->cancelled, 1);
         ow_store_cancel(l->store);
-        ow_lane_shards_cancel(l);
     }
     if (l->started)
         pthread_join(l->thread, NULL);
     l->started = 0;
-    ow_lane_shards_free(l);
     ow_store_free(&l->store);
     ow_lane_cache_free(l);
 }

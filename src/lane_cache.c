@@ -11,8 +11,8 @@
 int ow_lane_cache_init(ow_lane *l)
 {
     const ow_config *cfg = l->env->cfg;
-    int64_t lanes = cfg->worker_lanes > 0 ? cfg->worker_lanes : 1;
-    size_t per_lane = (size_t)(cfg->cache_max_bytes / lanes);
+    size_t lanes = l->env->n_lanes > 0 ? l->env->n_lanes : 1;
+    size_t per_lane = (size_t)cfg->cache_max_bytes / lanes;
 
     l->cache = NULL;
     if (cfg->cache_max_bytes == 0)
@@ -34,10 +34,8 @@ int ow_lane_cache_answer(ow_lane *l, ow_job *job)
     if (l->cache == NULL)
         return 0;
     if (!ow_cache_get(l->cache, job->req.user_id, it->key, it->key_len, it->digest,
-                      ow_clock_mono_ms(), &code, &it->body)) {
-        OW_COUNT(cache_misses, 1);
+                      ow_clock_mono_ms(), &code, &it->body))
         return 0;
-    }
     OW_COUNT(cache_hits, 1);
     it->decision = OW_DECISION_REPLAY;
     it->code = code;

@@ -73,10 +73,10 @@ static int render_shards(ow_buf *out)
         tx[i] = (long long)atomic_load(&ow_stats.shard_transactions[i]);
     }
     rc = shard_series(out, "order_worker_shard_up", "gauge",
-                      "1 when the last round trip of any lane to the shard worked.", up, n);
+                      "1 while the shard answers its watch's pings (every second).", up, n);
     if (rc == OW_OK)
         rc = shard_series(out, "order_worker_shard_waiting_messages", "gauge",
-                          "Messages waiting for their shard to answer again.", waiting, n);
+                          "Messages queued in the shard's lanes, not yet decided.", waiting, n);
     if (rc == OW_OK)
         rc = shard_series(out, "order_worker_shard_transactions_total", "counter",
                           "Deciding transactions committed, by shard.", tx, n);
@@ -131,18 +131,4 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
     if (rc == OW_OK && extra != NULL)
         extra(out, opaque);
     return rc;
-}
-
-int ow_metrics_shards_ready(ow_buf *why)
-{
-    unsigned n = atomic_load(&ow_stats.n_shards);
-    int ok = 1;
-
-    for (unsigned i = 0; i < n; i++) {
-        if (!atomic_load(&ow_stats.shard_up[i])) {
-            ow_buf_appendf(why, "shard %u unreachable\n", i);
-            ok = 0;
-        }
-    }
-    return ok;
 }

@@ -26,12 +26,21 @@ typedef struct {
     _Atomic int stopping;            /* shutdown: lanes abandon what is queued */
     volatile int stop_sleep;         /* wakes backoff sleeps at shutdown or on a fatal error */
     int64_t deadline_ms;             /* shutdown deadline (monotonic), set before stopping */
-    _Atomic int db_ok;               /* the last database round trip of any lane worked */
+    _Atomic int db_ok;               /* every database answers (their watches say so) */
     _Atomic(const char *) stop_step; /* the step a stop is in, for stop_overrun */
+    pthread_mutex_t first_mu;        /* guards first */
+    ow_error first;                  /* the error that stopped the worker, if one did */
 } ow_runstate;
 
+void ow_runstate_init(ow_runstate *rs);
+void ow_runstate_cleanup(ow_runstate *rs);
 /* Stops the worker after an error that retrying cannot fix; logs once. */
 void ow_runstate_set_fatal(ow_runstate *rs, const char *why);
+/* The same, keeping err as the reason the worker reports (its class says
+ * whether the configuration is to blame: a shard map that disagrees). */
+void ow_runstate_fail(ow_runstate *rs, const ow_error *err, const char *why);
+/* The error that stopped the worker into *err; 0 when none was kept. */
+int ow_runstate_first(ow_runstate *rs, ow_error *err);
 /* 1 once stopping and past the stop deadline, or after a fatal error. */
 int ow_runstate_give_up(ow_runstate *rs);
 /* Records the step a stop has reached (a static string). */
@@ -89,9 +98,7 @@ typedef struct ow_job {
     /* Lane bookkeeping. */
     int64_t not_before_ms;
     unsigned in_progress_rounds;
-    int dropped;    /* abandoned during a retry: its partition was revoked */
-    int parked;     /* waiting for its shard to answer again (issue 14, lane_shard.c) */
-    unsigned shard; /* the shard it waits for */
+    int dropped; /* abandoned during a retry: its partition was revoked */
 } ow_job;
 
 /* What a job needs to know about the limits of its input and outputs. */

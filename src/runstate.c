@@ -1,16 +1,49 @@
 /* The flags every pipeline stage shares (pipeline_internal.h). */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ow/log.h"
 #include "ow/util.h"
 #include "pipeline_internal.h"
 
+void ow_runstate_init(ow_runstate *rs)
+{
+    memset(rs, 0, sizeof(*rs));
+    pthread_mutex_init(&rs->first_mu, NULL);
+}
+
+void ow_runstate_cleanup(ow_runstate *rs)
+{
+    pthread_mutex_destroy(&rs->first_mu);
+}
+
 void ow_runstate_set_fatal(ow_runstate *rs, const char *why)
 {
     if (atomic_exchange(&rs->fatal, 1) == 0)
         OW_LOG(OW_LOG_ERROR, "worker_fatal", OW_F_STR("reason", why));
     rs->stop_sleep = 1;
+}
+
+void ow_runstate_fail(ow_runstate *rs, const ow_error *err, const char *why)
+{
+    pthread_mutex_lock(&rs->first_mu);
+    if (rs->first.cls == OW_ERRCLASS_NONE)
+        rs->first = *err;
+    pthread_mutex_unlock(&rs->first_mu);
+    ow_runstate_set_fatal(rs, why);
+}
+
+int ow_runstate_first(ow_runstate *rs, ow_error *err)
+{
+    int kept;
+
+    pthread_mutex_lock(&rs->first_mu);
+    kept = rs->first.cls != OW_ERRCLASS_NONE;
+    if (kept)
+        *err = rs->first;
+    pthread_mutex_unlock(&rs->first_mu);
+    return kept;
 }
 
 int ow_runstate_give_up(ow_runstate *rs)

@@ -9,6 +9,11 @@
 #include "ow/log.h"
 #include "store_internal.h"
 
+/* A connection unused for this long is pinged before it is used again: the
+ * server may have closed it (wait_timeout), and finding that out with a
+ * ping costs a round trip where a failed statement would cost a retry. */
+#define IDLE_CHECK_MS 60000
+
 void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
 {
     p->host = cfg->mysql_host;
@@ -18,6 +23,9 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
     p->database = cfg->mysql_database;
     p->connect_timeout_s = (unsigned)cfg->mysql_connect_timeout_s;
     p->lock_wait_timeout_s = (unsigned)cfg->request_in_progress_wait_s;
+    p->read_timeout_s = 0;
+    p->map_check = OW_MAP_UNSHARDED;
+    memset(&p->map, 0, sizeof(p->map));
     /* ow_config_finish checked the name. */
     p->tls.mode = (ow_ssl_mode)ow_ssl_mode_parse(cfg->mysql_ssl_mode);
     p->tls.ca = cfg->mysql_ssl_ca;
@@ -42,6 +50,9 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->port = p->port;
     s->connect_timeout_s = p->connect_timeout_s;
     s->lock_wait_timeout_s = p->lock_wait_timeout_s;
+    s->read_timeout_s = p->read_timeout_s;
+    s->map_check = p->map_check;
+    s->map = p->map;
     s->ids = ids;
     s->sock = -1;
     pthread_mutex_init(&s->cancel_mu, NULL);
@@ -59,6 +70,8 @@ void ow_store_free(ow_store **store)
     if (store == NULL || *store == NULL)
         return;
     s = *store;
+    if (s->gate != NULL)
+        ow_gate_remove(s->gate, &s->sock);
     ow_store_disconnect(s);
     ow_params_free(&s->params);
     free(s->scratch.rows);
@@ -108,6 +121,14 @@ void ow_store_cancel(ow_store *s)
 {
     pthread_mutex_lock(&s->cancel_mu);
     s->cancelled = 1;
+    if (s->sock >= 0)
+        shutdown(s->sock, SHUT_RDWR);
+    pthread_mutex_unlock(&s->cancel_mu);
+}
+
+void ow_store_interrupt(ow_store *s)
+{
+    pthread_mutex_lock(&s->cancel_mu);
     if (s->sock >= 0)
         shutdown(s->sock, SHUT_RDWR);
     pthread_mutex_unlock(&s->cancel_mu);
@@ -251,19 +272,130 @@ static int session_setup(ow_store *s, ow_error *err)
     return rc;
 }
 
+static const char *const sql_map_read =
+    "SELECT bucket_count, shard_count, shard_index FROM ow_shard_map WHERE id = 1";
+
+int ow_store_map_fetch(ow_store *s, ow_shard_map *m, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res[3];
+    long long v[3] = {0, 0, 0};
+    ow_mybool nul[3] = {0, 0, 0};
+    int rc = ow_store_prepare(s, sql_map_read, &st, err);
+    int fetched;
+
+    /* A database never migrated has no table: no map recorded either. */
+    if (rc != OW_OK && err->code == OW_ER_NO_SUCH_TABLE)
+        return OW_ENOTFOUND;
+    if (rc != OW_OK)
+        return rc;
+    rc = ow_store_execute(s, st, NULL, "read shard map", err);
+    memset(res, 0, sizeof(res));
+    for (int i = 0; i < 3; i++)
+        ow_result_int(&res[i], &v[i], &nul[i]);
+    if (rc == OW_OK && mysql_stmt_bind_result(st, res) != 0)
+        rc = ow_store_fail_stmt(s, st, "read shard map", err);
+    if (rc == OW_OK) {
+        fetched = mysql_stmt_fetch(st);
+        if (fetched == MYSQL_NO_DATA)
+            rc = OW_ENOTFOUND;
+        else if (fetched != 0)
+            rc = ow_store_fail_stmt(s, st, "read shard map", err);
+    }
+    mysql_stmt_close(st);
+    ow_store_rollback(s); /* ends the read's snapshot */
+    if (rc == OW_OK) {
+        m->bucket_count = (uint32_t)v[0];
+        m->shard_count = (unsigned)v[1];
+        m->shard_index = (unsigned)v[2];
+    }
+    return rc;
+}
+
+/* 1 when s holds a connection that can be used as it is. */
+static int usable(ow_store *s)
+{
+    int64_t now = ow_clock_mono_ms();
+
+    if (s->db == NULL || s->broken)
+        return 0;
+    if (now - s->last_used_ms >= IDLE_CHECK_MS && mysql_ping(s->db) != 0)
+        s->broken = 1;
+    s->last_used_ms = now;
+    return !s->broken;
+}
+
+/* The recorded shard map against the one this connection expects
+ * (params' map_check). */
+static int check_map(ow_store *s, ow_error *err)
+{
+    ow_shard_map rec;
+    int rc = ow_store_map_fetch(s, &rec, err);
+    int found = rc == OW_OK;
+
+    if (rc != OW_OK && rc != OW_ENOTFOUND)
+        return rc;
+    if (s->map_check == OW_MAP_UNSHARDED && (!found || rec.shard_count <= 1))
+        return OW_OK;
+    if (s->map_check == OW_MAP_SHARD && found && ow_shard_map_equal(&rec, &s->map))
+        return OW_OK;
+    if (!found)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "shard map: %s:%u/%s records no shard map (never migrated as a shard), "
+                            "but mysql.shards makes it shard %u of %u",
+                            s->host, s->port, s->database, s->map.shard_index, s->map.shard_count);
+    if (s->map_check == OW_MAP_UNSHARDED)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "shard map: %s:%u/%s records shard %u of %u (%u buckets), but "
+                            "mysql.shards is empty: it would be read as the only database",
+                            s->host, s->port, s->database, rec.shard_index, rec.shard_count,
+                            rec.bucket_count);
+    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                        "shard map: %s:%u/%s records shard %u of %u (%u buckets), but "
+                        "mysql.shards makes it shard %u of %u (%u buckets)",
+                        s->host, s->port, s->database, rec.shard_index, rec.shard_count,
+                        rec.bucket_count, s->map.shard_index, s->map.shard_count,
+                        s->map.bucket_count);
+}
+
+/* After the connect itself: a session the watch may interrupt, checked,
+ * set up and matched against the recorded shard map. */
+static int open_session(ow_store *s, ow_error *err)
+{
+    int rc;
+
+    set_sock(s, (int)mysql_get_socket(s->db));
+    if (cancelled(s)) /* a cancel that came while connecting */
+        shutdown(s->sock, SHUT_RDWR);
+    /* A watch that found the database gone while we connected interrupted
+     * nothing of ours: the socket was not published yet. */
+    rc = s->gate != NULL ? ow_gate_check(s->gate, s->gate_name, err) : OW_OK;
+    if (rc == OW_OK)
+        rc = ow_store_tls_check_session(s, err);
+    if (rc == OW_OK)
+        rc = session_setup(s, err);
+    if (rc == OW_OK && s->map_check != OW_MAP_UNCHECKED)
+        rc = check_map(s, err);
+    return rc;
+}
+
 int ow_store_connect(ow_store *s, ow_error *err)
 {
     unsigned timeout = s->connect_timeout_s;
     /* A statement may legitimately wait for a lock for lock_wait_timeout_s. */
-    unsigned rw_timeout = s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
+    unsigned rw_timeout = s->read_timeout_s != 0
+                              ? s->read_timeout_s
+                              : s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
     ow_mybool off = 0;
     int rc;
 
-    if (s->db != NULL && !s->broken)
+    if (usable(s))
         return OW_OK;
     ow_store_disconnect(s);
     if (cancelled(s))
         return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0, "database call cancelled by the stop");
+    if (s->gate != NULL && (rc = ow_gate_check(s->gate, s->gate_name, err)) != OW_OK)
+        return rc;
     s->db = mysql_init(NULL);
     if (s->db == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
@@ -289,14 +421,11 @@ int ow_store_connect(ow_store *s, ow_error *err)
         ow_store_disconnect(s);
         return rc;
     }
-    set_sock(s, (int)mysql_get_socket(s->db));
-    if (cancelled(s)) /* a cancel that came while connecting */
-        shutdown(s->sock, SHUT_RDWR);
-    rc = ow_store_tls_check_session(s, err);
-    if (rc == OW_OK)
-        rc = session_setup(s, err);
+    rc = open_session(s, err);
     if (rc != OW_OK)
         ow_store_disconnect(s);
+    else
+        s->last_used_ms = ow_clock_mono_ms();
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "ow/store.h"
+#include "store_gate.h"
 
 /* MariaDB Connector/C declares is_null as my_bool*, MySQL 8 as bool*. */
 #ifdef MARIADB_BASE_VERSION
@@ -80,6 +81,12 @@ struct ow_store {
     unsigned port;
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s;
+    unsigned read_timeout_s; /* 0: room for the longest lock wait */
+    ow_map_check map_check;
+    ow_shard_map map;
+    ow_db_gate *gate;      /* the database's watch says when to connect; NULL: always */
+    const char *gate_name; /* the database's name in the watch's errors */
+    int64_t last_used_ms;  /* the last ow_store_connect that found or made a connection */
     /* No read or write timeout on the socket: migrate's table rebuilds run
      * for minutes on a large table (migration 004), and a client that
      * gives up leaves the server rolling back. */
@@ -105,6 +112,16 @@ struct ow_store {
     int no_known_read; /* ow_store_set_known_read(s, 0) */
     ow_store_stats stats;
 };
+
+/* The shard map this connection's database records: OW_OK, OW_ENOTFOUND
+ * (err untouched) when none is recorded or the table does not exist yet,
+ * or an error. Needs a connection; leaves no transaction open. */
+int ow_store_map_fetch(ow_store *s, ow_shard_map *m, ow_error *err);
+
+/* Shuts down the socket of s's connection, so that a call blocked in it
+ * returns at once (a lost connection). Unlike ow_store_cancel, later
+ * connects are allowed. */
+void ow_store_interrupt(ow_store *s);
 
 /* Classifies the last error of the connection or statement. Lost-connection
  * errors also mark the connection broken, so that the next ow_store_connect

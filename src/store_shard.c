@@ -14,22 +14,33 @@ void ow_store_params_for_shard(const ow_config *cfg, unsigned shard, ow_store_pa
         p->database = cfg->shards.addr[shard].database;
         if (cfg->shard_passwords[shard] != NULL)
             p->password = cfg->shard_passwords[shard];
+        p->map_check = OW_MAP_SHARD;
+        p->map.bucket_count = (uint32_t)cfg->mysql_shard_buckets;
+        p->map.shard_count = cfg->shards.n;
+        p->map.shard_index = shard;
     }
 }
 
-static const char *const sql_map_write =
+/* A map is recorded once; only a remap (scripts/reshard.sh) replaces it. */
+static const char *const sql_map_insert =
+    "INSERT IGNORE INTO ow_shard_map (id, bucket_count, shard_count, shard_index) "
+    "VALUES (1, ?, ?, ?)";
+static const char *const sql_map_replace =
     "INSERT INTO ow_shard_map (id, bucket_count, shard_count, shard_index) VALUES (1, ?, ?, ?)"
     " ON DUPLICATE KEY UPDATE bucket_count = VALUES(bucket_count),"
     " shard_count = VALUES(shard_count), shard_index = VALUES(shard_index),"
     " updated_at = CURRENT_TIMESTAMP(6)";
 
-int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, ow_error *err)
+/* Writes m as the recorded map; commits. */
+static int write_map(ow_store *s, const ow_shard_map *m, int replace, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     int rc = ow_store_connect(s, err);
 
-    if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql_map_write, &st, err);
+    if (rc == OW_OK && replace)
+        rc = ow_store_prepare(s, sql_map_replace, &st, err);
+    else if (rc == OW_OK)
+        rc = ow_store_prepare(s, sql_map_insert, &st, err);
     if (rc != OW_OK)
         return rc;
     ow_params_reset(&s->params);
@@ -48,44 +59,28 @@ int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, ow_error *err)
     return rc;
 }
 
-static const char *const sql_map_read =
-    "SELECT bucket_count, shard_count, shard_index FROM ow_shard_map WHERE id = 1";
+int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, int replace, ow_error *err)
+{
+    ow_shard_map now;
+    int rc = write_map(s, m, replace, err);
+
+    /* Read back: another migrate may have recorded a map first. */
+    if (rc == OW_OK)
+        rc = ow_store_map_fetch(s, &now, err);
+    if (rc == OW_OK && !ow_shard_map_equal(&now, m))
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                          "shard map: %s:%u/%s records shard %u of %u (%u buckets), not the "
+                          "configured shard %u of %u (%u buckets); nothing was changed",
+                          s->host, s->port, s->database, now.shard_index, now.shard_count,
+                          now.bucket_count, m->shard_index, m->shard_count, m->bucket_count);
+    else if (rc == OW_ENOTFOUND)
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "shard map: written but not read back");
+    return rc;
+}
 
 int ow_store_shard_map_read(ow_store *s, ow_shard_map *m, ow_error *err)
 {
-    MYSQL_STMT *st = NULL;
-    MYSQL_BIND res[3];
-    long long v[3] = {0, 0, 0};
-    ow_mybool nul[3] = {0, 0, 0};
     int rc = ow_store_connect(s, err);
-    int fetched;
 
-    if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql_map_read, &st, err);
-    /* A database never migrated has no table: no map recorded either. */
-    if (rc != OW_OK && err->code == OW_ER_NO_SUCH_TABLE)
-        return OW_ENOTFOUND;
-    if (rc != OW_OK)
-        return rc;
-    rc = ow_store_execute(s, st, NULL, "read shard map", err);
-    memset(res, 0, sizeof(res));
-    for (int i = 0; i < 3; i++)
-        ow_result_int(&res[i], &v[i], &nul[i]);
-    if (rc == OW_OK && mysql_stmt_bind_result(st, res) != 0)
-        rc = ow_store_fail_stmt(s, st, "read shard map", err);
-    if (rc == OW_OK) {
-        fetched = mysql_stmt_fetch(st);
-        if (fetched == MYSQL_NO_DATA)
-            rc = OW_ENOTFOUND;
-        else if (fetched != 0)
-            rc = ow_store_fail_stmt(s, st, "read shard map", err);
-    }
-    mysql_stmt_close(st);
-    ow_store_rollback(s); /* ends the read's snapshot */
-    if (rc == OW_OK) {
-        m->bucket_count = (uint32_t)v[0];
-        m->shard_count = (unsigned)v[1];
-        m->shard_index = (unsigned)v[2];
-    }
-    return rc;
+    return rc == OW_OK ? ow_store_map_fetch(s, m, err) : rc;
 }

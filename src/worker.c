@@ -12,6 +12,8 @@
 
 #include "lane_internal.h"
 #include "ow/http.h"
+#include "ow/shard.h"
+#include "ow/store_watch.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
@@ -28,6 +30,10 @@ typedef struct {
     ow_lane_env env;
     ow_lane *lanes;
     size_t n_lanes;
+    /* One watch per database (shard): lanes of shard s are
+     * lanes[s * worker.lanes ...], and use watches[s]. */
+    ow_store_watch **watches;
+    unsigned n_dbs;
     ow_idgen ids;
     ow_job_limits limits;
 
@@ -341,7 +347,7 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
     OW_COUNT(consumed, 1);
     atomic_fetch_add(&ow_stats.inflight_messages, 1);
     atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes);
-    ow_lane_enqueue(&w->lanes[job->key_hash % w->n_lanes], job);
+    ow_lane_enqueue(&w->lanes[ow_lane_route(w->cfg, w->n_lanes / w->n_dbs, job)], job);
 }
 
 static void set_paused(ow_worker *w, int pause)
@@ -407,6 +413,30 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
     rd_kafka_message_destroy(m);
 }
 
+/* What each database's watch says, into the shard gauges and db_ok; with
+ * why, the reason of each database that does not answer. */
+static int databases_up(ow_worker *w, ow_buf *why)
+{
+    int all = 1;
+
+    for (unsigned i = 0; i < w->n_dbs; i++) {
+        ow_error e;
+        ow_watch_state st = ow_store_watch_state(w->watches[i], &e);
+        int up = st == OW_WATCH_UP;
+
+        atomic_store(&ow_stats.shard_up[i], up);
+        all &= up;
+        if (!up && why != NULL && w->cfg->shards.n > 0)
+            ow_buf_appendf(why, "shard %u unreachable (%s)\n", i,
+                           st == OW_WATCH_UNKNOWN ? "not checked yet" : e.msg);
+        else if (!up && why != NULL)
+            ow_buf_appendf(why, "database unreachable (%s)\n",
+                           st == OW_WATCH_UNKNOWN ? "not checked yet" : e.msg);
+    }
+    atomic_store(&w->rs.db_ok, all);
+    return all;
+}
+
 /* --- Operations endpoint ------------------------------------------------ */
 
 typedef struct {
@@ -435,6 +465,7 @@ static void metrics_extra(ow_buf *out, void *opaque)
     ow_worker *w = opaque;
     lag_ctx c = {w, out};
 
+    databases_up(w, NULL);
     ow_buf_appendf(out, "# HELP order_worker_consumer_lag Messages between the stored offset and "
                         "the end of each assigned partition.\n"
                         "# TYPE order_worker_consumer_lag gauge\n");
@@ -457,14 +488,8 @@ static void metrics_extra(ow_buf *out, void *opaque)
 static int ready(ow_buf *why, void *opaque)
 {
     ow_worker *w = opaque;
-    int ok = 1;
+    int ok = databases_up(w, why);
 
-    if (!atomic_load(&w->rs.db_ok)) {
-        ow_buf_appends(why, "database unreachable\n");
-        ok = 0;
-    }
-    if (!ow_metrics_shards_ready(why)) /* issue 14: any shard down */
-        ok = 0;
     if (!atomic_load(&w->broker_ok)) {
         ow_buf_appends(why, "broker unreachable\n");
         ok = 0;
@@ -545,30 +570,68 @@ static int subscribe(ow_worker *w, ow_error *err)
     return OW_OK;
 }
 
-/* Fails fast on configuration mistakes (wrong password, unknown database),
- * but a database that is only unreachable is waited for by the lanes. */
-static int check_database(ow_worker *w, ow_error *err)
+/* The name of database i in logs: the shard and its address, or the
+ * address of the only one. */
+static void db_name(const ow_config *cfg, unsigned i, char *buf, size_t cap)
 {
-    /* A connection of its own: lane 0's belongs to lane 0's thread, whose
-     * idle ping may run while this one waits for a slow server. */
-    ow_store_params p;
-    ow_store *s;
-    int rc;
-
-    ow_store_params_from_config(w->cfg, &p);
-    s = ow_store_new(&p, &w->ids);
-    if (s == NULL)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    rc = ow_store_ping(s, err);
-    ow_store_free(&s);
-
-    atomic_store(&w->rs.db_ok, rc == OW_OK);
-    if (rc != OW_OK && err->cls == OW_ERRCLASS_RETRIABLE) {
-        OW_LOG(OW_LOG_WARN, "database_unreachable", OW_F_STR("error", err->msg));
-        ow_error_clear(err);
-        return OW_OK;
+    if (cfg->shards.n == 0) {
+        snprintf(buf, cap, "database %s:%lld/%s", cfg->mysql_host, (long long)cfg->mysql_port,
+                 cfg->mysql_database);
+        return;
     }
-    return rc;
+    snprintf(buf, cap, "shard %u (%s:%u/%s)", i, cfg->shards.addr[i].host, cfg->shards.addr[i].port,
+             cfg->shards.addr[i].database);
+}
+
+/* A watch per database, started: each pings from its own thread. */
+static int start_watches(ow_worker *w, ow_error *err)
+{
+    w->n_dbs = w->cfg->shards.n > 0 ? w->cfg->shards.n : 1;
+    w->watches = calloc(w->n_dbs, sizeof(*w->watches));
+    if (w->watches == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    atomic_store(&ow_stats.n_shards, w->cfg->shards.n);
+    for (unsigned i = 0; i < w->n_dbs; i++) {
+        ow_store_params p;
+        char name[OW_SHARD_HOST_MAX + OW_SHARD_DB_MAX + 40];
+        int rc;
+
+        ow_store_params_for_shard(w->cfg, i, &p);
+        db_name(w->cfg, i, name, sizeof(name));
+        w->watches[i] = ow_store_watch_new(&p, name);
+        if (w->watches[i] == NULL)
+            return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+        rc = ow_store_watch_start(w->watches[i], err);
+        if (rc != OW_OK)
+            return rc;
+    }
+    return OW_OK;
+}
+
+/* Fails fast on what waiting cannot cure (a wrong password, an unknown
+ * database, a shard map that disagrees), from each watch's first ping; a
+ * database that only does not answer yet is waited for by its lanes. The
+ * wait is bounded by the connect timeout, and the HTTP endpoint answers
+ * /healthz meanwhile. */
+static int check_databases(ow_worker *w, ow_error *err)
+{
+    int64_t deadline = ow_clock_mono_ms() + w->cfg->mysql_connect_timeout_s * 1000 + 2000;
+
+    for (unsigned i = 0; i < w->n_dbs; i++) {
+        ow_error why;
+        ow_watch_state st = ow_store_watch_first(w->watches[i], deadline, &why);
+
+        if (st == OW_WATCH_REFUSED) {
+            *err = why;
+            return why.cls == OW_ERRCLASS_INVALID_INPUT ? OW_EINVAL : OW_EFATAL;
+        }
+        if (st != OW_WATCH_UP)
+            OW_LOG(OW_LOG_WARN, "database_unreachable",
+                   OW_F_STR("database", ow_store_watch_name(w->watches[i])),
+                   OW_F_STR("error", st == OW_WATCH_UNKNOWN ? "no answer yet" : why.msg));
+    }
+    databases_up(w, NULL);
+    return OW_OK;
 }
 
 /* A topic the broker calls unknown for this long is missing: a topic just
@@ -656,39 +719,57 @@ static int check_outputs(ow_worker *w, const volatile sig_atomic_t *stop, ow_err
     return OW_OK;
 }
 
+/* worker.lanes lanes for each database. */
+static int start_lanes(ow_worker *w, ow_error *err)
+{
+    size_t per_db = (size_t)w->cfg->worker_lanes;
+
+    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, &w->out, &w->ledger, per_db * w->n_dbs};
+    w->lanes = calloc(per_db * w->n_dbs, sizeof(*w->lanes));
+    if (w->lanes == NULL)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    for (size_t i = 0; i < per_db * w->n_dbs; i++) {
+        unsigned db = (unsigned)(i / per_db);
+        int rc = ow_lane_start(&w->lanes[i], &w->env, (unsigned)i, db, w->watches[db], err);
+
+        if (rc != OW_OK)
+            return rc;
+        w->n_lanes++;
+    }
+    return OW_OK;
+}
+
+/* The databases first: a configuration they refuse (a wrong password, a
+ * shard map that disagrees) stops the worker before it joins the group,
+ * and /healthz answers while they are checked. */
 static int start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)
 {
     const char *topics[] = {w->cfg->topic_input, w->cfg->topic_results, w->cfg->topic_dlq};
-    int rc = create_clients(w, err);
+    int rc = start_watches(w, err);
 
     if (rc == OW_OK)
+        rc = start_http(w, err);
+    if (rc == OW_OK)
+        rc = check_databases(w, err);
+    if (rc == OW_OK)
+        rc = create_clients(w, err);
+    if (rc == OW_OK)
         rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
-    /* Issue 11: a missing ACL stops the worker before it decides anything.
-     * The consumer asks: its metadata requests never auto-create a topic. */
+    /* A missing ACL stops the worker before it decides anything. The
+     * consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)
         rc = ow_kafka_check_topics(w->consumer, topics, 3, err);
     if (rc != OW_OK)
         return rc;
     w->out_ready = 1;
     w->limits.output_max = w->out.output_max;
-    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, &w->out, &w->ledger};
-    w->lanes = calloc((size_t)w->cfg->worker_lanes, sizeof(*w->lanes));
-    if (w->lanes == NULL)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    for (size_t i = 0; i < (size_t)w->cfg->worker_lanes; i++) {
-        rc = ow_lane_start(&w->lanes[i], &w->env, (unsigned)i, err);
-        if (rc != OW_OK)
-            return rc;
-        w->n_lanes++;
-    }
+    rc = start_lanes(w, err);
+    if (rc != OW_OK)
+        return rc;
     if (pthread_create(&w->poller, NULL, poller_main, w) != 0)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start the delivery poller");
     w->poller_started = 1;
-    rc = check_database(w, err);
-    if (rc == OW_OK)
-        rc = start_http(w, err);
-    if (rc == OW_OK)
-        rc = check_outputs(w, stop, err);
+    rc = check_outputs(w, stop, err);
     if (rc == OW_OK && !*stop)
         rc = subscribe(w, err);
     return rc;
@@ -817,6 +898,9 @@ static void shut_down(ow_worker *w)
     /* Lanes get what the flush and the leave do not keep. */
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_join(&w->lanes[i], w->rs.deadline_ms - 2 * leave_reserve_ms(w->cfg));
+    ow_runstate_step(&w->rs, "watches");
+    for (unsigned i = 0; w->watches != NULL && i < w->n_dbs; i++)
+        ow_store_watch_stop(w->watches[i], w->rs.deadline_ms - 2 * leave_reserve_ms(w->cfg));
     ow_runstate_step(&w->rs, "flush");
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)
@@ -857,8 +941,12 @@ static void destroy(ow_worker *w)
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_destroy(&w->lanes[i]);
     free(w->lanes);
+    for (unsigned i = 0; w->watches != NULL && i < w->n_dbs; i++)
+        ow_store_watch_free(&w->watches[i]);
+    free(w->watches);
     if (w->out_ready)
         ow_output_destroy(&w->out);
+    ow_runstate_cleanup(&w->rs);
 }
 
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
@@ -868,6 +956,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     int rc;
 
     memset(&w, 0, sizeof(w));
+    ow_runstate_init(&w.rs);
     w.cfg = cfg;
     w.limits.request.max_bytes = (size_t)cfg->request_max_bytes;
     w.limits.request.max_orders = (size_t)cfg->request_max_orders;
@@ -898,8 +987,12 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     }
     OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.rs.fatal)));
     shut_down(&w);
-    if (rc == OW_OK && atomic_load(&w.rs.fatal))
-        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
+    if (rc == OW_OK && atomic_load(&w.rs.fatal)) {
+        rc = ow_runstate_first(&w.rs, err) && err->cls == OW_ERRCLASS_INVALID_INPUT ? OW_EINVAL
+                                                                                    : OW_EFATAL;
+        if (rc == OW_EFATAL)
+            ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
+    }
     destroy(&w);
     ow_stopguard_end(&w.guard);
     OW_LOG(OW_LOG_INFO, "worker_stopped", OW_F_INT("clean", rc == OW_OK));

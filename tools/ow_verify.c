@@ -320,7 +320,7 @@ static void check_result(MYSQL *db, const kit_msg *r, input_t *in, record_t *rec
     json_decref(j);
 }
 
-/* Per (partition, key), the first definitive result of each message must
+/* Per (partition, user, key), the first definitive result of each message must
  * appear in offset order; repeats of an already published message (after a
  * redelivery) may come later. */
 static long long order_violations(const kit_msgs *results)
@@ -333,13 +333,18 @@ static long long order_violations(const kit_msgs *results)
     for (size_t i = 0; i < results->n; i++) {
         const kit_msg *r = &results->v[i];
         long long part = -1, off = -1;
-        char k1[200], k2[224];
+        long long user = 0;
+        char k1[240], k2[264];
         size_t *max;
 
         if (r->key == NULL || r->len < 20 || strstr(r->value, "\"REQUEST_IN_PROGRESS\"") != NULL ||
             !hdr_int(r, "source-partition", &part) || !hdr_int(r, "source-offset", &off))
             continue;
-        snprintf(k1, sizeof(k1), "%lld\x1f%.*s", part, (int)r->key_len, r->key);
+        /* The scope of the order is (user, key): a message without a
+         * readable user id is ordered with its key among user 0's. */
+        if (!hdr_int(r, "user-id", &user))
+            user = 0;
+        snprintf(k1, sizeof(k1), "%lld\x1f%lld\x1f%.*s", part, user, (int)r->key_len, r->key);
         snprintf(k2, sizeof(k2), "%s\x1f%lld", k1, off);
         if (ix_slot(&seen, k2, 0) != NULL)
             continue;
@@ -636,6 +641,88 @@ static void shard_outage(const char *path, const kit_msgs *results, index_t *src
            s, back - down, up - down, others, own, own_replays, stalled, last);
 }
 
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The faults file's window "NAME_START MS N" ... "NAME_END MS N"; 0 when
+ * it has none. */
+static int fault_window(const char *path, const char *start, const char *end, long long *from,
+                        long long *until, unsigned *which)
+{
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    char line[256], name[32];
+    long long t;
+    unsigned n = 0;
+
+    *from = *until = -1;
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%31s %lld %u", name, &t, &n) != 3)
+            continue;
+        if (strcmp(name, start) == 0) {
+            *from = t;
+            *which = n;
+        } else if (strcmp(name, end) == 0 && n == *which) {
+            *until = t;
+        }
+    }
+    fclose(f);
+    return *from >= 0 && *until > *from;
+}
+
+/* A shard that hangs (its server stopped with SIGSTOP, "shard-hang" and
+ * "shard-resume" lines of the faults file) must cost only its own users:
+ * the other shards' users keep getting definitive results. Reported: how
+ * many they got while it hung and the longest gap between two of them
+ * (the window's edges count as results), which fails the run at 3 s or
+ * more. Returns the number of violations (0 or 1), or -1 when the faults
+ * file has no hang. */
+static long long shard_hang(const char *path, const kit_msgs *results)
+{
+    long long from, until, gap, prev, n = 0, own = 0;
+    unsigned s = 0;
+    long long *t;
+
+    if (!fault_window(path, "shard-hang", "shard-resume", &from, &until, &s))
+        return -1;
+    t = calloc(results->n + 1, sizeof(*t));
+    if (t == NULL)
+        return 1;
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        long long user = 0;
+
+        if (r->timestamp_ms < from || r->timestamp_ms > until || !hdr_int(r, "user-id", &user) ||
+            strstr(r->value, "\"REQUEST_IN_PROGRESS\"") != NULL ||
+            strstr(r->value, "\"status\":400") != NULL)
+            continue;
+        if (shard_of(user) == s)
+            own++;
+        else
+            t[n++] = r->timestamp_ms;
+    }
+    qsort(t, (size_t)n, sizeof(*t), cmp_ll);
+    gap = 0;
+    prev = from;
+    for (long long i = 0; i <= n; i++) {
+        long long at = i < n ? t[i] : until;
+
+        if (at - prev > gap)
+            gap = at - prev;
+        prev = at;
+    }
+    free(t);
+    printf("verify: shard hang: shard %u hung %lld ms; results during it: %lld for the other "
+           "shards' users, the longest gap between them %lld ms; %lld for its own\n",
+           s, until - from, n, gap, own);
+    return gap >= 3000 || n == 0;
+}
+
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
  * duplicate orders, I3 orders without a SUCCEEDED request (which contains
  * the FAILED requests owning orders), I7 requests not in a final state. A
@@ -798,7 +885,7 @@ int main(int argc, char **argv)
     verdict("I6 a reused key never changed its record", t.reuse_bad, "violations");
     verdict("I7 no record left in a processing state", findings(&rep, OW_AUDIT_NOT_FINAL),
             "stuck records");
-    verdict("per key, results leave in consumption order", order_violations(&results),
+    verdict("per (user, key), results leave in consumption order", order_violations(&results),
             "inversions");
     printf("verify: figures: messages_in=%zu valid=%lld results_out=%lld definitive=%lld "
            "replays=%lld in_progress=%lld created=%lld order_conflicts=%lld key_reused=%lld "
@@ -815,6 +902,10 @@ int main(int argc, char **argv)
             printf(" %u=%lld", i, shards.records[i]);
         printf("\n");
         shard_outage(a.faults, &results, &src, ins);
+        long long hang = shard_hang(a.faults, &results);
+
+        if (hang >= 0)
+            verdict("a hung shard holds up only its own users (gap < 3 s)", hang, "violations");
     }
     resume_times(a.faults, &results);
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");

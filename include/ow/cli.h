@@ -48,8 +48,6 @@ int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd
 const char *ow_cli_required(int argc, char **argv, const char *name, const char *cmd);
 /* --user as a positive 64-bit integer; prints the error and returns -1. */
 int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
-/* A store for the configured database (connects on first use). */
-ow_store *ow_cli_store_new(const ow_config *cfg, ow_idgen *ids);
 
 /* Shards (issue 14, src/cli_shard.c). Without mysql.shards there is one
  * "shard", the mysql.host database, and headers print nothing. */
@@ -63,11 +61,19 @@ void ow_cli_shard_header(const ow_config *cfg, unsigned shard, const char *cmd);
 /* The map migrate records on a shard: mysql.shard_buckets, the number of
  * shards, its index. */
 ow_shard_map ow_cli_shard_map(const ow_config *cfg, unsigned shard);
-/* Before run: every shard's recorded map must be the configured one.
- * Waits for unreachable shards (until stop). Prints both maps and returns
- * OW_EXIT_USAGE on a difference; OW_EXIT_FAILURE on a database error or a
- * stop; OW_EXIT_OK when they agree or without mysql.shards. */
-int ow_cli_check_shard_maps(const ow_config *cfg, const volatile sig_atomic_t *stop);
+/* Before a subcommand uses its databases: every database's recorded map
+ * (table ow_shard_map) must be the configured one. With mysql.shards each
+ * shard must record its own place in the list; without, the database may
+ * record none, or a map of one shard. One connection attempt each; a
+ * database that does not answer is left to the command's connections,
+ * which check the map whenever they connect. Prints both maps and returns
+ * OW_EXIT_USAGE on a difference, OW_EXIT_FAILURE on an error that retrying
+ * cannot fix, else OW_EXIT_OK. */
+int ow_cli_check_shard_maps(const ow_config *cfg, const char *cmd);
+/* migrate's check, every shard answering: a shard may record no map yet
+ * or the configured one; with remap also the map of which the configured
+ * one is the doubling (shard i of N as shard i of 2N). */
+int ow_cli_check_migrate_maps(const ow_config *cfg, int remap);
 
 int ow_cmd_run(int argc, char **argv, const volatile sig_atomic_t *stop);
 int ow_cmd_migrate(int argc, char **argv, const volatile sig_atomic_t *stop);

@@ -70,8 +70,8 @@ typedef struct {
     /* User shards (issue 14); n_shards is 0 without mysql.shards, and then
      * none of these is rendered. */
     _Atomic unsigned n_shards;
-    _Atomic int shard_up[OW_SHARD_MAX];          /* the last round trip of any lane worked */
-    _Atomic int64_t shard_waiting[OW_SHARD_MAX]; /* messages parked until the shard answers */
+    _Atomic int shard_up[OW_SHARD_MAX];          /* its watch's last ping was answered */
+    _Atomic int64_t shard_waiting[OW_SHARD_MAX]; /* messages queued in its lanes */
     _Atomic uint64_t shard_transactions[OW_SHARD_MAX];
 } ow_metrics;
 
@@ -88,8 +88,5 @@ double ow_histogram_bound(size_t i);
  * per-partition lag lines. */
 typedef void (*ow_metrics_extra_fn)(ow_buf *out, void *opaque);
 int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque);
-/* /readyz with shards: appends "shard N unreachable" for each shard whose
- * last round trip failed and returns 0 when there is one (issue 14). */
-int ow_metrics_shards_ready(ow_buf *why);
 
 #endif

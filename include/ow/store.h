@@ -56,6 +56,17 @@ typedef struct {
 int ow_ssl_mode_parse(const char *name);
 const char *ow_ssl_mode_name(ow_ssl_mode mode);
 
+/* What a connection checks in the database's recorded shard map (table
+ * ow_shard_map) right after it connects. A database that records another
+ * map than the configuration gives it would route users to the wrong
+ * place: their orders could be created twice, or a lookup could say "no
+ * record" for a request that exists. */
+typedef enum {
+    OW_MAP_UNCHECKED = 0, /* migrate, which records maps, and the tools */
+    OW_MAP_UNSHARDED,     /* one database: it may record no map, or a map of one shard */
+    OW_MAP_SHARD          /* a shard: it must record exactly map */
+} ow_map_check;
+
 typedef struct {
     const char *host;
     unsigned port;
@@ -64,7 +75,12 @@ typedef struct {
     const char *database;
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s; /* the in-progress wait */
+    /* Longest wait for one answer of the server; 0: long enough for the
+     * longest lock wait (lock_wait_timeout_s + 2 * connect_timeout_s + 5). */
+    unsigned read_timeout_s;
     ow_store_tls tls;
+    ow_map_check map_check;
+    ow_shard_map map; /* OW_MAP_SHARD: what the database must record */
 } ow_store_params;
 
 typedef enum {
@@ -117,6 +133,11 @@ void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p
  * mysql.shards, or for a shard past its end, those of mysql.host. */
 void ow_store_params_for_shard(const struct ow_config *cfg, unsigned shard, ow_store_params *p);
 
+/* Watches a database from a thread of its own (store_watch.c): whether it
+ * answers, so that the connections that use it fail at once while it does
+ * not, and a call blocked in a server that hangs is interrupted. */
+typedef struct ow_store_watch ow_store_watch;
+
 /* Creates a store; does not connect (the first call does). Copies params. */
 ow_store *ow_store_new(const ow_store_params *params, ow_idgen *ids);
 void ow_store_free(ow_store **store);
@@ -132,6 +153,11 @@ int ow_store_connected(const ow_store *s);
  * connect fail too. A stop uses it on a lane blocked in the database past
  * its share of shutdown.timeout_ms (issue 9). */
 void ow_store_cancel(ow_store *s);
+
+/* From now on s connects only while w says the database answers, and w
+ * interrupts s's call in progress when it finds the database gone or
+ * hung. w must outlive s. */
+void ow_store_use_watch(ow_store *s, ow_store_watch *w);
 
 /* Borrows req and key, and hashes them once for every decide of the item
  * (its key_hash). Returns 0, OW_EINVAL for a key over OW_KEY_MAX or
@@ -161,10 +187,12 @@ void ow_store_set_known_read(ow_store *s, int enabled);
 /* Applies the embedded sql/ migrations; returns the number applied in *applied. */
 int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err);
 
-/* The shard map this database records (table ow_shard_map, issue 14):
- * write replaces it and commits; read returns OW_ENOTFOUND (err
+/* The shard map this database records (table ow_shard_map): write records
+ * m where no map is recorded (replace: in place of the one recorded),
+ * commits and reads it back: another map recorded there already is an
+ * INVALID_INPUT error, and nothing changes. read returns OW_ENOTFOUND (err
  * untouched) when none was written or the table does not exist. */
-int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, ow_error *err);
+int ow_store_shard_map_write(ow_store *s, const ow_shard_map *m, int replace, ow_error *err);
 int ow_store_shard_map_read(ow_store *s, ow_shard_map *m, ow_error *err);
 
 #endif

@@ -1,9 +1,12 @@
 /*
- * Shards through the built binary (issue 14), with three databases of the
- * test MariaDB as the shards: migrate records the map on each; run refuses
- * a reordered, shorter or longer list, or another bucket count, with exit
- * 2 naming both maps (before it touches Kafka); lookup reads the user's
- * shard only; audit reports each shard.
+ * Shards through the built binary, with three databases of the test
+ * MariaDB as the shards: migrate records the map on each; run refuses a
+ * reordered, shorter or longer list, or another bucket count, with exit 2
+ * naming both maps (before it touches Kafka); so do migrate (which then
+ * changes no map), lookup, serve, purge and audit with a reordered list,
+ * and run and lookup without mysql.shards against a database that records
+ * itself as a shard; lookup reads the user's shard only; audit reports
+ * each shard.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,8 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmocka.h>
 
+#include "kit.h"
 #include "ow/shard.h"
 #include "ow/store.h"
 #include "testcli.h"
@@ -44,11 +54,13 @@ static void shard_list(char *buf, size_t cap, const unsigned *order, size_t n)
     }
 }
 
-/* Runs the binary with mysql.shards = list (and extra env, may be NULL). */
-static testcli_result cli(const char *list, const char *extra, const char *const *args)
+/* Runs the binary with mysql.shards = list (and extra env, may be NULL),
+ * for at most timeout_ms. */
+static testcli_result cli_for(const char *list, const char *extra, const char *const *args,
+                              int timeout_ms)
 {
-    char env[5][1400];
-    char *envp[6];
+    char env[8][1400];
+    char *envp[9];
     char *argv[16];
     testcli_result r;
     size_t n = 0, k = 0;
@@ -58,8 +70,13 @@ static testcli_result cli(const char *list, const char *extra, const char *const
     snprintf(env[k++], sizeof(env[0]), "ORDER_WORKER_MYSQL_SHARDS=%s", list);
     /* Nothing may reach a broker: none listens here. */
     snprintf(env[k++], sizeof(env[0]), "ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1");
-    if (extra != NULL)
-        snprintf(env[k++], sizeof(env[0]), "%s", extra);
+    /* extra: NAME=value lines. */
+    for (const char *e = extra; e != NULL && *e != '\0' && k < 8;) {
+        size_t len = strcspn(e, "\n");
+
+        snprintf(env[k++], sizeof(env[0]), "%.*s", (int)len, e);
+        e += len + (e[len] == '\n');
+    }
     for (size_t i = 0; i < k; i++)
         envp[i] = env[i];
     envp[k] = NULL;
@@ -69,9 +86,14 @@ static testcli_result cli(const char *list, const char *extra, const char *const
     while (*args != NULL && n < 15)
         argv[n++] = (char *)*args++;
     argv[n] = NULL;
-    if (testcli_run(argv, envp, NULL, 0, 60000, &r) != 0)
+    if (testcli_run(argv, envp, NULL, 0, timeout_ms, &r) != 0)
         fail_msg("cannot run %s", argv[0]);
     return r;
+}
+
+static testcli_result cli(const char *list, const char *extra, const char *const *args)
+{
+    return cli_for(list, extra, args, 60000);
 }
 
 static int group_setup(void **state)
@@ -158,6 +180,177 @@ static void test_run_refuses_other_maps(void **state)
     refused(extra, 4, NULL, want);
     refused(order3, 3, "ORDER_WORKER_MYSQL_SHARD_BUCKETS=1024",
             "configured map (mysql.shards): 1024 buckets over 3 shards");
+}
+
+/* Every subcommand that reads or writes a shard refuses a reordered list,
+ * naming both maps, and migrate changes no recorded map. */
+static void test_every_command_refuses_a_reordered_list(void **state)
+{
+    static const unsigned reordered[] = {1, 0, 2};
+    static const char *const cmds[][6] = {
+        {"migrate", NULL},
+        {"lookup", "--user", "1", "--key", "k", NULL},
+        {"serve", NULL},
+        {"purge", "--older-than", "30d", NULL},
+        {"audit", NULL},
+    };
+    char list[1200], name[300], want[400];
+
+    (void)state;
+    migrate3();
+    shard_list(list, sizeof(list), reordered, 3);
+    shard_entry(name, sizeof(name), 1);
+    snprintf(want, sizeof(want), "shard 0 (%s): 4096 buckets over 3 shards, recorded as shard 1",
+             name);
+    for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        testcli_result r = cli(list, NULL, cmds[c]);
+
+        if (r.status != 2 || strstr(r.err, "mysql.shards disagrees with the shard map") == NULL ||
+            strstr(r.err, "configured map (mysql.shards)") == NULL || strstr(r.err, want) == NULL)
+            fail_msg("%s: exit %d, want 2 naming both maps:\n%s", cmds[c][0], r.status, r.err);
+        testcli_result_free(&r);
+    }
+    for (unsigned i = 0; i < 3; i++)
+        assert_int_equal(testdb_count(&dbs[i], "SELECT shard_index FROM ow_shard_map"), i);
+}
+
+/* Without mysql.shards, a database that records itself as one of three
+ * shards is refused: its users' other rows live elsewhere. */
+static void test_unsharded_refuses_a_shard(void **state)
+{
+    static const char *const run[] = {"run", NULL};
+    static const char *const lookup[] = {"lookup", "--user", "1", "--key", "k", NULL};
+    const char *const *cmds[] = {run, lookup};
+    char extra[600];
+
+    (void)state;
+    migrate3();
+    snprintf(extra, sizeof(extra), "ORDER_WORKER_MYSQL_HOST=%s\nORDER_WORKER_MYSQL_PORT=%u\n"
+             "ORDER_WORKER_MYSQL_DATABASE=%s", dbs[1].host, dbs[1].port, dbs[1].database);
+    for (size_t c = 0; c < 2; c++) {
+        testcli_result r = cli("", extra, cmds[c]);
+
+        if (r.status != 2 || strstr(r.err, "4096 buckets over 3 shards, recorded as shard 1") == NULL)
+            fail_msg("%s: exit %d, want 2 naming the recorded map:\n%s", cmds[c][0], r.status,
+                     r.err);
+        testcli_result_free(&r);
+    }
+}
+
+/* With mysql.shards set, mysql.host is not one of the databases: run never
+ * connects to it, not even to check it at start. Here it names a database
+ * that does not exist, which run would refuse (exit 1); run goes on to
+ * wait for the broker instead (none listens), and is stopped. */
+static void test_sharded_run_ignores_mysql_host(void **state)
+{
+    static const char *const args[] = {"run", NULL};
+    char list[1200], extra[300];
+    testcli_result r;
+
+    (void)state;
+    migrate3();
+    shard_list(list, sizeof(list), order3, 3);
+    snprintf(extra, sizeof(extra),
+             "ORDER_WORKER_MYSQL_HOST=%s\nORDER_WORKER_MYSQL_PORT=%u\n"
+             "ORDER_WORKER_MYSQL_DATABASE=ow_no_such_database",
+             dbs[0].host, dbs[0].port);
+    r = cli_for(list, extra, args, 8000);
+    if (r.status != -1 || strstr(r.err, "ow_no_such_database") != NULL ||
+        strstr(r.err, "database_unreachable") != NULL)
+        fail_msg("exit %d (want still running, -1), stderr:\n%s", r.status, r.err);
+    testcli_result_free(&r);
+}
+
+/* A free TCP port on loopback. */
+static unsigned free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path on 127.0.0.1:port; the response's head and body into out.
+ * Returns the HTTP status, or 0 when nothing answered. */
+static int http_get(unsigned port, const char *path, char *out, size_t cap)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct timeval tv = {2, 0};
+    char req[256];
+    size_t got = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int status = 0;
+    ssize_t n;
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    out[0] = '\0';
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+        if (write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+            while (got + 1 < cap && (n = read(fd, out + got, cap - got - 1)) > 0)
+                got += (size_t)n;
+            out[got] = '\0';
+            sscanf(out, "HTTP/1.%*d %d", &status);
+        }
+    }
+    close(fd);
+    return status;
+}
+
+/* While a shard does not answer, run still starts: /healthz answers at
+ * once and /readyz names the shard. The shard here is a port nothing
+ * listens on. */
+static void test_healthz_while_a_shard_is_down(void **state)
+{
+    char list[1200], e0[256], e1[256], port_env[64], *argv[3];
+    char *env[6] = {NULL};
+    char body[2048];
+    unsigned port = free_port();
+    int healthz = 0, readyz = 0;
+    pid_t pid;
+
+    (void)state;
+    migrate3();
+    shard_entry(e0, sizeof(e0), 0);
+    shard_entry(e1, sizeof(e1), 1);
+    snprintf(list, sizeof(list), "%s,%s,127.0.0.1:1/%s", e0, e1, dbs[2].database);
+    {
+        static char e[4][1500];
+
+        snprintf(e[0], sizeof(e[0]), "ORDER_WORKER_MYSQL_USER=%s", dbs[0].user);
+        snprintf(e[1], sizeof(e[1]), "ORDER_WORKER_MYSQL_SHARDS=%s", list);
+        snprintf(e[2], sizeof(e[2]), "ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1");
+        snprintf(port_env, sizeof(port_env), "ORDER_WORKER_METRICS_PORT=%u", port);
+        env[0] = e[0];
+        env[1] = e[1];
+        env[2] = e[2];
+        env[3] = port_env;
+    }
+    argv[0] = (char *)testcli_bin();
+    argv[1] = "run";
+    argv[2] = NULL;
+    pid = kit_spawn(argv, env, NULL);
+    assert_true(pid > 0);
+    for (int i = 0; i < 50 && healthz != 200; i++) { /* 5 s */
+        healthz = http_get(port, "/healthz", body, sizeof(body));
+        if (healthz != 200)
+            usleep(100000);
+    }
+    for (int i = 0; i < 50 && strstr(body, "shard 2 unreachable") == NULL; i++) {
+        readyz = http_get(port, "/readyz", body, sizeof(body));
+        usleep(100000);
+    }
+    kill(pid, SIGTERM);
+    assert_int_equal(kit_wait(pid, 20000), 0);
+    assert_int_equal(healthz, 200);
+    assert_int_equal(readyz, 503);
+    assert_non_null(strstr(body, "shard 2 unreachable"));
 }
 
 /* A user id whose shard under 3 shards is `want`. */
@@ -247,6 +440,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_migrate_records_each_map),
         cmocka_unit_test(test_run_refuses_other_maps),
+        cmocka_unit_test(test_every_command_refuses_a_reordered_list),
+        cmocka_unit_test(test_unsharded_refuses_a_shard),
+        cmocka_unit_test(test_sharded_run_ignores_mysql_host),
+        cmocka_unit_test(test_healthz_while_a_shard_is_down),
         cmocka_unit_test(test_lookup_reads_the_users_shard),
         cmocka_unit_test(test_audit_reports_each_shard),
     };

@@ -1,8 +1,10 @@
-/* A lane's micro-batch rules with a fake store and a fake output (issue 10):
- * which jobs are decided together, what waits for the next batch, what a
- * stale job does, REQUEST_IN_PROGRESS and retries. The lane's thread, its
- * queue and the partition ledger are the real ones; the store and the
- * output stage are replaced at link time by the functions below. */
+/* A lane's micro-batch rules with a fake store and a fake output: which
+ * jobs are decided together, what waits for the next batch, what a stale
+ * job does, REQUEST_IN_PROGRESS and retries, what a lane does while its
+ * database does not answer, and which lane a message goes to. The lane's
+ * thread, its queue and the partition ledger are the real ones; the store,
+ * its watch and the output stage are replaced at link time by the
+ * functions below. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 
 #include "lane_internal.h"
+#include "ow/digest.h"
 #include "ow/error.h"
 #include "ow/metrics.h"
 #include "ow/shard.h"
@@ -182,6 +185,35 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_ti
     return OW_OK;
 }
 
+/* --- The database's watch, faked: its state is the test's to set --------- */
+
+struct ow_store_watch {
+    _Atomic int state;
+};
+
+static ow_store_watch fake_watch;
+
+void ow_store_use_watch(ow_store *s, ow_store_watch *w)
+{
+    (void)s;
+    (void)w;
+}
+
+ow_watch_state ow_store_watch_state(ow_store_watch *w, ow_error *why)
+{
+    if (why != NULL)
+        ow_error_clear(why);
+    return (ow_watch_state)atomic_load(&w->state);
+}
+
+int ow_store_watch_wait_up(ow_store_watch *w, int64_t deadline_ms, const volatile int *stop)
+{
+    while (atomic_load(&w->state) != OW_WATCH_UP && ow_clock_mono_ms() < deadline_ms &&
+           (stop == NULL || !*stop))
+        ow_sleep_ms(1, NULL);
+    return atomic_load(&w->state) == OW_WATCH_UP;
+}
+
 /* --- The output stage, faked: every output is acknowledged at once ------- */
 
 static void record(const ow_job *job, const char *suffix)
@@ -241,7 +273,9 @@ static int setup(void **state)
     pthread_mutex_unlock(&seen.mu);
     for (int i = 0; i < OW_SHARD_MAX; i++)
         atomic_store(&fake_shards[i].down, 0);
-    atomic_store(&ow_stats.n_shards, 0);
+    atomic_store(&fake_watch.state, OW_WATCH_UP);
+    atomic_store(&ow_stats.shard_waiting[0], 0);
+    ow_runstate_init(&f.rs);
     assert_int_equal(ow_config_init(&f.cfg, &err), OW_OK);
     f.cfg.batch_max_messages = 4;
     f.cfg.batch_max_wait_ms = 0;
@@ -249,7 +283,7 @@ static int setup(void **state)
     f.cfg.retry_backoff_max_ms = 2;
     ow_ledger_init(&ledger, count_store, NULL);
     assert_int_equal(ow_ledger_assign(&ledger, 0), OW_OK);
-    f.env = (ow_lane_env){&f.cfg, &f.rs, NULL, NULL, &ledger};
+    f.env = (ow_lane_env){&f.cfg, &f.rs, NULL, NULL, &ledger, 1};
     *state = &f;
     return 0;
 }
@@ -263,6 +297,7 @@ static int teardown(void **state)
     ow_lane_destroy(&f->lane);
     ow_ledger_destroy(&ledger);
     ow_config_cleanup(&f->cfg);
+    ow_runstate_cleanup(&f->rs);
     return 0;
 }
 
@@ -323,7 +358,7 @@ static void enqueue_then_start(fixture *f, ow_job **jobs, size_t n)
 {
     ow_error err;
 
-    assert_int_equal(ow_lane_start(&f->lane, &f->env, 0, &err), OW_OK);
+    assert_int_equal(ow_lane_start(&f->lane, &f->env, 0, 0, &fake_watch, &err), OW_OK);
     pthread_mutex_lock(&f->lane.mu);
     for (size_t i = 0; i < n; i++) {
         jobs[i]->next = NULL;
@@ -333,6 +368,7 @@ static void enqueue_then_start(fixture *f, ow_job **jobs, size_t n)
             f->lane.tail->next = jobs[i];
         f->lane.tail = jobs[i];
         f->lane.queued++;
+        atomic_fetch_add(&ow_stats.shard_waiting[0], 1); /* as ow_lane_enqueue counts */
     }
     pthread_cond_signal(&f->lane.cv);
     pthread_mutex_unlock(&f->lane.mu);
@@ -516,21 +552,17 @@ static void test_cache_off(void **state)
     run_cache_case(f, 3);
 }
 
-/* --- Shards (issue 14) ------------------------------------------------------ */
+/* --- A database that does not answer, and routing ------------------------ */
 
-static int64_t user_on(unsigned shard)
+/* An invalid job for key: answered without a database. */
+static ow_job *invalid(fixture *f, const char *key)
 {
-    for (int64_t u = 100;; u++) {
-        if (ow_shard_of_user(u, 4096, 3) == shard)
-            return u;
-    }
-}
+    ow_job *job = simple(f, key, "x");
 
-static ow_job *sharded(fixture *f, const char *key, const char *order, unsigned shard)
-{
-    ow_job *job = simple(f, key, order);
-
-    job->req.user_id = user_on(shard);
+    ow_request_cleanup(&job->req);
+    ow_store_item_cleanup(&job->item);
+    memset(&job->req, 0, sizeof(job->req));
+    job->valid = 0;
     return job;
 }
 
@@ -544,104 +576,98 @@ static size_t published(void)
     return n;
 }
 
-static size_t published_at(const char *key)
+static size_t published_at(const char *key, size_t from)
 {
-    for (size_t i = 0; i < seen.n_published; i++) {
+    for (size_t i = from; i < seen.n_published; i++) {
         if (strcmp(seen.published[i], key) == 0)
             return i;
     }
-    fail_msg("%s was never published", key);
+    fail_msg("%s was never published after position %zu", key, from);
     return 0;
 }
 
-/* Shard 1 is down: its jobs wait (unanswered) while shard 0 and 2's jobs
- * are published; a job whose key is waiting waits too, although its user
- * is on a shard that is up; when shard 1 answers, everything is published
- * and the key's results leave in consumption order. */
-static void test_down_shard_stalls_only_its_jobs(void **state)
+/* While the lane's database does not answer, the jobs that need it wait in
+ * the queue, in order, and so does a later job with one of their keys (an
+ * invalid one too); what needs no database leaves: an invalid message and
+ * a retry the lane's cache answers. Once the database answers, the rest is
+ * decided and published, each key's results in consumption order. */
+static void test_database_down_holds_only_what_needs_it(void **state)
 {
     fixture *f = *state;
-    ow_job *jobs[6] = {
-        sharded(f, "a", "o1", 1), sharded(f, "b", "o2", 0), sharded(f, "c", "o3", 2),
-        sharded(f, "a", "o4", 0), sharded(f, "d", "o5", 1), sharded(f, "e", "o6", 2),
-    };
-    ow_buf why;
+    ow_job *first[1] = {simple(f, "c", "o0")};
+    ow_job *retry, *later[4];
 
-    f->cfg.shards.n = 3;
-    f->cfg.mysql_shard_buckets = 4096;
-    atomic_store(&fake_shards[1].down, 1);
-    enqueue_then_start(f, jobs, 6);
+    f->cfg.cache_max_bytes = 1 << 20;
+    first[0]->item.digest[0] = 7;
+    seen.mark_ours = 1;
+    enqueue_then_start(f, first, 1);
+    wait_published(1);
+
+    atomic_store(&fake_watch.state, OW_WATCH_DOWN);
+    atomic_store(&fake_shards[0].down, 1);
+    later[0] = simple(f, "a", "o1");
+    later[1] = invalid(f, "a");
+    later[2] = invalid(f, "x");
+    later[3] = simple(f, "b", "o2");
+    for (int i = 0; i < 4; i++)
+        ow_lane_enqueue(&f->lane, later[i]);
+    retry = simple(f, "c", "o0");
+    retry->item.digest[0] = 7;
+    ow_lane_enqueue(&f->lane, retry);
     wait_published(3);
-    /* Well past several probes (backoff 1-2 ms): still nothing of shard 1. */
-    ow_sleep_ms(200, NULL);
+    ow_sleep_ms(300, NULL); /* three polls of the watch: nothing more leaves */
     assert_int_equal(published(), 3);
-    published_at("b");
-    published_at("c");
-    published_at("e");
-    assert_int_equal(atomic_load(&ow_stats.shard_up[1]), 0);
-    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 2);
-    assert_int_equal(atomic_load(&f->rs.db_ok), 0);
-    ow_buf_init(&why);
-    assert_int_equal(ow_metrics_shards_ready(&why), 0);
-    assert_string_equal(why.data, "shard 1 unreachable\n");
-    ow_buf_cleanup(&why);
+    assert_int_equal(seen.n_batches, 1);
+    published_at("x", 1);
+    published_at("c", 1);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[0]), 3);
 
-    atomic_store(&fake_shards[1].down, 0);
+    atomic_store(&fake_shards[0].down, 0);
+    atomic_store(&fake_watch.state, OW_WATCH_UP);
     wait_published(6);
-    published_at("d");
-    /* The second "a" (user on shard 0) left after the first (shard 1). */
-    {
-        size_t first = published_at("a"), second = first + 1;
-
-        while (second < seen.n_published && strcmp(seen.published[second], "a") != 0)
-            second++;
-        assert_true(second < seen.n_published);
-    }
-    for (size_t i = 0; i < 3; i++)
-        assert_string_not_equal(seen.published[i], "a");
-    assert_int_equal(atomic_load(&ow_stats.shard_up[1]), 1);
-    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 0);
+    assert_true(published_at("a", 1) < published_at("a", published_at("a", 1) + 1));
+    published_at("b", 1);
+    assert_int_equal(seen.n_batches, 2);
+    assert_string_equal(seen.batches[1], "a b");
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[0]), 0);
 }
 
-/* Review of issue 14: after an outage that parked more jobs than the
- * parked-key index first held, the keys must be forgotten once their shard
- * answers. In a later outage of another shard, those keys' new jobs on a
- * shard that is up still flow. */
-static void test_unparked_keys_do_not_block_later(void **state)
+static int64_t user_on(unsigned shard)
+{
+    for (int64_t u = 100;; u++) {
+        if (ow_shard_of_user(u, 4096, 3) == shard)
+            return u;
+    }
+}
+
+/* Every message of one (user, key) goes to one lane, among its user's
+ * database's lanes; a message without a user goes to the first
+ * database's. */
+static void test_route_by_database_then_key(void **state)
 {
     fixture *f = *state;
-    ow_job *jobs[40];
-    char key[8], order[8];
+    ow_job *on1 = simple(f, "k", "o1"), *again = simple(f, "k", "o2");
+    ow_job *on2 = simple(f, "k", "o3"), *nouser = invalid(f, "k");
+    size_t lane1, lane2;
 
     f->cfg.shards.n = 3;
     f->cfg.mysql_shard_buckets = 4096;
-    atomic_store(&fake_shards[1].down, 1);
-    for (int i = 0; i < 40; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        snprintf(order, sizeof(order), "a%d", i);
-        jobs[i] = sharded(f, key, order, 1);
-    }
-    enqueue_then_start(f, jobs, 40);
-    for (int i = 0; i < 10000 && atomic_load(&ow_stats.shard_waiting[1]) < 40; i++)
-        ow_sleep_ms(1, NULL);
-    assert_int_equal(atomic_load(&ow_stats.shard_waiting[1]), 40);
-    atomic_store(&fake_shards[1].down, 0);
-    wait_published(40);
+    on1->req.user_id = again->req.user_id = user_on(1);
+    on2->req.user_id = user_on(2);
+    lane1 = ow_lane_route(&f->cfg, 4, on1);
+    lane2 = ow_lane_route(&f->cfg, 4, on2);
+    assert_in_range(lane1, 4, 7);
+    assert_in_range(lane2, 8, 11);
+    assert_int_equal(lane1 % 4, lane2 % 4); /* the key picks the lane within a database */
+    assert_int_equal(ow_lane_route(&f->cfg, 4, again), lane1);
+    assert_in_range(ow_lane_route(&f->cfg, 4, nouser), 0, 3);
+    f->cfg.shards.n = 0;
+    assert_in_range(ow_lane_route(&f->cfg, 4, on2), 0, 3);
+    for (int i = 0; i < 4; i++) {
+        ow_job *j = i == 0 ? on1 : i == 1 ? again : i == 2 ? on2 : nouser;
 
-    atomic_store(&fake_shards[2].down, 1);
-    ow_lane_enqueue(&f->lane, sharded(f, "z", "z1", 2));
-    for (int i = 0; i < 10000 && atomic_load(&ow_stats.shard_waiting[2]) < 1; i++)
-        ow_sleep_ms(1, NULL);
-    assert_int_equal(atomic_load(&ow_stats.shard_waiting[2]), 1);
-    for (int i = 0; i < 40; i++) {
-        snprintf(key, sizeof(key), "k%d", i);
-        snprintf(order, sizeof(order), "b%d", i);
-        ow_lane_enqueue(&f->lane, sharded(f, key, order, 0));
+        ow_job_end(&ledger, j, 0);
     }
-    wait_published(80); /* all of shard 0's, while shard 2 is down */
-    assert_int_equal(published(), 80);
-    atomic_store(&fake_shards[2].down, 0);
-    wait_published(81);
 }
 
 int main(void)
@@ -656,8 +682,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_down_shard_stalls_only_its_jobs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unparked_keys_do_not_block_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_database_down_holds_only_what_needs_it, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_route_by_database_then_key, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
