@@ -8,6 +8,10 @@
 #      each shard;
 #   3. a shard outage under load: shard 1 is stopped for 20 s while messages
 #      keep coming; results for the other shards' users must keep leaving;
+#      then a hang: shard 1's server is stopped with SIGSTOP for 20 s (it
+#      keeps its connections and answers nothing); the other shards' users
+#      must keep getting results with no gap of 3 s or more (ow-verify
+#      prints their count and the longest gap);
 #   4. the group catches up, both replicas stop with status 0, `order-worker
 #      serve` answers the same-key user of each shard from that shard with
 #      the published bytes, `order-worker audit` passes on every shard, and ow-verify checks I1-I8 across the
@@ -20,7 +24,7 @@
 # scripts/services.sh state directory per instance). Bounded to 5 minutes.
 #
 #   scripts/shards.sh                      (after a build; scripts/test.sh runs it)
-#   OW_SHARDS_MESSAGES=3000 OW_SHARDS_RATE=150 OW_SHARDS_OUTAGE_S=20
+#   OW_SHARDS_MESSAGES=3000 OW_SHARDS_RATE=150 OW_SHARDS_OUTAGE_S=20 OW_SHARDS_HANG_S=20
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,8 +34,9 @@ KIT="$BUILD/ow-kit"
 N="${OW_SHARDS_MESSAGES:-3000}"
 RATE="${OW_SHARDS_RATE:-150}"
 OUTAGE_S="${OW_SHARDS_OUTAGE_S:-20}"
+HANG_S="${OW_SHARDS_HANG_S:-20}"
 PARTS=4
-LIMIT_S=300
+LIMIT_S=360
 RUN="$ROOT/.run/shards"
 FAULTS="$RUN/faults.log"
 T_START=$SECONDS
@@ -55,6 +60,7 @@ done
 REPLICAS=()
 cleanup() {
   set +e
+  [[ -n ${HUNG_PID:-} ]] && kill -CONT "$HUNG_PID" 2>/dev/null
   for pid in "${REPLICAS[@]}"; do kill -9 "$pid" 2>/dev/null; done
   [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
   [[ -n ${SERVE_PID:-} ]] && kill "$SERVE_PID" 2>/dev/null
@@ -190,6 +196,45 @@ while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
   if (($(left) < 40)); then
     cat "$RUN/lag.log"
     say "did not catch up within the time limit"
+    exit 1
+  fi
+  sleep 2
+done
+say "caught up: $(tail -n1 "$RUN/lag.log")"
+
+# 3, continued. The hang: shard 1's server stopped (SIGSTOP) for HANG_S seconds under
+#    load. Its connections stay open and nothing answers on them, which is
+#    what a hung server or a dropped network looks like.
+H=$((RATE * (HANG_S + 12)))
+say "producing $H messages at $RATE/s; shard 1 hangs (SIGSTOP) in 6 s for $HANG_S s"
+"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$H" --rate "$RATE" --seed 20261203 \
+  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix hang 2>"$RUN/gen-hang.log" &
+GEN_PID=$!
+sleep 6
+HUNG_PID=$(cat "$RUN/db1/mariadb.pid")
+kill -STOP "$HUNG_PID"
+fault shard-hang 1
+say "shard 1 hangs"
+sleep 8
+ready_code=$(curl -s --max-time 5 -o "$RUN/readyz-hang.txt" -w '%{http_code}' "http://127.0.0.1:$probe_port/readyz" || true)
+curl -s --max-time 5 "http://127.0.0.1:$probe_port/metrics" >"$RUN/metrics-hang.txt" || true
+if [[ $ready_code != 503 ]] || ! grep -q 'shard 1 unreachable' "$RUN/readyz-hang.txt"; then
+  say "FAIL: 8 s into the hang /readyz answered $ready_code ($(tr '\n' ' ' <"$RUN/readyz-hang.txt"))"
+  readyz_failed=1
+else
+  say "during the hang: /readyz 503 ($(tr '\n' ' ' <"$RUN/readyz-hang.txt" | sed 's/ *$//')), waiting on shard 1: $(sed -n 's/^order_worker_shard_waiting_messages{shard="1"} //p' "$RUN/metrics-hang.txt") of inflight.max_messages 4096"
+fi
+sleep $((HANG_S - 8))
+kill -CONT "$HUNG_PID"
+HUNG_PID=""
+fault shard-resume 1
+say "shard 1 answers again"
+wait "$GEN_PID" || { cat "$RUN/gen-hang.log" >&2; say "the generator failed"; exit 1; }
+GEN_PID=""
+while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
+  if (($(left) < 40)); then
+    cat "$RUN/lag.log"
+    say "did not catch up after the hang within the time limit"
     exit 1
   fi
   sleep 2
@@ -343,7 +388,7 @@ set +e
 set -e
 grep -E '^verify: (shards|ok   I1-I3 every row|all invariants|INVARIANTS)' "$RUN/verify6.log" | sed 's/^verify: /verify (6 shards): /'
 
-others=$(sed -n 's/.*results during it: \([0-9]*\) for the other.*/\1/p' "$RUN/verify.log")
+others=$(sed -n '/shard outage:/s/.*results during it: \([0-9]*\) for the other.*/\1/p' "$RUN/verify.log")
 # The data's outage ends with shard 1's first first-time answer: if that
 # came within half the outage, the shard answered while it was down.
 down_ms=$(sed -n 's/.*shard 1 down \([0-9]*\) ms.*/\1/p' "$RUN/verify.log")

@@ -155,7 +155,7 @@ if has_tier chaos-shards; then
 fi
 if has_tier shards; then
   script_tier shards "$ROOT/scripts/shards.sh"
-  grep -E '^(verify: (figures|shard outage|shards)|shards: .*(refused|same key))' "$LOGS/shards.log" |
+  grep -E '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' "$LOGS/shards.log" |
     sed 's/^/test:   /' || true
 fi
 
