@@ -67,7 +67,8 @@ static const config_row config_table[] = {
     {"mysql.ssl_crl", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_crl),
      "PEM file of certificate revocation lists checked against the server's chain."},
     {"mysql.tls_version", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_tls_version),
-     "Allowed TLS versions, e.g. TLSv1.2,TLSv1.3 (empty: the library's default)."},
+     "Allowed TLS versions: a comma-separated list of TLSv1.0, TLSv1.1, TLSv1.2 and TLSv1.3, "
+     "e.g. TLSv1.2,TLSv1.3 (empty: the library's default); any other entry is refused."},
     {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
      "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
     /* User sharding (issue 14, docs/operations.md "Shards"). */
@@ -566,6 +567,42 @@ static int load_password_file(ow_config *cfg, ow_error *err)
     return rc;
 }
 
+/* mysql.tls_version: a comma-separated list of the names MariaDB
+ * Connector/C knows. The library looks each name up in the text and
+ * ignores anything else without a word, so a typo would leave its default
+ * versions in force while the configuration seemed to restrict them. */
+static int check_tls_versions(const char *list, ow_error *err)
+{
+    static const char *const known[] = {"TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
+    const char *p = list;
+
+    if (*list == '\0')
+        return OW_OK; /* the library's default */
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0;
+
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        while (k < sizeof(known) / sizeof(known[0]) &&
+               (strlen(known[k]) != n || strncmp(p, known[k], n) != 0))
+            k++;
+        if (k == sizeof(known) / sizeof(known[0]))
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "mysql.tls_version: \"%.*s\" is not one of TLSv1.0, TLSv1.1, "
+                                "TLSv1.2, TLSv1.3",
+                                (int)n, p);
+        p += strcspn(p, ",");
+        if (*p == '\0')
+            return OW_OK;
+        p++;
+    }
+}
+
 /* mysql.ssl_mode and the files it needs (issue 11). */
 static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 {
@@ -587,7 +624,7 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
     if ((*cfg->mysql_ssl_cert == '\0') != (*cfg->mysql_ssl_key == '\0'))
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together");
-    return OW_OK;
+    return check_tls_versions(cfg->mysql_tls_version, err);
 }
 
 /* Parses mysql.shards, fills each entry's defaults and refuses an entry

@@ -158,6 +158,21 @@ static void test_finish_checks(void **state)
         {"mysql.ssl_mode = verify_ca\nmysql.ssl_cert = c.pem\n",
          "mysql.ssl_mode: verify_ca needs mysql.ssl_ca or mysql.ssl_capath"},
         {"mysql.ssl_cert = c.pem\n", "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together"},
+        /* A version Connector/C does not know is ignored by it without a
+         * word, leaving the library's default in force. */
+        {"mysql.tls_version = TLS1.2\n",
+         "mysql.tls_version: \"TLS1.2\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv9\n",
+         "mysql.tls_version: \"TLSv9\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2,tlsv1.3\n",
+         "mysql.tls_version: \"tlsv1.3\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2;TLSv1.3\n",
+         "mysql.tls_version: \"TLSv1.2;TLSv1.3\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, "
+         "TLSv1.3"},
+        {"mysql.tls_version = TLSv1.3,\n",
+         "mysql.tls_version: \"\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2x\n",
+         "mysql.tls_version: \"TLSv1.2x\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
     };
 
     (void)state;
@@ -169,6 +184,28 @@ static void test_finish_checks(void **state)
         assert_int_equal(ow_config_load_string(&cfg, cases[i].text, "f", &err), OW_OK);
         assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
         assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+/* The lists of versions MariaDB Connector/C knows (libmariadb's
+ * ma_tls_version_options), with or without blanks after the commas. */
+static void test_tls_versions_accepted(void **state)
+{
+    static const char *const good[] = {"", "TLSv1.2", "TLSv1.3", "TLSv1.2,TLSv1.3",
+                                       "TLSv1.2, TLSv1.3", "TLSv1.0,TLSv1.1,TLSv1.2,TLSv1.3"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+        char line[96];
+
+        snprintf(line, sizeof(line), "mysql.tls_version = %s\n", good[i]);
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+        if (ow_config_finish(&cfg, &err) != OW_OK)
+            fail_msg("\"%s\" refused: %s", good[i], err.msg);
         ow_config_cleanup(&cfg);
     }
 }
@@ -398,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_print_redacts_and_names_sources),
         cmocka_unit_test(test_password_file),
         cmocka_unit_test(test_metrics_addresses),
+        cmocka_unit_test(test_tls_versions_accepted),
         cmocka_unit_test(test_group_id_passthrough_refused),
         cmocka_unit_test(test_reference_lists_every_key),
         cmocka_unit_test(test_example_file),
