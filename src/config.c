@@ -371,12 +371,36 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno, ow_error *err)
+/* The line of one file that set each key, 0 for none: a key given twice
+ * in a file would lose one of its values without a word. Another file or
+ * the environment overriding it is the documented order of sources. */
+typedef struct {
+    unsigned row[N_ROWS];
+    unsigned kv[OW_CONFIG_MAX_PASSTHROUGH];
+} file_lines;
+
+static unsigned *line_of(const ow_config *cfg, file_lines *fl, const char *key)
+{
+    size_t i = 0;
+
+    if (find_row(key, &i) != NULL)
+        return &fl->row[i];
+    for (i = 0; strncmp(key, "kafka.", 6) == 0 && i < cfg->n_passthrough; i++) {
+        if (strcmp(cfg->passthrough[i].name, key + 6) == 0)
+            return &fl->kv[i];
+    }
+    return NULL;
+}
+
+static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno,
+                     file_lines *fl, ow_error *err)
 {
     char where[300];
     char *eq;
     char *key;
     char *value;
+    unsigned *first;
+    int rc;
 
     snprintf(where, sizeof(where), "%s:%u", origin, lineno);
     line = trim(line);
@@ -391,14 +415,25 @@ static int load_line(ow_config *cfg, char *line, const char *origin, unsigned li
     value = trim(eq + 1);
     if (*key == '\0')
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: empty key before '='", where);
-    return ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
+    first = line_of(cfg, fl, key);
+    if (first != NULL && *first != 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: %s: given more than once (first at %s:%u)", where, key, origin,
+                            *first);
+    rc = ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
+    first = line_of(cfg, fl, key); /* a kafka.* key has a slot once it is set */
+    if (rc == OW_OK && first != NULL)
+        *first = lineno;
+    return rc;
 }
 
 int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, ow_error *err)
 {
     unsigned lineno = 0;
     const char *p = text;
+    file_lines fl;
 
+    memset(&fl, 0, sizeof(fl));
     while (*p != '\0') {
         const char *nl = strchr(p, '\n');
         size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
@@ -412,7 +447,7 @@ int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, 
                                 sizeof(line) - 1);
         memcpy(line, p, n);
         line[n] = '\0';
-        rc = load_line(cfg, line, origin, lineno, err);
+        rc = load_line(cfg, line, origin, lineno, &fl, err);
         if (rc != OW_OK)
             return rc;
         p += n;

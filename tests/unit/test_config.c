@@ -86,6 +86,59 @@ static void test_file_errors(void **state)
     }
 }
 
+/* A key given twice in a file: the first value was silently lost. The
+ * environment may still override the file (test_env_overrides_file). */
+static void test_file_key_given_twice(void **state)
+{
+    static const error_case cases[] = {
+        {"mysql.port = 3307\n# later\nmysql.port = 3308\n",
+         "t.conf:3: mysql.port: given more than once (first at t.conf:1)"},
+        {"mysql.host = a\nmysql.host = a\n",
+         "t.conf:2: mysql.host: given more than once (first at t.conf:1)"},
+        {"mysql.password =\nlog.level = info\nmysql.password = x\n",
+         "t.conf:3: mysql.password: given more than once (first at t.conf:1)"},
+        {"kafka.socket.timeout.ms = 5000\n\nkafka.socket.timeout.ms = 6000\n",
+         "t.conf:3: kafka.socket.timeout.ms: given more than once (first at t.conf:1)"},
+        {"kafka.producer.linger.ms = 5\nkafka.producer.linger.ms = 5\n",
+         "t.conf:2: kafka.producer.linger.ms: given more than once (first at t.conf:1)"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        if (ow_config_load_string(&cfg, cases[i].text, "t.conf", &err) != OW_EINVAL)
+            fail_msg("accepted: %s", cases[i].text);
+        assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+/* The same property for one client and for both are two keys; the
+ * environment overrides a file's kafka.* key as it does a table key. */
+static void test_file_passthrough_override(void **state)
+{
+    char *env[] = {"ORDER_WORKER_KAFKA_SOCKET_TIMEOUT_MS=7000", NULL};
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg,
+                                           "kafka.socket.timeout.ms = 5000\n"
+                                           "kafka.consumer.socket.timeout.ms = 6000\n",
+                                           "t.conf", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
+    assert_int_equal(cfg.n_passthrough, 2);
+    assert_string_equal(cfg.passthrough[0].name, "socket.timeout.ms");
+    assert_string_equal(cfg.passthrough[0].value, "7000");
+    assert_string_equal(cfg.passthrough[1].value, "6000");
+    ow_config_cleanup(&cfg);
+}
+
 static void test_env_overrides_file(void **state)
 {
     char *env[] = {"PATH=/bin",
@@ -429,6 +482,8 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_file_syntax),
         cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_file_key_given_twice),
+        cmocka_unit_test(test_file_passthrough_override),
         cmocka_unit_test(test_env_overrides_file),
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_finish_checks),
