@@ -38,8 +38,11 @@ static const config_row config_table[] = {
     {"topic.dlq", CT_STRING, 0, 0, "order-batches.dlq", 0, ROW_OFF(topic_dlq),
      "Dead-letter topic for the original bytes of invalid messages."},
     {"mysql.host", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(mysql_host),
-     "MySQL/MariaDB host name or address."},
-    {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port), "MySQL/MariaDB TCP port."},
+     "MySQL/MariaDB host name or address. localhost means the client library's Unix socket "
+     "($MYSQL_UNIX_PORT, else its default, /run/mysqld/mysqld.sock on Debian) and mysql.port is "
+     "then not used; give 127.0.0.1 for TCP."},
+    {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
+     "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
      "Database user (needs SELECT, INSERT, UPDATE; DELETE for purge)."},
     {"mysql.password", CT_STRING, 0, 0, "", 1, ROW_OFF(mysql_password),
