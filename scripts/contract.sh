@@ -32,20 +32,25 @@ self_test() {
   good='{"status":201,"code":"CREATED","user_id":42,"idempotency_key":"k","request_digest":"'$digest'","orders":[{"index":0,"external_order_no":"B-1","order_id":5,"order_no":"OW-0000000000005","amount":"19.90","existing":false}]}'
   hdrs=$'user-id=42\nreplayed=false\nsource-topic=in\nsource-partition=0\nsource-offset=0\n'
   dl=$'error-code=INVALID_REQUEST\nerror-message=key: is empty\nerror-count=1\nsource-topic=in\nsource-partition=0\nsource-offset=1\nsource-timestamp=5\n'
+  reused='{"status":409,"code":"IDEMPOTENCY_KEY_REUSED","message":"m","user_id":42,"idempotency_key":"k","request_digest":"'$digest'"}'
   {
     line result 1 "$hdrs" "$good"
     line result 2 "$hdrs" "${good/\"amount\":\"19.90\"/\"amount\":19.9}"
     line result 3 "${hdrs/replayed=false/replayed=yes}" "$good"
     line result 4 "$hdrs" '{"status":201,"code":"CREATED","held":true}'
     line dead_letter 5 "${dl/error-count=1/error-count=one}" ""
+    line result 6 "$hdrs" "$reused"
+    line result 7 "${hdrs/replayed=false/replayed=true}" "$good"
+    line result 8 "${hdrs/replayed=false/replayed=true}" "$reused"
   } >"$dir/bad.jsonl"
   out="$("${CHECK[@]}" --capture "$dir/bad.jsonl" 2>&1)" && { echo "$out"; echo "contract: self-test: drift passed"; return 1; }
-  for want in "t/0@2 body: orders/0/amount" "t/0@3 headers: replayed" "t/0@4 body: (root): 'user_id' is a required" \
-              "t/0@5 headers: error-count"; do
+  for want in "t/0@2 body: orders/0/amount" "t/0@3 headers (CREATED): replayed" \
+              "t/0@4 body: (root): 'user_id' is a required" "t/0@5 headers: error-count" \
+              "t/0@8 headers (IDEMPOTENCY_KEY_REUSED): replayed"; do
     grep -qF "$want" <<<"$out" || { echo "$out"; echo "contract: self-test: no failure \"$want\""; return 1; }
   done
-  grep -q "t/0@1" <<<"$out" && { echo "$out"; echo "contract: self-test: a good record failed"; return 1; }
-  echo "contract: self-test: ok (4 drifts caught, the good record passed)"
+  grep -qE "t/0@(1|6|7)( |:)" <<<"$out" && { echo "$out"; echo "contract: self-test: a good record failed"; return 1; }
+  echo "contract: self-test: ok (5 drifts caught, the good records passed)"
 }
 
 if [[ $capture == --self-test ]]; then

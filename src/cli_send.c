@@ -1,13 +1,15 @@
 /*
  * order-worker send: produces one document to topic.input and, with --wait,
- * reads topic.results until the result of that very message arrives.
+ * reads topic.results until the result of that very message arrives, and
+ * topic.dlq for the OUTPUT_TOO_LARGE notice that stands in for a result the
+ * results topic refused for its size (docs/contract.md, "Output sizes").
  *
- * The result is matched by its source-partition and source-offset headers,
- * which the worker copies from the input message. So that no result is
- * missed, the results consumer is assigned every partition at its current
- * end (the high watermark, an explicit offset) before anything is produced:
- * the result, published after our message was consumed, lies beyond it.
- * The consumer never joins or commits to a group.
+ * Both are matched by their source-partition and source-offset headers,
+ * which the worker copies from the input message. So that nothing is
+ * missed, the consumer is assigned every partition of both topics at its
+ * current end (the high watermark, an explicit offset) before anything is
+ * produced: what answers our message, published after it was consumed,
+ * lies beyond it. The consumer never joins or commits to a group.
  */
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -45,12 +47,17 @@ void ow_help_send(void)
          "                  print its value on stdout and its headers (replayed,\n"
          "                  user-id, source-*) on stderr; interim answers (409\n"
          "                  REQUEST_IN_PROGRESS) go to stderr as \"interim: ...\" and\n"
-         "                  the wait goes on until the definitive one\n"
+         "                  the wait goes on until the definitive one. When\n"
+         "                  topic.results refused the result for its size, the\n"
+         "                  OUTPUT_TOO_LARGE notice on topic.dlq that stands in for\n"
+         "                  it ends the wait: its headers go to stderr, nothing to\n"
+         "                  stdout, and `order-worker lookup` shows a recorded decision\n"
          "  --timeout-ms N  give up after N ms in all (default 30000)\n"
          "\n"
          "Exit status: 0 sent (with --wait: the result arrived, whatever its status),\n"
          "1 not acknowledged, no result in time, or interrupted, 2 bad arguments,\n"
-         "configuration or document.");
+         "configuration or document, 5 (--wait) the result was too large for\n"
+         "topic.results and an OUTPUT_TOO_LARGE notice came in its place.");
 }
 
 typedef struct {
@@ -67,6 +74,7 @@ typedef struct {
     rd_kafka_resp_err_t derr;
     int32_t partition;
     int64_t offset;
+    int notice; /* an OUTPUT_TOO_LARGE notice came instead of the result */
 } send_ctx;
 
 static int64_t time_left(const send_ctx *c)
@@ -242,9 +250,10 @@ static rd_kafka_resp_err_t topic_partitions(rd_kafka_t *rk, rd_kafka_topic_t *t,
     return e;
 }
 
-/* The partition count of topic; retries for a few seconds while the
- * broker may not know a topic created a moment ago. */
-static int partition_count(send_ctx *c, const char *topic, ow_error *err)
+/* The partition count of topic, which errors name with its configuration
+ * key; retries for a few seconds while the broker may not know a topic
+ * created a moment ago. */
+static int partition_count(send_ctx *c, const char *key, const char *topic, ow_error *err)
 {
     rd_kafka_topic_t *t = rd_kafka_topic_new(c->consumer, topic, NULL);
     int64_t give_up = ow_clock_mono_ms() + METADATA_RETRY_MS;
@@ -262,35 +271,50 @@ static int partition_count(send_ctx *c, const char *topic, ow_error *err)
     }
     rd_kafka_topic_destroy(t);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "topic.results %s: %s", topic,
+        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s %s: %s", key, topic,
                             rd_kafka_err2str(e));
     return n;
 }
 
-/* Assigns every partition of topic.results at its high watermark. */
-static int assign_results_end(send_ctx *c, ow_error *err)
+/* Adds every partition of topic (configuration key key) at its high
+ * watermark to list. */
+static int add_topic_end(send_ctx *c, const char *key, const char *topic,
+                         rd_kafka_topic_partition_list_t *list, ow_error *err)
 {
-    const char *topic = c->cfg->topic_results;
-    rd_kafka_topic_partition_list_t *list = NULL;
     rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
-    int n = partition_count(c, topic, err);
+    int n = partition_count(c, key, topic, err);
 
     if (n < 0)
         return n;
-    list = rd_kafka_topic_partition_list_new(n);
     for (int p = 0; p < n && e == RD_KAFKA_RESP_ERR_NO_ERROR; p++) {
         int64_t lo = 0, hi = 0;
 
         e = rd_kafka_query_watermark_offsets(c->consumer, topic, p, &lo, &hi, (int)time_left(c));
         rd_kafka_topic_partition_list_add(list, topic, p)->offset = hi;
     }
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-        e = rd_kafka_assign(c->consumer, list);
-    rd_kafka_topic_partition_list_destroy(list);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "topic.results %s: %s", topic,
+        return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s %s: %s", key, topic,
                             rd_kafka_err2str(e));
     return OW_OK;
+}
+
+/* Assigns every partition of topic.results and topic.dlq at its end. */
+static int assign_outputs_end(send_ctx *c, ow_error *err)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(8);
+    rd_kafka_resp_err_t e;
+    int rc = add_topic_end(c, "topic.results", c->cfg->topic_results, list, err);
+
+    if (rc == OW_OK)
+        rc = add_topic_end(c, "topic.dlq", c->cfg->topic_dlq, list, err);
+    if (rc == OW_OK) {
+        e = rd_kafka_assign(c->consumer, list);
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "assigning %s and %s: %s",
+                              c->cfg->topic_results, c->cfg->topic_dlq, rd_kafka_err2str(e));
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    return rc;
 }
 
 /* A header's value as a NUL-terminated string in out; 0 when absent. */
@@ -319,21 +343,42 @@ static int is_our_result(const send_ctx *c, const rd_kafka_message_t *m)
            ow_parse_int64(off, &o) == OW_OK && p == c->partition && o == c->offset;
 }
 
-static void print_result(const rd_kafka_message_t *m)
+static void print_headers(const rd_kafka_message_t *m)
 {
     rd_kafka_headers_t *h = NULL;
     const char *name = NULL;
     const void *v = NULL;
     size_t len = 0;
 
-    fwrite(m->payload, 1, m->len, stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return;
     for (size_t i = 0; rd_kafka_header_get_all(h, i, &name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR;
          i++)
         fprintf(stderr, "%s: %.*s\n", name, (int)len, v != NULL ? (const char *)v : "");
+}
+
+static void print_result(const rd_kafka_message_t *m)
+{
+    fwrite(m->payload, 1, m->len, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    print_headers(m);
+}
+
+/* 1 for the OUTPUT_TOO_LARGE notice that replaced the result (its
+ * error-message names the output, docs/asyncapi.yaml). The dead-letter
+ * topic also carries the copy of an invalid message and a notice for that
+ * copy: a result is published beside both, so they do not end the wait. */
+static int is_result_notice(const rd_kafka_message_t *m)
+{
+    static const char prefix[] = "the result (";
+    char code[32];
+    size_t len = 0;
+    const char *msg = ow_kafka_header(m, "error-message", &len);
+
+    return header_text(m, "error-code", code, sizeof(code)) &&
+           strcmp(code, "OUTPUT_TOO_LARGE") == 0 && msg != NULL && len >= sizeof(prefix) - 1 &&
+           memcmp(msg, prefix, sizeof(prefix) - 1) == 0;
 }
 
 /* 1 for a 409 REQUEST_IN_PROGRESS: an interim answer; the worker keeps
@@ -354,26 +399,40 @@ static int is_interim(const rd_kafka_message_t *m)
     return interim;
 }
 
-/* Waits for the definitive result of our message; interim answers
- * (REQUEST_IN_PROGRESS) go to stderr and the wait goes on (issue 9). */
+/* Prints what m is to our message; 1 when it ends the wait. */
+static int handle_output(send_ctx *c, const rd_kafka_message_t *m)
+{
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR || !is_our_result(c, m))
+        return 0;
+    if (strcmp(rd_kafka_topic_name(m->rkt), c->cfg->topic_dlq) == 0) {
+        c->notice = is_result_notice(m);
+        if (c->notice)
+            print_headers(m);
+        return c->notice;
+    }
+    if (is_interim(m)) {
+        fprintf(stderr, "interim: %.*s\n", (int)m->len, (const char *)m->payload);
+        return 0;
+    }
+    print_result(m);
+    return 1;
+}
+
+/* Waits for the definitive result of our message, or the notice that
+ * stands in for it; interim answers (REQUEST_IN_PROGRESS) go to stderr and
+ * the wait goes on (issue 9). */
 static int await_result(send_ctx *c, ow_error *err)
 {
     while (!*c->stop && time_left(c) > 0) {
         int64_t wait = time_left(c) < SEND_POLL_MS ? time_left(c) : SEND_POLL_MS;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->consumer, (int)wait);
-        int ours;
+        int done;
 
         if (m == NULL)
             continue;
-        ours = m->err == RD_KAFKA_RESP_ERR_NO_ERROR && is_our_result(c, m);
-        if (ours && is_interim(m)) {
-            fprintf(stderr, "interim: %.*s\n", (int)m->len, (const char *)m->payload);
-            ours = 0;
-        } else if (ours) {
-            print_result(m);
-        }
+        done = handle_output(c, m);
         rd_kafka_message_destroy(m);
-        if (ours)
+        if (done)
             return OW_OK;
     }
     if (*c->stop)
@@ -453,7 +512,7 @@ static int send_doc(send_ctx *c, int wait)
     ow_error_clear(&err);
     if (wait) {
         c->consumer = new_consumer(c->cfg, &err);
-        rc = c->consumer != NULL ? assign_results_end(c, &err) : OW_EFATAL;
+        rc = c->consumer != NULL ? assign_outputs_end(c, &err) : OW_EFATAL;
     }
     if (rc == OW_OK)
         rc = new_producer(c, &err);
@@ -466,6 +525,14 @@ static int send_doc(send_ctx *c, int wait)
     if (c->consumer != NULL) {
         rd_kafka_consumer_close(c->consumer);
         rd_kafka_destroy(c->consumer);
+    }
+    if (rc == OW_OK && c->notice) {
+        fprintf(stderr,
+                "order-worker send: the result of partition %d offset %lld was refused by %s "
+                "for its size; an OUTPUT_TOO_LARGE notice on %s stands in for it (a decision "
+                "that was recorded is shown by order-worker lookup)\n",
+                (int)c->partition, (long long)c->offset, c->cfg->topic_results, c->cfg->topic_dlq);
+        return OW_EXIT_OUTPUT_TOO_LARGE;
     }
     if (rc == OW_OK)
         return OW_EXIT_OK;

@@ -38,8 +38,11 @@ static const config_row config_table[] = {
     {"topic.dlq", CT_STRING, 0, 0, "order-batches.dlq", 0, ROW_OFF(topic_dlq),
      "Dead-letter topic for the original bytes of invalid messages."},
     {"mysql.host", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(mysql_host),
-     "MySQL/MariaDB host name or address."},
-    {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port), "MySQL/MariaDB TCP port."},
+     "MySQL/MariaDB host name or address. localhost means the client library's Unix socket "
+     "($MYSQL_UNIX_PORT, else its default, /run/mysqld/mysqld.sock on Debian) and mysql.port is "
+     "then not used; give 127.0.0.1 for TCP."},
+    {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
+     "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
      "Database user (needs SELECT, INSERT, UPDATE; DELETE for purge)."},
     {"mysql.password", CT_STRING, 0, 0, "", 1, ROW_OFF(mysql_password),
@@ -67,7 +70,8 @@ static const config_row config_table[] = {
     {"mysql.ssl_crl", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_crl),
      "PEM file of certificate revocation lists checked against the server's chain."},
     {"mysql.tls_version", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_tls_version),
-     "Allowed TLS versions, e.g. TLSv1.2,TLSv1.3 (empty: the library's default)."},
+     "Allowed TLS versions: a comma-separated list of TLSv1.0, TLSv1.1, TLSv1.2 and TLSv1.3, "
+     "e.g. TLSv1.2,TLSv1.3 (empty: the library's default); any other entry is refused."},
     {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
      "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
     /* User sharding (issue 14, docs/operations.md "Shards"). */
@@ -371,12 +375,36 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno, ow_error *err)
+/* The line of one file that set each key, 0 for none: a key given twice
+ * in a file would lose one of its values without a word. Another file or
+ * the environment overriding it is the documented order of sources. */
+typedef struct {
+    unsigned row[N_ROWS];
+    unsigned kv[OW_CONFIG_MAX_PASSTHROUGH];
+} file_lines;
+
+static unsigned *line_of(const ow_config *cfg, file_lines *fl, const char *key)
+{
+    size_t i = 0;
+
+    if (find_row(key, &i) != NULL)
+        return &fl->row[i];
+    for (i = 0; strncmp(key, "kafka.", 6) == 0 && i < cfg->n_passthrough; i++) {
+        if (strcmp(cfg->passthrough[i].name, key + 6) == 0)
+            return &fl->kv[i];
+    }
+    return NULL;
+}
+
+static int load_line(ow_config *cfg, char *line, const char *origin, unsigned lineno,
+                     file_lines *fl, ow_error *err)
 {
     char where[300];
     char *eq;
     char *key;
     char *value;
+    unsigned *first;
+    int rc;
 
     snprintf(where, sizeof(where), "%s:%u", origin, lineno);
     line = trim(line);
@@ -391,14 +419,25 @@ static int load_line(ow_config *cfg, char *line, const char *origin, unsigned li
     value = trim(eq + 1);
     if (*key == '\0')
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: empty key before '='", where);
-    return ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
+    first = line_of(cfg, fl, key);
+    if (first != NULL && *first != 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "%s: %s: given more than once (first at %s:%u)", where, key, origin,
+                            *first);
+    rc = ow_config_set(cfg, key, value, OW_SRC_FILE, where, err);
+    first = line_of(cfg, fl, key); /* a kafka.* key has a slot once it is set */
+    if (rc == OW_OK && first != NULL)
+        *first = lineno;
+    return rc;
 }
 
 int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, ow_error *err)
 {
     unsigned lineno = 0;
     const char *p = text;
+    file_lines fl;
 
+    memset(&fl, 0, sizeof(fl));
     while (*p != '\0') {
         const char *nl = strchr(p, '\n');
         size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
@@ -412,7 +451,7 @@ int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, 
                                 sizeof(line) - 1);
         memcpy(line, p, n);
         line[n] = '\0';
-        rc = load_line(cfg, line, origin, lineno, err);
+        rc = load_line(cfg, line, origin, lineno, &fl, err);
         if (rc != OW_OK)
             return rc;
         p += n;
@@ -567,6 +606,42 @@ static int load_password_file(ow_config *cfg, ow_error *err)
     return rc;
 }
 
+/* mysql.tls_version: a comma-separated list of the names MariaDB
+ * Connector/C knows. The library looks each name up in the text and
+ * ignores anything else without a word, so a typo would leave its default
+ * versions in force while the configuration seemed to restrict them. */
+static int check_tls_versions(const char *list, ow_error *err)
+{
+    static const char *const known[] = {"TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
+    const char *p = list;
+
+    if (*list == '\0')
+        return OW_OK; /* the library's default */
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0;
+
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            n--;
+        }
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        while (k < sizeof(known) / sizeof(known[0]) &&
+               (strlen(known[k]) != n || strncmp(p, known[k], n) != 0))
+            k++;
+        if (k == sizeof(known) / sizeof(known[0]))
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "mysql.tls_version: \"%.*s\" is not one of TLSv1.0, TLSv1.1, "
+                                "TLSv1.2, TLSv1.3",
+                                (int)n, p);
+        p += strcspn(p, ",");
+        if (*p == '\0')
+            return OW_OK;
+        p++;
+    }
+}
+
 /* mysql.ssl_mode and the files it needs (issue 11). */
 static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 {
@@ -588,7 +663,7 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
     if ((*cfg->mysql_ssl_cert == '\0') != (*cfg->mysql_ssl_key == '\0'))
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together");
-    return OW_OK;
+    return check_tls_versions(cfg->mysql_tls_version, err);
 }
 
 /* Parses mysql.shards, fills each entry's defaults and refuses an entry

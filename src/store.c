@@ -1,6 +1,7 @@
 /* Store: connection lifecycle, error classes, parameters and the statement
  * cache. The transaction logic is in decide.c. */
 #include <errmsg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -272,6 +273,29 @@ static int session_setup(ow_store *s, ow_error *err)
     return rc;
 }
 
+#ifndef MYSQL_UNIX_ADDR
+#define MYSQL_UNIX_ADDR "(the client library's default)"
+#endif
+
+/* MySQL's client libraries, MariaDB Connector/C among them, take the host
+ * name "localhost" to mean their Unix socket and then never use the port.
+ * The socket is MYSQL_UNIX_PORT's, else MARIADB_UNIX_PORT's (Connector/C
+ * reads both once, at its initialisation), else the library's built-in
+ * path. */
+void ow_store_server_text(const ow_store *s, char *out, size_t outsz)
+{
+    const char *sock = getenv("MYSQL_UNIX_PORT");
+
+    if (strcmp(s->host, "localhost") != 0) {
+        snprintf(out, outsz, "%s:%u", s->host, s->port);
+        return;
+    }
+    if (sock == NULL)
+        sock = getenv("MARIADB_UNIX_PORT");
+    snprintf(out, outsz, "localhost (Unix socket %s; mysql.port is not used)",
+             sock != NULL ? sock : MYSQL_UNIX_ADDR);
+}
+
 static const char *const sql_map_read =
     "SELECT bucket_count, shard_count, shard_index FROM ow_shard_map WHERE id = 1";
 
@@ -410,12 +434,13 @@ int ow_store_connect(ow_store *s, ow_error *err)
     if (mysql_real_connect(s->db, s->host, s->user, s->password, s->database, s->port, NULL, 0) ==
         NULL) {
         unsigned e = mysql_errno(s->db);
+        char server[OW_STORE_SERVER_TEXT_MAX];
 
+        ow_store_server_text(s, server, sizeof(server));
         rc = ow_store_tls_connect_failed(s, e, err); /* fatal and logged, or OW_OK */
         if (rc == OW_OK && (is_connection_error(e) || is_transient_server_error(e)))
             rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
-                              "cannot connect to MySQL at %s:%u: %s", s->host, s->port,
-                              mysql_error(s->db));
+                              "cannot connect to MySQL at %s: %s", server, mysql_error(s->db));
         else if (rc == OW_OK)
             rc = ow_store_tls_refused(s, e, err);
         ow_store_disconnect(s);

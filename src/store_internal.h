@@ -149,6 +149,10 @@ int ow_store_commit(ow_store *s, ow_error *err);
 void ow_store_rollback(ow_store *s);
 /* Closes the connection and its cached statements now. */
 void ow_store_disconnect(ow_store *s);
+/* Where the client library connects, for messages: "host:port", or for
+ * mysql.host = localhost the Unix socket it uses instead. */
+#define OW_STORE_SERVER_TEXT_MAX 512
+void ow_store_server_text(const ow_store *s, char *out, size_t outsz);
 
 /* TLS (store_tls.c, issue 11). Copies src's strings into dst. */
 int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src);

@@ -135,12 +135,15 @@ static atomic_int handshake_losses; /* consecutive, process-wide */
 
 static int tls_fatal(ow_store *s, int code, const char *reason, ow_error *err)
 {
+    char server[OW_STORE_SERVER_TEXT_MAX];
+
+    ow_store_server_text(s, server, sizeof(server));
     if (atomic_exchange(&tls_failure_logged, 1) == 0)
         OW_LOG(OW_LOG_ERROR, "db_tls_failed", OW_F_STR("server", s->host),
                OW_F_INT("port", s->port), OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)),
                OW_F_INT("code", code), OW_F_STR("reason", reason));
     return ow_error_set(err, OW_ERRCLASS_FATAL, code,
-                        "TLS to MySQL at %s:%u failed (mysql.ssl_mode=%s): %s", s->host, s->port,
+                        "TLS to MySQL at %s failed (mysql.ssl_mode=%s): %s", server,
                         ow_ssl_mode_name(s->tls.mode), reason);
 }
 
@@ -175,14 +178,16 @@ int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err)
 
 int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err)
 {
+    char server[OW_STORE_SERVER_TEXT_MAX];
+
+    ow_store_server_text(s, server, sizeof(server));
     if (atomic_exchange(&refused_logged, 1) == 0)
         OW_LOG(OW_LOG_ERROR, "db_connect_failed", OW_F_STR("server", s->host),
                OW_F_INT("port", s->port), OW_F_STR("user", s->user),
                OW_F_STR("ssl_mode", ow_ssl_mode_name(s->tls.mode)), OW_F_INT("code", e),
                OW_F_STR("error", mysql_error(s->db)));
-    return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e,
-                        "cannot connect to MySQL at %s:%u as %s: %s", s->host, s->port, s->user,
-                        mysql_error(s->db));
+    return ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "cannot connect to MySQL at %s as %s: %s",
+                        server, s->user, mysql_error(s->db));
 }
 
 static int loopback(const char *host)

@@ -15,7 +15,8 @@ enum {
     OW_EXIT_FAILURE = 1, /* runtime failure (database, broker) */
     OW_EXIT_USAGE = 2,   /* bad arguments or configuration */
     OW_EXIT_NOT_FOUND = 3,
-    OW_EXIT_FINDINGS = 4 /* audit found violations */
+    OW_EXIT_FINDINGS = 4,        /* audit found violations */
+    OW_EXIT_OUTPUT_TOO_LARGE = 5 /* send --wait: a notice stands in for the result */
 };
 
 typedef struct {

@@ -108,7 +108,8 @@ typedef struct ow_config {
 int ow_config_init(ow_config *cfg, ow_error *err);
 void ow_config_cleanup(ow_config *cfg);
 
-/* Reads a key=value file ('#' comments, blank lines). Errors say "file:line: key: reason". */
+/* Reads a key=value file ('#' comments, blank lines). Errors say "file:line: key: reason";
+ * a key given twice in the file is refused, naming both lines. */
 int ow_config_load_file(ow_config *cfg, const char *path, ow_error *err);
 /* Parses the same syntax from memory; origin names it in error messages. */
 int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, ow_error *err);

@@ -11,7 +11,8 @@
  *   - A result that a topic refuses for its size (a results topic whose
  *     max.message.bytes is below the producer's limit) is replaced by an
  *     OUTPUT_TOO_LARGE notice on the dead-letter topic; the partition moves
- *     on and the worker keeps running.
+ *     on and the worker keeps running; `send --wait` reports the notice
+ *     (exit 5).
  *   - A results topic that does not exist (and that the worker may not
  *     create) stops the worker before it consumes anything (exit 1, naming
  *     the key and the topic).
@@ -30,6 +31,7 @@
 #include <jansson.h>
 
 #include "kit.h"
+#include "testcli.h"
 #include "teststack.h"
 
 #define WAIT_S 120
@@ -291,6 +293,28 @@ static void test_small_topic_limit_refused_at_start(void **state)
     free(log);
 }
 
+/* `order-worker send --wait` of a batch whose result the results topic
+ * refuses: the notice on the dead-letter topic ends the wait, reported
+ * with its headers and exit status 5, instead of a timeout that blamed a
+ * missing worker. */
+static void send_wait_gets_notice(const testenv *env, const char *body)
+{
+    char *argv[] = {(char *)testcli_bin(), "send",  "--user",       "11",    "--key",
+                    "limits-big-send",     "--wait", "--timeout-ms", "60000", NULL};
+    testcli_result r;
+
+    assert_non_null(argv[0]);
+    if (testcli_run(argv, env->envp, body, strlen(body), 90000, &r) != 0)
+        fail_msg("cannot run %s", argv[0]);
+    if (r.status != 5 || strstr(r.err, "error-code: OUTPUT_TOO_LARGE\n") == NULL ||
+        strstr(r.err, "error-message: the result (") == NULL ||
+        strstr(r.err, "for its size; an OUTPUT_TOO_LARGE notice on ") == NULL)
+        fail_msg("send --wait: status %d (want 5), stderr:\n%s", r.status, r.err);
+    assert_int_equal(r.out_len, 0); /* no result to print */
+    print_message("limits: send --wait exited 5:\n%s", r.err);
+    testcli_result_free(&r);
+}
+
 /* The rule behind defect 1: an output refused for its size (the topic's
  * limit lowered while the worker runs) is never fatal and never retried; a
  * notice takes its place and the partition moves on. */
@@ -301,8 +325,9 @@ static void test_result_refused_for_size_becomes_notice(void **state)
     rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
     kit_msgs out = {0}, dlq = {0};
     const kit_msg *m = NULL;
-    size_t big_len = 0, small_len = 0;
+    size_t big_len = 0, small_len = 0, big_send_len = 0;
     char *big = plain_batch("big", 300, &big_len);
+    char *big_send = plain_batch("big-send", 300, &big_send_len);
     char *small = plain_batch("small", 1, &small_len);
     pid_t pid;
 
@@ -341,10 +366,15 @@ static void test_result_refused_for_size_becomes_notice(void **state)
     assert_int_equal(kit_flush(p, 30000), 0);
     await_result(topic, "limits-small", &out, &m);
     assert_non_null(strstr(m->value, "\"status\":201"));
+    send_wait_gets_notice(&env, big_send);
     teststack_await_committed(&ts, 1, WAIT_S, path);
     /* The big request was decided and recorded: a lookup finds its answer. */
     assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests "
                                        "WHERE idempotency_key = 'limits-big' "
+                                       "AND status = 'SUCCEEDED'"),
+                     1);
+    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests "
+                                       "WHERE idempotency_key = 'limits-big-send' "
                                        "AND status = 'SUCCEEDED'"),
                      1);
     assert_int_equal(kit_wait(pid, 0), -1); /* still running */
@@ -354,6 +384,7 @@ static void test_result_refused_for_size_becomes_notice(void **state)
     kit_msgs_free(&out);
     kit_msgs_free(&dlq);
     free(big);
+    free(big_send);
     free(small);
 }
 

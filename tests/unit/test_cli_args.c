@@ -240,6 +240,31 @@ static void test_config_refused_everywhere(void **state)
         check(&cases[i]);
 }
 
+/* mysql.host = localhost makes the client library use its Unix socket and
+ * never the port, as MySQL's own clients do: a failed connection names the
+ * socket it tried, not host:port. Nothing listens on either address. */
+static void test_connect_names_what_was_tried(void **state)
+{
+    static const cli_case cases[] = {
+        {{"lookup", "--user", "1", "--key", "k", "--config", "/dev/stdin", NULL},
+         "mysql.host = localhost\nmysql.port = 26166\n",
+         "MYSQL_UNIX_PORT=/nonexistent/ow-test.sock",
+         1,
+         "cannot connect to MySQL at localhost (Unix socket /nonexistent/ow-test.sock; "
+         "mysql.port is not used): Can't connect to local server through socket "
+         "'/nonexistent/ow-test.sock'"},
+        {{"lookup", "--user", "1", "--key", "k", "--config", "/dev/stdin", NULL},
+         "mysql.host = 127.0.0.1\nmysql.port = 1\n",
+         NULL,
+         1,
+         "cannot connect to MySQL at 127.0.0.1:1: "},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
 static void test_help_of_every_command(void **state)
 {
     static const char *const cmds[] = {"run", "migrate", "lookup", "purge", "audit", "send",
@@ -300,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_send_args),
         cmocka_unit_test(test_dash_values_and_repeats),
         cmocka_unit_test(test_config_refused_everywhere),
+        cmocka_unit_test(test_connect_names_what_was_tried),
         cmocka_unit_test(test_help_of_every_command),
         cmocka_unit_test(test_config_reference_and_print),
     };

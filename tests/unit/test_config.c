@@ -86,6 +86,59 @@ static void test_file_errors(void **state)
     }
 }
 
+/* A key given twice in a file: the first value was silently lost. The
+ * environment may still override the file (test_env_overrides_file). */
+static void test_file_key_given_twice(void **state)
+{
+    static const error_case cases[] = {
+        {"mysql.port = 3307\n# later\nmysql.port = 3308\n",
+         "t.conf:3: mysql.port: given more than once (first at t.conf:1)"},
+        {"mysql.host = a\nmysql.host = a\n",
+         "t.conf:2: mysql.host: given more than once (first at t.conf:1)"},
+        {"mysql.password =\nlog.level = info\nmysql.password = x\n",
+         "t.conf:3: mysql.password: given more than once (first at t.conf:1)"},
+        {"kafka.socket.timeout.ms = 5000\n\nkafka.socket.timeout.ms = 6000\n",
+         "t.conf:3: kafka.socket.timeout.ms: given more than once (first at t.conf:1)"},
+        {"kafka.producer.linger.ms = 5\nkafka.producer.linger.ms = 5\n",
+         "t.conf:2: kafka.producer.linger.ms: given more than once (first at t.conf:1)"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        if (ow_config_load_string(&cfg, cases[i].text, "t.conf", &err) != OW_EINVAL)
+            fail_msg("accepted: %s", cases[i].text);
+        assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+/* The same property for one client and for both are two keys; the
+ * environment overrides a file's kafka.* key as it does a table key. */
+static void test_file_passthrough_override(void **state)
+{
+    char *env[] = {"ORDER_WORKER_KAFKA_SOCKET_TIMEOUT_MS=7000", NULL};
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg,
+                                           "kafka.socket.timeout.ms = 5000\n"
+                                           "kafka.consumer.socket.timeout.ms = 6000\n",
+                                           "t.conf", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
+    assert_int_equal(cfg.n_passthrough, 2);
+    assert_string_equal(cfg.passthrough[0].name, "socket.timeout.ms");
+    assert_string_equal(cfg.passthrough[0].value, "7000");
+    assert_string_equal(cfg.passthrough[1].value, "6000");
+    ow_config_cleanup(&cfg);
+}
+
 static void test_env_overrides_file(void **state)
 {
     char *env[] = {"PATH=/bin",
@@ -158,6 +211,21 @@ static void test_finish_checks(void **state)
         {"mysql.ssl_mode = verify_ca\nmysql.ssl_cert = c.pem\n",
          "mysql.ssl_mode: verify_ca needs mysql.ssl_ca or mysql.ssl_capath"},
         {"mysql.ssl_cert = c.pem\n", "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together"},
+        /* A version Connector/C does not know is ignored by it without a
+         * word, leaving the library's default in force. */
+        {"mysql.tls_version = TLS1.2\n",
+         "mysql.tls_version: \"TLS1.2\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv9\n",
+         "mysql.tls_version: \"TLSv9\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2,tlsv1.3\n",
+         "mysql.tls_version: \"tlsv1.3\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2;TLSv1.3\n",
+         "mysql.tls_version: \"TLSv1.2;TLSv1.3\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, "
+         "TLSv1.3"},
+        {"mysql.tls_version = TLSv1.3,\n",
+         "mysql.tls_version: \"\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        {"mysql.tls_version = TLSv1.2x\n",
+         "mysql.tls_version: \"TLSv1.2x\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
     };
 
     (void)state;
@@ -169,6 +237,28 @@ static void test_finish_checks(void **state)
         assert_int_equal(ow_config_load_string(&cfg, cases[i].text, "f", &err), OW_OK);
         assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
         assert_string_equal(err.msg, cases[i].error);
+        ow_config_cleanup(&cfg);
+    }
+}
+
+/* The lists of versions MariaDB Connector/C knows (libmariadb's
+ * ma_tls_version_options), with or without blanks after the commas. */
+static void test_tls_versions_accepted(void **state)
+{
+    static const char *const good[] = {"", "TLSv1.2", "TLSv1.3", "TLSv1.2,TLSv1.3",
+                                       "TLSv1.2, TLSv1.3", "TLSv1.0,TLSv1.1,TLSv1.2,TLSv1.3"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        ow_config cfg;
+        ow_error err;
+        char line[96];
+
+        snprintf(line, sizeof(line), "mysql.tls_version = %s\n", good[i]);
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, line, "f", &err), OW_OK);
+        if (ow_config_finish(&cfg, &err) != OW_OK)
+            fail_msg("\"%s\" refused: %s", good[i], err.msg);
         ow_config_cleanup(&cfg);
     }
 }
@@ -392,12 +482,15 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_file_syntax),
         cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_file_key_given_twice),
+        cmocka_unit_test(test_file_passthrough_override),
         cmocka_unit_test(test_env_overrides_file),
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_finish_checks),
         cmocka_unit_test(test_print_redacts_and_names_sources),
         cmocka_unit_test(test_password_file),
         cmocka_unit_test(test_metrics_addresses),
+        cmocka_unit_test(test_tls_versions_accepted),
         cmocka_unit_test(test_group_id_passthrough_refused),
         cmocka_unit_test(test_reference_lists_every_key),
         cmocka_unit_test(test_example_file),
