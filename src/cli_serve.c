@@ -1,6 +1,10 @@
 /* order-worker serve: the result query service (issue 15). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ow/api.h"
 #include "ow/cli.h"
@@ -9,6 +13,8 @@
 
 /* A token shorter than this is refused: it would be guessable. */
 #define TOKEN_MIN 16
+/* A longer token is refused rather than cut to a prefix the clients do
+ * not send. */
 #define TOKEN_MAX 4096
 
 void ow_help_serve(void)
@@ -39,32 +45,108 @@ void ow_help_serve(void)
          "database credentials), 2 for a configuration error.");
 }
 
-/* The first line of api.token_file, without its line end. */
-static int read_token(const char *path, char *out, size_t size, size_t *len)
+/* The first line of f without its line end and trailing blanks, into out
+ * (max + 1 bytes, NUL-terminated). Returns 0, or -1 when what is left is
+ * longer than max bytes (*len is then the length it has). */
+static int read_first_line(FILE *f, char *out, size_t max, size_t *len)
+{
+    size_t n = 0;
+    size_t kept = 0;
+    int c;
+
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n < max)
+            out[n] = (char)c;
+        n++;
+        if (c != ' ' && c != '\t' && c != '\r')
+            kept = n;
+    }
+    *len = kept;
+    if (kept > max)
+        return -1;
+    out[kept] = '\0';
+    return 0;
+}
+
+/* The token is a password: like ssh with a private key, serve refuses a
+ * file that group or others may use, and a directory gets its own message
+ * instead of a misleading one about the token's length. */
+static FILE *open_token_file(const char *path)
+{
+    struct stat st;
+    FILE *f;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "order-worker serve: api.token_file: cannot read %s: %s\n", path,
+                strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "order-worker serve: api.token_file: %s is a directory, not a file\n",
+                path);
+    } else if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+        fprintf(stderr,
+                "order-worker serve: api.token_file: %s has mode %04o: group and others must "
+                "have no access to the token (chmod 600 %s)\n",
+                path, (unsigned)(st.st_mode & 07777), path);
+    } else {
+        f = fdopen(fd, "r");
+        if (f != NULL) {
+            setvbuf(f, NULL, _IONBF, 0); /* no copy of the token in a stdio buffer */
+            return f;
+        }
+        fprintf(stderr, "order-worker serve: api.token_file: cannot read %s: %s\n", path,
+                strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+static int check_token(const char *token, size_t len)
+{
+    if (len < TOKEN_MIN) {
+        fprintf(stderr, "order-worker serve: api.token_file: the token must be at least %d bytes\n",
+                TOKEN_MIN);
+        return OW_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)token[i];
+
+        if (c < 0x20 || c == 0x7f) {
+            fprintf(stderr,
+                    "order-worker serve: api.token_file: byte %zu of the token is a control "
+                    "character; a client could not send it in a header\n",
+                    i + 1);
+            return OW_EXIT_USAGE;
+        }
+    }
+    return OW_EXIT_OK;
+}
+
+/* The token of api.token_file (its first line, without trailing blanks)
+ * into out[0..TOKEN_MAX]. */
+static int read_token(const char *path, char *out, size_t *len)
 {
     FILE *f;
-    size_t n;
+    int too_long;
 
     if (path == NULL || *path == '\0') {
         fprintf(stderr, "order-worker serve: api.token_file: is required\n");
         return OW_EXIT_USAGE;
     }
-    f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "order-worker serve: api.token_file: cannot read %s\n", path);
+    f = open_token_file(path);
+    if (f == NULL)
         return OW_EXIT_USAGE;
-    }
-    n = fread(out, 1, size - 1, f);
+    too_long = read_first_line(f, out, TOKEN_MAX, len);
     fclose(f);
-    out[n] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    *len = strlen(out);
-    if (*len < TOKEN_MIN) {
-        fprintf(stderr, "order-worker serve: api.token_file: the token must be at least %d bytes\n",
-                TOKEN_MIN);
+    if (too_long) {
+        fprintf(stderr,
+                "order-worker serve: api.token_file: the token is %zu bytes, more than the "
+                "maximum of %d\n",
+                *len, TOKEN_MAX);
         return OW_EXIT_USAGE;
     }
-    return OW_EXIT_OK;
+    return check_token(out, *len);
 }
 
 static int serve(const ow_config *cfg, const char *token, size_t token_len,
@@ -109,7 +191,7 @@ static int serve(const ow_config *cfg, const char *token, size_t token_len,
 int ow_cmd_serve(int argc, char **argv, const volatile sig_atomic_t *stop)
 {
     static const char *const known[] = {"--config", NULL};
-    char token[TOKEN_MAX];
+    char token[TOKEN_MAX + 1];
     size_t token_len = 0;
     ow_config cfg;
     int code;
@@ -119,7 +201,7 @@ int ow_cmd_serve(int argc, char **argv, const volatile sig_atomic_t *stop)
     code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    code = read_token(cfg.api_token_file, token, sizeof(token), &token_len);
+    code = read_token(cfg.api_token_file, token, &token_len);
     if (code == OW_EXIT_OK)
         code = serve(&cfg, token, token_len, stop);
     memset(token, 0, sizeof(token));

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -240,6 +242,81 @@ static void test_config_refused_everywhere(void **state)
         check(&cases[i]);
 }
 
+/* serve's api.token_file, read before anything else is started: every case
+ * here stops at exit status 2. Each configuration also names a database
+ * port and an address serve could not use, so that a token file wrongly
+ * accepted ends in exit status 1 instead of a running service. */
+static void write_file(const char *path, const char *text, size_t len, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void check_serve(const char *conf, const char *want)
+{
+    cli_case c = {{"serve", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want};
+
+    check(&c);
+}
+
+static void check_token_file(const char *path, const char *want)
+{
+    char conf[512];
+
+    snprintf(conf, sizeof(conf), "api.token_file = %s\nmysql.port = 1\napi.address = 192.0.2.1\n",
+             path);
+    check_serve(conf, want);
+}
+
+static void test_serve_token_file(void **state)
+{
+    static const char *const files[] = {"t0644", "t0666", "t0640", "blanks", "long", "control"};
+    char dir[] = "/tmp/ow-token-XXXXXX";
+    char path[64];
+    char want[160];
+    char long_token[5001];
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/t0644", dir);
+    write_file(path, "0123456789abcdef0123\n", 21, 0644);
+    snprintf(want, sizeof(want), "api.token_file: %s has mode 0644: group and others", path);
+    check_token_file(path, want);
+    snprintf(path, sizeof(path), "%s/t0666", dir);
+    write_file(path, "0123456789abcdef0123\n", 21, 0666);
+    snprintf(want, sizeof(want), "api.token_file: %s has mode 0666", path);
+    check_token_file(path, want);
+    snprintf(path, sizeof(path), "%s/t0640", dir);
+    write_file(path, "0123456789abcdef0123\n", 21, 0640);
+    check_token_file(path, "has mode 0640");
+    /* 15 bytes of token and then blanks: the blanks are not part of it. */
+    snprintf(path, sizeof(path), "%s/blanks", dir);
+    write_file(path, "0123456789abcde \t \r\n", 20, 0600);
+    check_token_file(path, "api.token_file: the token must be at least 16 bytes");
+    snprintf(path, sizeof(path), "%s/long", dir);
+    memset(long_token, 'k', 5000);
+    write_file(path, long_token, 5000, 0600);
+    check_token_file(path,
+                     "api.token_file: the token is 5000 bytes, more than the maximum of 4096");
+    snprintf(path, sizeof(path), "%s/control", dir);
+    write_file(path, "0123456789\001abcdef\n", 18, 0600);
+    check_token_file(path, "byte 11 of the token is a control character");
+    snprintf(want, sizeof(want), "api.token_file: %s is a directory, not a file", dir);
+    check_token_file(dir, want);
+    snprintf(path, sizeof(path), "%s/missing", dir);
+    check_token_file(path, "api.token_file: cannot read");
+    check_serve("mysql.port = 1\n", "api.token_file: is required");
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 static void test_help_of_every_command(void **state)
 {
     static const char *const cmds[] = {"run", "migrate", "lookup", "purge", "audit", "send",
@@ -300,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_send_args),
         cmocka_unit_test(test_dash_values_and_repeats),
         cmocka_unit_test(test_config_refused_everywhere),
+        cmocka_unit_test(test_serve_token_file),
         cmocka_unit_test(test_help_of_every_command),
         cmocka_unit_test(test_config_reference_and_print),
     };
