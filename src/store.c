@@ -113,6 +113,11 @@ void ow_store_cancel(ow_store *s)
     pthread_mutex_unlock(&s->cancel_mu);
 }
 
+void ow_store_set_io_timeout(ow_store *s, unsigned seconds)
+{
+    s->io_timeout_s = seconds;
+}
+
 static int cancelled(ow_store *s)
 {
     int c;
@@ -255,7 +260,9 @@ int ow_store_connect(ow_store *s, ow_error *err)
 {
     unsigned timeout = s->connect_timeout_s;
     /* A statement may legitimately wait for a lock for lock_wait_timeout_s. */
-    unsigned rw_timeout = s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
+    unsigned rw_timeout = s->io_timeout_s > 0
+                              ? s->io_timeout_s
+                              : s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
     ow_mybool off = 0;
     int rc;
 

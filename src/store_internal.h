@@ -84,7 +84,8 @@ struct ow_store {
      * for minutes on a large table (migration 004), and a client that
      * gives up leaves the server rolling back. */
     int long_statements;
-    ow_store_tls tls; /* owned copies (store_tls.c) */
+    unsigned io_timeout_s; /* ow_store_set_io_timeout; 0 = the default */
+    ow_store_tls tls;      /* owned copies (store_tls.c) */
     MYSQL *db;
     /* ow_store_cancel's view of the connection: its socket (-1 when none)
      * and whether it was cancelled, both under cancel_mu. */

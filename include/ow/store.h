@@ -132,6 +132,11 @@ int ow_store_connected(const ow_store *s);
  * connect fail too. A stop uses it on a lane blocked in the database past
  * its share of shutdown.timeout_ms (issue 9). */
 void ow_store_cancel(ow_store *s);
+/* Reads and writes on the connections made from now on give up after
+ * seconds instead of the default, which leaves room for the lock wait and a
+ * reconnect. For a client that must answer quickly, such as serve's
+ * lookups, which take no locks. 0 restores the default. */
+void ow_store_set_io_timeout(ow_store *s, unsigned seconds);
 
 /* Borrows req and key, and hashes them once for every decide of the item
  * (its key_hash). Returns 0, OW_EINVAL for a key over OW_KEY_MAX or
