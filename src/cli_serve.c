@@ -30,19 +30,29 @@ void ow_help_serve(void)
          "  GET /healthz                        200 while the process runs\n"
          "\n"
          "/v1 needs 'Authorization: Bearer TOKEN' with the token of api.token_file\n"
-         "(401 otherwise, before any database query). Path segments follow the message\n"
+         "(its first line without trailing blanks, 16 to 4096 bytes; the file must be\n"
+         "mode 0600 or stricter). A wrong token is 401, before any database query and\n"
+         "without counting against the rate limit. Path segments follow the message\n"
          "rules (user id 1..2^63-1; key 1..80 of A-Z a-z 0-9 - _ . :; external_order_no\n"
-         "1..64 printable ASCII, percent-encoded as needed); a bad one is 400. A database\n"
-         "that cannot be reached gives 503 with Retry-After; the service reconnects by\n"
-         "itself. More than api.rate_limit requests/s from one address get 429.\n"
+         "1..64 printable ASCII, percent-encoded as needed); a bad one is 400. Only GET\n"
+         "and HEAD are served (405 otherwise), without a body (400). A lookup is\n"
+         "answered within api.lookup_timeout_ms: a database that cannot be reached or\n"
+         "does not answer gives 503 with Retry-After, and /healthz never waits for it.\n"
+         "More than api.rate_limit requests/s from one client address get 429; behind\n"
+         "api.trusted_proxies the client is the right-most X-Forwarded-For address that\n"
+         "is not a trusted proxy. A request must arrive whole within\n"
+         "api.request_timeout_s, and one address may hold\n"
+         "api.max_connections_per_address connections.\n"
          "\n"
          "Settings: api.address, api.port, api.token_file, api.threads,\n"
-         "api.max_connections, api.request_timeout_s, api.rate_limit, and mysql.* for a\n"
+         "api.max_connections, api.max_connections_per_address, api.request_timeout_s,\n"
+         "api.lookup_timeout_ms, api.rate_limit, api.trusted_proxies, and mysql.* for a\n"
          "user with SELECT only (sql/api_user.sql). With mysql.shards set, each lookup\n"
          "reads the user's shard. Runs until SIGTERM or SIGINT.\n"
          "\n"
          "Exit status: 0 after a clean stop, 1 when it cannot start (port in use, wrong\n"
-         "database credentials), 2 for a configuration error.");
+         "database credentials), 2 for a configuration error (a token file or trusted\n"
+         "proxy included).");
 }
 
 /* The first line of f without its line end and trailing blanks, into out
@@ -162,8 +172,11 @@ static int serve(const ow_config *cfg, const char *token, size_t token_len,
     p.port = (unsigned)cfg->api_port;
     p.threads = (unsigned)cfg->api_threads;
     p.max_connections = (unsigned)cfg->api_max_connections;
+    p.max_per_address = (unsigned)cfg->api_max_connections_per_address;
     p.timeout_s = (unsigned)cfg->api_request_timeout_s;
+    p.lookup_timeout_ms = (unsigned)cfg->api_lookup_timeout_ms;
     p.rate_limit = (unsigned)cfg->api_rate_limit;
+    p.trusted_proxies = cfg->api_trusted_proxies;
     p.token = token;
     p.token_len = token_len;
     ow_store_params_from_config(cfg, &p.store);

@@ -274,10 +274,12 @@ static void check_token_file(const char *path, const char *want)
 
 static void test_serve_token_file(void **state)
 {
-    static const char *const files[] = {"t0644", "t0666", "t0640", "blanks", "long", "control"};
+    static const char *const files[] = {"t0644", "t0666",   "t0640", "blanks",
+                                        "long",  "control", "good"};
     char dir[] = "/tmp/ow-token-XXXXXX";
     char path[64];
     char want[160];
+    char conf[512];
     char long_token[5001];
 
     (void)state;
@@ -309,6 +311,15 @@ static void test_serve_token_file(void **state)
     check_token_file(dir, want);
     snprintf(path, sizeof(path), "%s/missing", dir);
     check_token_file(path, "api.token_file: cannot read");
+    /* A token file that passes (mode 0600, 16 bytes before the blanks):
+     * the next check, of the trusted proxies, refuses the bad entry. */
+    snprintf(path, sizeof(path), "%s/good", dir);
+    write_file(path, "0123456789abcdef \t\n", 19, 0600);
+    snprintf(conf, sizeof(conf),
+             "api.token_file = %s\nmysql.port = 1\napi.address = 192.0.2.1\n"
+             "api.trusted_proxies = 10.0.0.1, proxy.example\n",
+             path);
+    check_serve(conf, "api.trusted_proxies: \"proxy.example\" is not an IPv4 or IPv6 address");
     check_serve("mysql.port = 1\n", "api.token_file: is required");
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
