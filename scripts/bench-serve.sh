@@ -50,6 +50,7 @@ mysql_root "$DB" -e "
             'SUCCEEDED', 201, '$BODY');"
 
 printf '%s\n' "$TOKEN" >"$WORK/token"
+chmod 600 "$WORK/token"  # serve refuses a token file others may read
 cat >"$WORK/serve.conf" <<CONF
 mysql.port = $OW_MYSQL_PORT
 mysql.user = ow_bench_api

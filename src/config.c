@@ -151,15 +151,31 @@ static const config_row config_table[] = {
      "File holding the bearer token clients of the query service must send (one line; "
      "required by serve)."},
     {"api.threads", CT_INT, 1, 64, "4", 0, ROW_OFF(api_threads),
-     "Serving threads of the query service; as many database connections per shard."},
+     "Serving threads of the query service, and per shard as many database connections, each "
+     "with a thread of its own."},
     {"api.max_connections", CT_INT, 1, 10000, "512", 0, ROW_OFF(api_max_connections),
      "Most simultaneous client connections of the query service; more wait to be "
      "accepted."},
+    {"api.max_connections_per_address", CT_INT, 0, 10000, "64", 0,
+     ROW_OFF(api_max_connections_per_address),
+     "Most simultaneous query-service connections from one client address (a trusted "
+     "proxy's are not counted); more are closed at once. 0 = no limit."},
     {"api.request_timeout_s", CT_INT, 1, 300, "10", 0, ROW_OFF(api_request_timeout_s),
-     "Seconds a query-service connection may stay idle or slow before it is closed."},
+     "Seconds a query-service client has to send a whole request, counted from the "
+     "connection's start or its previous response, and that a connection may stay idle; "
+     "then it is closed."},
+    {"api.lookup_timeout_ms", CT_INT, 100, 60000, "2000", 0, ROW_OFF(api_lookup_timeout_ms),
+     "Milliseconds within which a lookup is answered: when the database does not answer, or "
+     "every connection to the user's shard is busy, it gets 503 with Retry-After. The "
+     "service's database reads and writes give up after as long, rounded up to seconds."},
     {"api.rate_limit", CT_INT, 0, 1000000, "100", 0, ROW_OFF(api_rate_limit),
      "Requests per second one client address may make to the query service (bursts of "
      "as many); more get 429. 0 = no limit."},
+    {"api.trusted_proxies", CT_STRING, 0, 0, "", 0, ROW_OFF(api_trusted_proxies),
+     "Comma-separated IP addresses of proxies in front of the query service. For a request "
+     "from one of them the client address (for api.rate_limit) is the right-most "
+     "X-Forwarded-For entry that is not itself one of them. Empty: X-Forwarded-For is "
+     "ignored."},
 };
 
 #define N_ROWS (sizeof(config_table) / sizeof(config_table[0]))

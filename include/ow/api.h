@@ -9,13 +9,25 @@
  *   GET /healthz                                 200 "ok" (no token, no database)
  *
  * Every /v1 request needs `Authorization: Bearer <token>`; the token is
- * compared in constant time before anything else is looked at, and a
- * missing or wrong one costs no database query (401). Path segments are
- * percent-decoded and checked with the message rules (user id: 1 to 2^63-1
- * in decimal; key: ow_request_check_key; external_order_no: 1 to 64 bytes
- * of printable ASCII) before the database is touched (400). A database
- * that cannot be reached gives 503 with Retry-After; the next request
- * reconnects. Errors are JSON: {"status":N,"code":"...","message":"..."}.
+ * compared in constant time before the rate limit, the path or the
+ * database, and a missing or wrong one costs no database query and no share
+ * of the client's rate limit (401). Path segments are percent-decoded and checked with the
+ * message rules (user id: 1 to 2^63-1 in decimal; key: ow_request_check_key;
+ * external_order_no: 1 to 64 bytes of printable ASCII) before the database
+ * is touched (400). Other methods than GET and HEAD get 405, a request body
+ * 400, both after the body was read.
+ *
+ * The serving threads never touch the database: a lookup suspends its
+ * connection and waits in its shard's queue for one of that shard's
+ * database threads, so /healthz answers while a database hangs. A lookup
+ * is answered within lookup_timeout_ms, with 503 and Retry-After when the
+ * database did not answer in time or all of the shard's connections stayed
+ * busy; the next request reconnects. Errors are JSON:
+ * {"status":N,"code":"...","message":"..."}.
+ *
+ * A request must arrive whole within timeout_s of its connection's start
+ * or of the previous response on it, however slowly its bytes trickle in;
+ * one client address may hold max_per_address connections at most.
  */
 #ifndef OW_API_H
 #define OW_API_H
@@ -32,11 +44,14 @@ typedef struct ow_api ow_api;
 typedef struct {
     const char *address; /* IPv4 */
     unsigned port;
-    unsigned threads;         /* serving threads = database connections */
-    unsigned max_connections; /* simultaneous clients */
-    unsigned timeout_s;       /* idle or slow connection */
-    unsigned rate_limit;      /* requests/s per client address, 0 = none */
-    const char *token;        /* the bearer token (copied) */
+    unsigned threads;            /* serving threads; database threads per shard */
+    unsigned max_connections;    /* simultaneous clients */
+    unsigned max_per_address;    /* connections of one address, 0 = no limit */
+    unsigned timeout_s;          /* to send a whole request; to stay idle */
+    unsigned lookup_timeout_ms;  /* a lookup is answered within it */
+    unsigned rate_limit;         /* requests/s per client address, 0 = none */
+    const char *trusted_proxies; /* comma-separated addresses, "" = none */
+    const char *token;           /* the bearer token (copied) */
     size_t token_len;
     ow_store_params store; /* borrowed for the call; ow_store_new copies */
     /* With user shards (issue 14): one database per shard, in mysql.shards
@@ -46,6 +61,8 @@ typedef struct {
     uint32_t shard_buckets;
 } ow_api_params;
 
+/* Starts the service. An invalid parameter (the address, a trusted proxy)
+ * is OW_ERRCLASS_INVALID_INPUT with a message naming its key. */
 int ow_api_start(const ow_api_params *p, ow_api **out, ow_error *err);
 void ow_api_stop(ow_api **api);
 
@@ -64,5 +81,42 @@ typedef struct {
  * (kind OW_ROUTE_NONE for an unknown path), or OW_EINVAL with why set to
  * "<segment>: <reason>" when a segment breaks the rules. */
 int ow_api_parse_path(const char *url, ow_route *route, char *why, size_t why_size);
+
+/* --- Client addresses (pure; exposed for the unit test) ------------------ */
+
+/* An IPv6 address, or an IPv4 one as ::ffff:a.b.c.d, so that both kinds
+ * compare as 16 bytes. */
+typedef struct {
+    unsigned char b[16];
+} ow_api_addr;
+
+#define OW_API_PROXIES_MAX 32
+/* X-Forwarded-For header lines read from one request; a request with more
+ * is counted as its proxy's. */
+#define OW_API_XFF_LINES_MAX 16
+
+typedef struct {
+    ow_api_addr addr[OW_API_PROXIES_MAX];
+    size_t n;
+} ow_api_proxies;
+
+/* Parses an IPv4 or IPv6 literal of n bytes. Returns 0 or OW_EINVAL. */
+int ow_api_addr_parse(const char *s, size_t n, ow_api_addr *out);
+/* "a.b.c.d" for a mapped IPv4 address, the IPv6 text otherwise. */
+void ow_api_addr_format(const ow_api_addr *a, char *out, size_t size);
+
+/* Parses api.trusted_proxies: comma-separated addresses, blanks around them
+ * ignored, "" for none. OW_EINVAL with why naming the bad entry. */
+int ow_api_parse_proxies(const char *list, ow_api_proxies *out, char *why, size_t why_size);
+int ow_api_proxies_has(const ow_api_proxies *p, const ow_api_addr *a);
+
+/* The client of a request that came from the trusted proxy *client: the
+ * X-Forwarded-For lines (xff[0..n), in the order received) are read from
+ * the right, skipping trusted proxies; the first other address is the
+ * client. Only that part of the header was written by proxies the service
+ * trusts; anything further left may have been written by the client. An
+ * entry that is not an address ends the walk at the hop to its right. */
+void ow_api_forwarded_client(const ow_api_proxies *p, const char *const *xff, size_t n,
+                             ow_api_addr *client);
 
 #endif

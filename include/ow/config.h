@@ -85,8 +85,11 @@ typedef struct ow_config {
     char *api_token_file;
     int64_t api_threads;
     int64_t api_max_connections;
+    int64_t api_max_connections_per_address;
     int64_t api_request_timeout_s;
+    int64_t api_lookup_timeout_ms;
     int64_t api_rate_limit;
+    char *api_trusted_proxies;
 
     /* mysql.shards parsed by ow_config_finish, each entry's port and
      * database filled from mysql.port and mysql.database when absent. */

@@ -5,7 +5,9 @@ A worker decides real messages on the real broker and MariaDB; the query
 service, running as its own SELECT-only database user, must answer what was
 published, byte for byte. Also: tokens, malformed paths, a SQL
 metacharacter in a key, a 1 MiB URL, 200 concurrent connections, the rate
-limit, and the database going down and coming back.
+limit, and the database going down and coming back; 512 slow senders,
+MariaDB stopped with SIGSTOP, request bodies, wrong tokens and a trusted
+proxy.
 
 Whether a request reached the database is read from MariaDB's per-user
 statistics (userstat): the service's user is used by nothing else.
@@ -16,6 +18,8 @@ import http.client
 import json
 import os
 import secrets
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -48,12 +52,12 @@ def send(user, key, doc):
     return out.stdout.rstrip(b"\n"), out.stderr.decode()
 
 
-def start_serve(name, extra):
+def start_serve(name, extra, token_line=TOKEN + "\n"):
     port = free_port()
     conf = os.path.join(LOGS, f"{name}-{os.getpid()}.conf")
     tokf = os.path.join(LOGS, f"{name}-{os.getpid()}.token")
     with open(tokf, "w") as f:
-        f.write(TOKEN + "\n")
+        f.write(token_line)
     os.chmod(tokf, 0o600)
     lines = [f"mysql.port = {PORT}", f"mysql.user = {API_USER}", f"mysql.password = {API_PW}",
              f"mysql.database = {STACK.db}", f"api.port = {port}", f"api.token_file = {tokf}",
@@ -73,8 +77,8 @@ def start_serve(name, extra):
     raise AssertionError(f"serve did not come up on {port}")
 
 
-def get(port, path, token=TOKEN, headers=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def get(port, path, token=TOKEN, headers=None, timeout=30):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = dict(headers or {})
     if token is not None:
         h["Authorization"] = f"Bearer {token}"
@@ -126,12 +130,15 @@ class ServeE2E(unittest.TestCase):
         # 200 connections are opened before any request is sent; on a loaded
         # machine that can take longer than the default 10 s idle timeout,
         # which would close the first ones (seen once, load average 8).
+        # They all come from one address, more than the default per-address
+        # limit allows (test_11 checks that limit).
         cls.serve, cls.port = start_serve("serve", ["api.rate_limit = 0",
-                                                    "api.request_timeout_s = 120"])
+                                                    "api.request_timeout_s = 120",
+                                                    "api.max_connections_per_address = 200"])
 
     @classmethod
     def tearDownClass(cls):
-        serve = getattr(cls, "serve", None)  # None when test_11 stopped it
+        serve = getattr(cls, "serve", None)  # None when test_99 stopped it
         if serve is not None:
             serve.terminate()
             try:
@@ -319,8 +326,187 @@ class ServeE2E(unittest.TestCase):
         self.assertEqual(body, self.created)
         self.assertIsNone(self.serve.poll(), "serve exited while the database was down")
 
+    def test_11_slow_senders_cannot_starve_healthz(self):
+        """512 connections from one address send a request line and part of
+        a header, then a byte every half second, well inside the inactivity
+        timeout: the per-address limit closes all but 64 at once, the
+        request deadline the rest, and /healthz (from another address)
+        answers every probe meanwhile."""
+        timeout_s = 3
+        proc, port = start_serve("serve-slow", [f"api.request_timeout_s = {timeout_s}"])
+        slow, closed_at, probes, done = [], {}, [], threading.Event()
 
-    def test_11_sigterm_stops_it_cleanly(self):
+        def probe():
+            while not done.is_set():
+                p0 = time.monotonic()
+                try:
+                    status = get(port, "/healthz", token=None, timeout=2)[0]
+                except OSError as e:
+                    status = repr(e)
+                probes.append((round(p0 - t0, 1), status, round(time.monotonic() - p0, 3)))
+                done.wait(1)
+
+        try:
+            t0 = time.monotonic()
+            for _ in range(512):
+                s = socket.socket()
+                s.bind(("127.0.0.2", 0))
+                try:
+                    s.connect(("127.0.0.1", port))
+                    s.sendall(b"GET /v1/requests/42/serve-first HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+                except OSError:
+                    closed_at[s] = time.monotonic() - t0
+                slow.append(s)
+            prober = threading.Thread(target=probe)
+            prober.start()
+            while time.monotonic() - t0 < timeout_s + 5:
+                for s in slow:
+                    if s in closed_at:
+                        continue
+                    try:
+                        readable, _, _ = select.select([s], [], [], 0)
+                        if readable and s.recv(100) == b"":
+                            raise ConnectionResetError
+                        s.send(b"a")
+                    except OSError:
+                        closed_at[s] = time.monotonic() - t0
+                time.sleep(0.5)
+        finally:
+            done.set()
+            for s in slow:
+                s.close()
+            proc.terminate()
+            self.assertEqual(proc.wait(30), 0)
+        prober.join(10)
+        print(f"slow senders: probes {probes}", file=sys.stderr)
+        self.assertEqual([p for p in probes if p[1] != 200 or p[2] > 1], [], probes)
+        self.assertGreaterEqual(len(probes), 6)
+        self.assertEqual(len(closed_at), 512, f"{512 - len(closed_at)} slow senders still open")
+        cut_later = sorted(t for t in closed_at.values() if t > 1)
+        self.assertLessEqual(len(cut_later), 64)  # the per-address limit closed the others
+        self.assertLessEqual(max(closed_at.values()), timeout_s + 2)
+
+    def test_12_lookups_fail_fast_while_the_database_hangs(self):
+        """mariadbd stopped with SIGSTOP: it accepts connections and answers
+        nothing. /healthz answers every probe at once; every lookup gets 503
+        with Retry-After within api.lookup_timeout_ms (2 s, the default) and
+        a second for scheduling; after SIGCONT lookups work again."""
+        run_dir = os.environ.get("OW_RUN_DIR", os.path.join(SRC, ".run"))
+        with open(os.path.join(run_dir, "mariadb.pid")) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/comm") as f:
+            self.assertEqual(f.read().strip(), "mariadbd", f"pid {pid} of {run_dir}")
+        proc, port = start_serve("serve-hang", ["api.rate_limit = 0"])
+        lookups, probes, stop = [], [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                t = time.monotonic()
+                try:
+                    status, h, body = get(port, "/v1/requests/42/serve-first", timeout=30)
+                    code = json.loads(body).get("code") if status == 503 else None
+                    lookups.append((status, round(time.monotonic() - t, 2),
+                                    h.get("retry-after"), code))
+                except OSError as e:
+                    lookups.append((repr(e), round(time.monotonic() - t, 2), None, None))
+
+        try:
+            self.assertEqual(get(port, "/v1/requests/42/serve-first")[0], 201)
+            os.kill(pid, signal.SIGSTOP)
+            threads = [threading.Thread(target=client) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for _ in range(15):
+                time.sleep(0.5)
+                p0 = time.monotonic()
+                try:
+                    status = get(port, "/healthz", token=None, timeout=5)[0]
+                except OSError as e:
+                    status = repr(e)
+                probes.append((status, round(time.monotonic() - p0, 3)))
+            stop.set()
+            for t in threads:
+                t.join(60)
+        finally:
+            stop.set()
+            os.kill(pid, signal.SIGCONT)
+        try:
+            print(f"database stopped: probes {probes}", file=sys.stderr)
+            print(f"database stopped: lookups {lookups}", file=sys.stderr)
+            self.assertEqual([p for p in probes if p[0] != 200 or p[1] > 0.5], [], probes)
+            self.assertGreaterEqual(len(lookups), 8)
+            bad = [x for x in lookups if x[0] != 503 or x[1] > 3.0 or x[2] != "2"
+                   or x[3] not in ("DATABASE_UNAVAILABLE", "BUSY")]
+            self.assertEqual(bad, [], lookups)
+            deadline = time.time() + 60
+            status = None
+            while time.time() < deadline:
+                status, _, body = get(port, "/v1/requests/42/serve-first")
+                if status == 201:
+                    break
+                time.sleep(0.5)
+            self.assertEqual((status, body), (201, self.created))
+        finally:
+            proc.terminate()
+            self.assertEqual(proc.wait(30), 0)
+
+    def test_13_bodies_and_other_methods_are_answered(self):
+        """A POST gets 405 with Allow, a GET with a body 400; the body is
+        read first, so the connection serves the next request."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        try:
+            c.request("POST", "/v1/requests/42/serve-first", body=b'{"x":1}', headers=auth)
+            r = c.getresponse()
+            body = r.read()
+            self.assertEqual((r.status, r.getheader("Allow")), (405, "GET, HEAD"))
+            self.assertEqual(json.loads(body)["code"], "METHOD_NOT_ALLOWED")
+            c.request("GET", "/v1/requests/42/serve-first", body=b"abc", headers=auth)
+            r = c.getresponse()
+            self.assertEqual((r.status, json.loads(r.read())["code"]), (400, "BODY_NOT_ALLOWED"))
+            c.request("GET", "/v1/requests/42/serve-first", headers=auth)
+            r = c.getresponse()
+            self.assertEqual((r.status, r.read()), (201, self.created))
+        finally:
+            c.close()
+
+    def test_14_wrong_tokens_spend_no_bucket(self):
+        """Ten wrong tokens, then the right one (written with trailing blanks
+        in the token file, which are not part of it): the right one is not
+        rate-limited."""
+        proc, port = start_serve("serve-token", ["api.rate_limit = 2"],
+                                 token_line=TOKEN + " \t \n")
+        try:
+            for _ in range(10):
+                self.assertEqual(get(port, "/v1/requests/42/serve-first",
+                                     token="wrong-" + TOKEN)[0], 401)
+            self.assertEqual(get(port, "/v1/requests/42/serve-first")[0], 201)
+            self.assertEqual(get(port, "/v1/requests/42/serve-first")[0], 201)
+            self.assertEqual(get(port, "/v1/requests/42/serve-first")[0], 429)
+        finally:
+            proc.terminate()
+            self.assertEqual(proc.wait(30), 0)
+
+    def test_15_trusted_proxy_clients_have_their_own_buckets(self):
+        proc, port = start_serve("serve-proxy", ["api.rate_limit = 1",
+                                                 "api.trusted_proxies = 10.9.9.9, 127.0.0.1"])
+
+        def via_proxy(xff):
+            return get(port, "/v1/requests/42/serve-first",
+                       headers={"X-Forwarded-For": xff} if xff else None)[0]
+
+        try:
+            self.assertEqual(via_proxy("203.0.113.1"), 201)
+            self.assertEqual(via_proxy("203.0.113.2, 10.9.9.9"), 201)
+            self.assertEqual(via_proxy("203.0.113.1"), 429)
+            # What a client wrote left of the proxy's entry does not count.
+            self.assertEqual(via_proxy("203.0.113.77, 203.0.113.2"), 429)
+            self.assertEqual(via_proxy(None), 201)  # the proxy's own bucket
+        finally:
+            proc.terminate()
+            self.assertEqual(proc.wait(30), 0)
+
+    def test_99_sigterm_stops_it_cleanly(self):
         self.serve.terminate()
         self.assertEqual(self.serve.wait(30), 0)
         type(self).serve = None

@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -188,13 +189,12 @@ static void test_every_command_refuses_a_reordered_list(void **state)
 {
     static const unsigned reordered[] = {1, 0, 2};
     static const char *const cmds[][6] = {
-        {"migrate", NULL},
-        {"lookup", "--user", "1", "--key", "k", NULL},
-        {"serve", NULL},
-        {"purge", "--older-than", "30d", NULL},
+        {"migrate", NULL}, {"lookup", "--user", "1", "--key", "k", NULL},
+        {"serve", NULL},   {"purge", "--older-than", "30d", NULL},
         {"audit", NULL},
     };
-    char list[1200], name[300], want[400];
+    char list[1200], name[300], want[400], token[64], extra[120];
+    FILE *f;
 
     (void)state;
     migrate3();
@@ -202,14 +202,23 @@ static void test_every_command_refuses_a_reordered_list(void **state)
     shard_entry(name, sizeof(name), 1);
     snprintf(want, sizeof(want), "shard 0 (%s): 4096 buckets over 3 shards, recorded as shard 1",
              name);
+    /* serve reads its token file before it looks at any database. */
+    snprintf(token, sizeof(token), "/tmp/ow-shards-cli-%d.token", (int)getpid());
+    f = fopen(token, "w");
+    assert_non_null(f);
+    fputs("0123456789abcdef0123456789abcdef\n", f);
+    fclose(f);
+    assert_int_equal(chmod(token, 0600), 0);
+    snprintf(extra, sizeof(extra), "ORDER_WORKER_API_TOKEN_FILE=%s", token);
     for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
-        testcli_result r = cli(list, NULL, cmds[c]);
+        testcli_result r = cli(list, strcmp(cmds[c][0], "serve") == 0 ? extra : NULL, cmds[c]);
 
         if (r.status != 2 || strstr(r.err, "mysql.shards disagrees with the shard map") == NULL ||
             strstr(r.err, "configured map (mysql.shards)") == NULL || strstr(r.err, want) == NULL)
             fail_msg("%s: exit %d, want 2 naming both maps:\n%s", cmds[c][0], r.status, r.err);
         testcli_result_free(&r);
     }
+    unlink(token);
     for (unsigned i = 0; i < 3; i++)
         assert_int_equal(testdb_count(&dbs[i], "SELECT shard_index FROM ow_shard_map"), i);
 }
@@ -225,12 +234,15 @@ static void test_unsharded_refuses_a_shard(void **state)
 
     (void)state;
     migrate3();
-    snprintf(extra, sizeof(extra), "ORDER_WORKER_MYSQL_HOST=%s\nORDER_WORKER_MYSQL_PORT=%u\n"
-             "ORDER_WORKER_MYSQL_DATABASE=%s", dbs[1].host, dbs[1].port, dbs[1].database);
+    snprintf(extra, sizeof(extra),
+             "ORDER_WORKER_MYSQL_HOST=%s\nORDER_WORKER_MYSQL_PORT=%u\n"
+             "ORDER_WORKER_MYSQL_DATABASE=%s",
+             dbs[1].host, dbs[1].port, dbs[1].database);
     for (size_t c = 0; c < 2; c++) {
         testcli_result r = cli("", extra, cmds[c]);
 
-        if (r.status != 2 || strstr(r.err, "4096 buckets over 3 shards, recorded as shard 1") == NULL)
+        if (r.status != 2 ||
+            strstr(r.err, "4096 buckets over 3 shards, recorded as shard 1") == NULL)
             fail_msg("%s: exit %d, want 2 naming the recorded map:\n%s", cmds[c][0], r.status,
                      r.err);
         testcli_result_free(&r);

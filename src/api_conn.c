@@ -1,0 +1,212 @@
+/* The query service's connections (api_internal.h): how many one address
+ * holds, and the deadline by which each request must have arrived whole.
+ *
+ * libmicrohttpd's own timeout counts inactivity, so a client that sends a
+ * byte every few seconds keeps a connection forever, and enough of them use
+ * up api.max_connections. libmicrohttpd 0.9.75 has no total deadline and no
+ * way to close a connection from another thread, so the timer shuts the
+ * socket down (shutdown(2)); libmicrohttpd then reads the end of the stream
+ * and closes the connection itself. That is safe against a descriptor that
+ * was closed and handed out again because a connection stays registered
+ * until libmicrohttpd's "closed" notification, which comes before it closes
+ * the socket, and both happen under the registry's lock.
+ *
+ * Its own per-address limit is used instead of libmicrohttpd's
+ * (MHD_OPTION_PER_IP_CONNECTION_LIMIT) because that one cannot leave out
+ * the trusted proxies, whose connections carry many clients. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "api_internal.h"
+#include "ow/log.h"
+#include "ow/util.h"
+
+#define ADDR_BUCKETS 1024
+/* Closed connections are logged at most this often, with their count. */
+#define LOG_EVERY_MS 1000
+
+struct api_conns {
+    pthread_mutex_t lock;
+    unsigned timeout_ms;
+    unsigned max_per_address;
+    ow_api_proxies trusted;
+    api_conn *head;
+    api_conn *by_addr[ADDR_BUCKETS];
+    /* Since the last log line. */
+    uint64_t cut_slow, refused;
+    ow_api_addr last_refused;
+    int64_t logged_ms;
+};
+
+api_conns *api_conns_new(unsigned timeout_s, unsigned max_per_address,
+                         const ow_api_proxies *trusted)
+{
+    api_conns *cs = calloc(1, sizeof(*cs));
+
+    if (cs == NULL)
+        return NULL;
+    pthread_mutex_init(&cs->lock, NULL);
+    cs->timeout_ms = timeout_s * 1000u;
+    cs->max_per_address = max_per_address;
+    cs->trusted = *trusted;
+    return cs;
+}
+
+void api_conns_free(api_conns **conns)
+{
+    if (conns == NULL || *conns == NULL)
+        return;
+    /* libmicrohttpd has closed every connection by now. */
+    pthread_mutex_destroy(&(*conns)->lock);
+    free(*conns);
+    *conns = NULL;
+}
+
+static unsigned addr_bucket(const ow_api_addr *a)
+{
+    uint32_t h = 2166136261u;
+
+    for (size_t i = 0; i < sizeof(a->b); i++)
+        h = (h ^ a->b[i]) * 16777619u;
+    return h % ADDR_BUCKETS;
+}
+
+/* Connections of conn's address that are not being closed, conn excluded. */
+static unsigned same_address(const api_conns *cs, const api_conn *conn)
+{
+    unsigned n = 0;
+
+    for (const api_conn *o = cs->by_addr[addr_bucket(&conn->peer)]; o != NULL; o = o->same_hash) {
+        if (o != conn && !o->closing && memcmp(o->peer.b, conn->peer.b, sizeof(o->peer.b)) == 0)
+            n++;
+    }
+    return n;
+}
+
+static void link_conn(api_conns *cs, api_conn *conn)
+{
+    unsigned b = addr_bucket(&conn->peer);
+
+    conn->next = cs->head;
+    if (cs->head != NULL)
+        cs->head->prev = conn;
+    cs->head = conn;
+    conn->same_hash = cs->by_addr[b];
+    cs->by_addr[b] = conn;
+}
+
+static void unlink_conn(api_conns *cs, api_conn *conn)
+{
+    api_conn **p = &cs->by_addr[addr_bucket(&conn->peer)];
+
+    while (*p != NULL && *p != conn)
+        p = &(*p)->same_hash;
+    if (*p != NULL)
+        *p = conn->same_hash;
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else
+        cs->head = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+}
+
+static int socket_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    return ci != NULL ? ci->connect_fd : -1;
+}
+
+api_conn *api_conns_add(api_conns *cs, struct MHD_Connection *c)
+{
+    api_conn *conn = calloc(1, sizeof(*conn));
+
+    if (conn == NULL) {
+        /* Called on the connection's thread before libmicrohttpd can close
+         * it: the descriptor is still this connection's. */
+        if (socket_of(c) >= 0)
+            shutdown(socket_of(c), SHUT_RDWR);
+        return NULL;
+    }
+    conn->fd = socket_of(c);
+    api_client_peer(c, &conn->peer);
+    conn->trusted = ow_api_proxies_has(&cs->trusted, &conn->peer);
+    pthread_mutex_lock(&cs->lock);
+    conn->deadline_ms = ow_clock_mono_ms() + cs->timeout_ms;
+    if (cs->max_per_address > 0 && !conn->trusted &&
+        same_address(cs, conn) >= cs->max_per_address) {
+        conn->closing = 1;
+        cs->refused++;
+        cs->last_refused = conn->peer;
+        if (conn->fd >= 0)
+            shutdown(conn->fd, SHUT_RDWR);
+    }
+    link_conn(cs, conn);
+    pthread_mutex_unlock(&cs->lock);
+    return conn;
+}
+
+void api_conns_remove(api_conns *cs, api_conn **conn)
+{
+    if (conn == NULL || *conn == NULL)
+        return;
+    pthread_mutex_lock(&cs->lock);
+    unlink_conn(cs, *conn);
+    pthread_mutex_unlock(&cs->lock);
+    free(*conn);
+    *conn = NULL;
+}
+
+void api_conns_request_whole(api_conns *cs, api_conn *conn)
+{
+    pthread_mutex_lock(&cs->lock);
+    conn->deadline_ms = 0;
+    pthread_mutex_unlock(&cs->lock);
+}
+
+void api_conns_request_done(api_conns *cs, api_conn *conn)
+{
+    pthread_mutex_lock(&cs->lock);
+    conn->deadline_ms = ow_clock_mono_ms() + cs->timeout_ms;
+    pthread_mutex_unlock(&cs->lock);
+}
+
+static void log_closed(api_conns *cs, int64_t now_ms)
+{
+    char addr[64];
+
+    if (cs->cut_slow == 0 && cs->refused == 0)
+        return;
+    if (now_ms - cs->logged_ms < LOG_EVERY_MS)
+        return;
+    if (cs->cut_slow > 0)
+        OW_LOG(OW_LOG_WARN, "api_slow_requests_closed", OW_F_INT("count", cs->cut_slow),
+               OW_F_INT("timeout_ms", cs->timeout_ms));
+    if (cs->refused > 0) {
+        ow_api_addr_format(&cs->last_refused, addr, sizeof(addr));
+        OW_LOG(OW_LOG_WARN, "api_connections_refused", OW_F_INT("count", cs->refused),
+               OW_F_INT("limit", cs->max_per_address), OW_F_STR("last_address", addr));
+    }
+    cs->cut_slow = 0;
+    cs->refused = 0;
+    cs->logged_ms = now_ms;
+}
+
+void api_conns_tick(api_conns *cs, int64_t now_ms)
+{
+    pthread_mutex_lock(&cs->lock);
+    for (api_conn *conn = cs->head; conn != NULL; conn = conn->next) {
+        if (conn->closing || conn->deadline_ms == 0 || now_ms < conn->deadline_ms)
+            continue;
+        conn->closing = 1;
+        cs->cut_slow++;
+        if (conn->fd >= 0)
+            shutdown(conn->fd, SHUT_RDWR);
+    }
+    log_closed(cs, now_ms);
+    pthread_mutex_unlock(&cs->lock);
+}
