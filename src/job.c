@@ -7,7 +7,7 @@
 #include "ow/log.h"
 #include "ow/metrics.h"
 #include "ow/response.h"
-#include "pipeline_internal.h"
+#include "job.h"
 
 static void describe_errors(ow_job *job, const ow_field_errors *errs)
 {
@@ -66,21 +66,34 @@ static void log_key_rejected(const ow_job *job, const char *why)
     OW_COUNT(keys_rejected, 1);
 }
 
-ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m,
-                            const ow_ticket *t)
+ow_job *ow_job_new(void)
 {
     ow_job *job = calloc(1, sizeof(*job));
+
+    for (int k = 0; job != NULL && k < OW_OUT_KINDS; k++)
+        job->tags[k].kind = (ow_output_kind)k;
+    if (job != NULL)
+        ow_buf_init(&job->invalid_body);
+    return job;
+}
+
+ow_job *ow_job_of_tag(ow_output_tag *tag)
+{
+    return (ow_job *)(void *)((char *)(tag - tag->kind) - offsetof(ow_job, tags));
+}
+
+ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m)
+{
+    ow_job *job = ow_job_new();
     ow_field_errors errs;
     int key_ok;
     int rc;
 
     if (job == NULL)
         return NULL;
-    job->t.partition = t->partition;
-    job->t.epoch = t->epoch;
-    job->t.offset = t->offset;
+    job->t.partition = m->partition; /* for the logs; ow_ledger_track fills the ticket */
+    job->t.offset = m->offset;
     job->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
-    ow_buf_init(&job->invalid_body);
     if (m->key != NULL) {
         job->key = malloc(m->key_len + 1);
         if (job->key == NULL)
@@ -142,17 +155,11 @@ static void release(ow_job *job, int done)
     ow_job_free(job);
 }
 
-void ow_job_end(ow_ledger *l, ow_job *job, int done)
-{
-    ow_ledger_finish(l, &job->t, done);
-    release(job, done);
-}
-
-void ow_job_ack(ow_ledger *l, ow_job *job, int n, int ok)
+void ow_job_settle(ow_ledger *l, ow_job *job, int ok)
 {
     int done = 0;
 
-    if (!ow_ledger_ack(l, &job->t, n, ok, &done))
+    if (!ow_ledger_settle(l, &job->t, ok, &done))
         return;
     if (done && job->timestamp_ms > 0)
         ow_histogram_observe(&ow_stats.e2e_latency,

@@ -370,7 +370,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
         ow_job *job = b->jobs[i];
 
         if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
-            ow_job_end(l->env->ledger, job, 0);
+            ow_job_settle(l->env->ledger, job, 0);
             continue;
         }
         if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
@@ -378,7 +378,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             ow_output_in_progress(l->env->out, job);
             /* A revoked partition's next owner retries it instead. */
             if (ow_ledger_stale(l->env->ledger, &job->t)) {
-                ow_job_end(l->env->ledger, job, 0);
+                ow_job_settle(l->env->ledger, job, 0);
                 continue;
             }
             job->in_progress_rounds++;
@@ -440,7 +440,7 @@ static void finish_list(ow_ledger *ledger, ow_job *job)
     while (job != NULL) {
         ow_job *next = job->next;
 
-        ow_job_end(ledger, job, 0);
+        ow_job_settle(ledger, job, 0);
         job = next;
     }
 }

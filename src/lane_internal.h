@@ -14,7 +14,8 @@
 #include "ow/idgen.h"
 #include "ow/store_watch.h"
 #include "output_internal.h"
-#include "pipeline_internal.h"
+#include "job.h"
+#include "runstate.h"
 
 typedef struct {
     const ow_config *cfg;

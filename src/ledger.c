@@ -134,7 +134,7 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
             t->partition = partition;
             t->epoch = p->epoch;
             t->offset = offset;
-            atomic_store(&t->pending, 0);
+            atomic_store(&t->pending, 1); /* the caller's hold */
             atomic_store(&t->failed, 0);
         }
     } else if (p == NULL) {
@@ -156,12 +156,14 @@ int ow_ledger_stale(ow_ledger *l, const ow_ticket *t)
     return stale;
 }
 
-void ow_ledger_expect(ow_ticket *t, int n)
+void ow_ledger_produced(ow_ticket *t)
 {
-    atomic_store(&t->pending, n);
+    atomic_fetch_add(&t->pending, 1);
 }
 
-void ow_ledger_finish(ow_ledger *l, const ow_ticket *t, int done)
+/* Finishes a ticket: done marks its offset done, which may store a new
+ * offset; either way it no longer counts as active. */
+static void finish(ow_ledger *l, const ow_ticket *t, int done)
 {
     ow_ledger_part *p;
     int64_t commit = -1;
@@ -180,14 +182,14 @@ void ow_ledger_finish(ow_ledger *l, const ow_ticket *t, int done)
     pthread_mutex_unlock(&l->mu);
 }
 
-int ow_ledger_ack(ow_ledger *l, ow_ticket *t, int n, int ok, int *done)
+int ow_ledger_settle(ow_ledger *l, ow_ticket *t, int ok, int *done)
 {
     if (!ok)
         atomic_store(&t->failed, 1);
-    if (atomic_fetch_sub(&t->pending, n) != n)
+    if (atomic_fetch_sub(&t->pending, 1) != 1)
         return 0;
     *done = !atomic_load(&t->failed);
-    ow_ledger_finish(l, t, *done);
+    finish(l, t, *done);
     return 1;
 }
 

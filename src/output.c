@@ -19,9 +19,6 @@ struct ow_notice {
     char reason[128];
 };
 
-/* Tags a REQUEST_IN_PROGRESS result: its delivery finishes no job. */
-static char in_progress_token;
-
 /* --- Limits ------------------------------------------------------------- */
 
 static int read_message_max(rd_kafka_t *producer, size_t *max, ow_error *err)
@@ -228,18 +225,21 @@ static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_j
         ow_kafka_header_int(h, "key-truncated-from", (long long)job->key_len);
 }
 
-/* Produces one message, waiting while the local queue is full. The value
- * is copied and h is consumed. Returns OW_OK, OW_EINVAL when the message
- * is too large, or OW_EFATAL when it had to give up. */
-static int produce(ow_output *o, const char *topic, const ow_job *job, const void *value,
-                   size_t len, rd_kafka_headers_t *h, void *opaque)
+/* Produces one output of job, of the given kind, waiting while the local
+ * queue is full. The value is copied and h is consumed. The job's ticket
+ * waits for the output's acknowledgement from here on. Returns OW_OK,
+ * OW_EINVAL when the message is too large (still to be settled), or
+ * OW_EFATAL when it had to give up (settled as failed). */
+static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind kind,
+                   const void *value, size_t len, rd_kafka_headers_t *h)
 {
+    ow_ledger_produced(&job->t);
     for (;;) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
             o->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(job->key, job->out_key_len),
             RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-            RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+            RD_KAFKA_V_OPAQUE(&job->tags[kind]), RD_KAFKA_V_END);
 
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             return OW_OK; /* h is owned by the message now */
@@ -254,12 +254,13 @@ static int produce(ow_output *o, const char *topic, const ow_job *job, const voi
                OW_F_STR("error", rd_kafka_err2str(e)));
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             ow_runstate_set_fatal(o->rs, "a result could not be produced");
+        ow_job_settle(o->ledger, job, 0);
         return OW_EFATAL;
     }
 }
 
-static int publish_result(ow_output *o, ow_job *job, const void *body, size_t len, int replayed,
-                          void *opaque)
+static int publish_result(ow_output *o, ow_job *job, ow_output_kind kind, const void *body,
+                          size_t len, int replayed)
 {
     rd_kafka_headers_t *h = rd_kafka_headers_new(6);
 
@@ -267,7 +268,7 @@ static int publish_result(ow_output *o, ow_job *job, const void *body, size_t le
         ow_kafka_header_int(h, "user-id", job->req.user_id);
     rd_kafka_header_add(h, "replayed", -1, replayed ? "true" : "false", -1);
     source_headers(h, o, job);
-    return produce(o, o->cfg->topic_results, job, body, len, h, opaque);
+    return produce(o, o->cfg->topic_results, job, kind, body, len, h);
 }
 
 static int publish_dead_letter(ow_output *o, ow_job *job)
@@ -281,15 +282,16 @@ static int publish_dead_letter(ow_output *o, ow_job *job)
     ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
     if (job->raw_len < job->raw_original_len)
         ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
-    return produce(o, o->cfg->topic_dlq, job, job->raw, job->raw_len, h, job);
+    return produce(o, o->cfg->topic_dlq, job, OW_OUT_DEAD_LETTER, job->raw, job->raw_len, h);
 }
 
 /* --- Outputs refused for their size ------------------------------------- */
 
-/* Queues a notice for an output of job that was refused for its size. The
- * job waits for the notice's acknowledgement instead of the output's. */
-static void queue_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
-                         const char *reason)
+/* Queues a notice in place of an output of job that was refused for its
+ * size, and settles that output: the job now waits for the notice's
+ * acknowledgement instead. */
+static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
+                              const char *reason)
 {
     ow_notice *n = calloc(1, sizeof(*n));
 
@@ -299,22 +301,23 @@ static void queue_notice(ow_output *o, ow_job *job, const char *what, size_t byt
            OW_F_INT("offset", job->t.offset), OW_F_STR("error", reason));
     if (n == NULL) {
         ow_runstate_set_fatal(o->rs, "out of memory");
-        ow_job_ack(o->ledger, job, 1, 0);
+        ow_job_settle(o->ledger, job, 0);
         return;
     }
     n->job = job;
     snprintf(n->what, sizeof(n->what), "%s", what);
     n->bytes = bytes;
     snprintf(n->reason, sizeof(n->reason), "%s", reason);
-    atomic_fetch_add(&job->t.pending, 1);
+    ow_ledger_produced(&job->t);
     pthread_mutex_lock(&o->mu);
     n->next = o->notices;
     o->notices = n;
     pthread_mutex_unlock(&o->mu);
+    ow_job_settle(o->ledger, job, 1);
 }
 
 /* Produces one notice: the key, no value, and what was refused. */
-static rd_kafka_resp_err_t produce_notice(ow_output *o, const ow_notice *n)
+static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n)
 {
     rd_kafka_headers_t *h = rd_kafka_headers_new(8);
     char msg[256];
@@ -328,7 +331,7 @@ static rd_kafka_resp_err_t produce_notice(ow_output *o, const ow_notice *n)
     e = rd_kafka_producev(o->producer, RD_KAFKA_V_TOPIC(o->cfg->topic_dlq),
                           RD_KAFKA_V_KEY(n->job->key, n->job->out_key_len), RD_KAFKA_V_VALUE("", 0),
                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
-                          RD_KAFKA_V_OPAQUE(n->job), RD_KAFKA_V_END);
+                          RD_KAFKA_V_OPAQUE(&n->job->tags[OW_OUT_NOTICE]), RD_KAFKA_V_END);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(h);
     return e;
@@ -359,7 +362,7 @@ void ow_output_pump(ow_output *o)
                    OW_F_STR("error", rd_kafka_err2str(e)));
             if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
-            ow_job_ack(o->ledger, n->job, 1, 0);
+            ow_job_settle(o->ledger, n->job, 0);
         }
         free(n);
     }
@@ -380,53 +383,51 @@ static void release_payload(ow_job *job)
     atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
 }
 
-/* What one produce call left to account: produced (acknowledged later),
- * refused for its size (a notice replaces it) or failed for good. */
-static void account(ow_output *o, ow_job *job, int rc, const char *what, size_t bytes, int *failed)
+/* What a produce call left to do: nothing (produced, acknowledged later),
+ * a notice in its place (refused for its size), or, after a failure, no
+ * more outputs. Returns 0 after a failure. */
+static int produced(ow_output *o, ow_job *job, int rc, const char *what, size_t bytes)
 {
     if (rc == OW_EINVAL)
-        queue_notice(o, job, what, bytes + job->out_key_len,
-                     rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
-    if (rc == OW_EINVAL || rc == OW_EFATAL)
-        ow_job_ack(o->ledger, job, 1, rc == OW_EINVAL);
-    if (rc == OW_EFATAL)
-        *failed = 1;
+        replace_by_notice(o, job, what, bytes + job->out_key_len,
+                          rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+    return rc != OW_EFATAL;
 }
 
-/* The lane holds one extra acknowledgement while it produces, so that a
- * quick delivery report cannot end the job under it. */
+/* The lane hands the job over with its hold, which is released last, so
+ * that a quick delivery report cannot end the job while it is produced. */
 void ow_output_publish(ow_output *o, ow_job *job)
 {
-    int planned = job->valid ? 1 : 1 + (job->key_len > 0);
-    int failed = 0;
-    int rc;
+    int ok;
 
-    ow_ledger_expect(&job->t, planned + 1);
     if (job->valid) {
-        rc = publish_result(o, job, job->item.body.data, job->item.body.len, job->item.replayed,
-                            job);
-        account(o, job, rc, "result", job->item.body.len, &failed);
+        ok = produced(o, job,
+                      publish_result(o, job, OW_OUT_RESULT, job->item.body.data, job->item.body.len,
+                                     job->item.replayed),
+                      "result", job->item.body.len);
     } else {
-        if (job->key_len > 0) {
-            rc = publish_result(o, job, job->invalid_body.data, job->invalid_body.len, 0, job);
-            account(o, job, rc, "result", job->invalid_body.len, &failed);
-            planned--;
-        }
+        ok = job->key_len == 0 ||
+             produced(o, job,
+                      publish_result(o, job, OW_OUT_RESULT, job->invalid_body.data,
+                                     job->invalid_body.len, 0),
+                      "result", job->invalid_body.len);
         /* After a failure nothing more is produced: the worker stops. */
-        if (failed)
-            ow_job_ack(o->ledger, job, planned, 0);
-        else
-            account(o, job, publish_dead_letter(o, job), "dead letter", job->raw_len, &failed);
+        if (ok)
+            ok = produced(o, job, publish_dead_letter(o, job), "dead letter", job->raw_len);
     }
     release_payload(job);
-    ow_job_ack(o->ledger, job, 1, 1); /* the lane's own reference */
-    if (!failed)
+    ow_job_settle(o->ledger, job, ok);
+    if (ok)
         ow_output_pump(o);
 }
 
 void ow_output_in_progress(ow_output *o, ow_job *job)
 {
-    publish_result(o, job, job->item.body.data, job->item.body.len, 0, &in_progress_token);
+    /* An interim answer refused for its size is not replaced: the
+     * definitive result follows. */
+    if (publish_result(o, job, OW_OUT_INTERIM, job->item.body.data, job->item.body.len, 0) ==
+        OW_EINVAL)
+        ow_job_settle(o->ledger, job, 1);
 }
 
 /* --- Delivery reports (the producer's poller thread) --------------------- */
@@ -437,37 +438,38 @@ static int size_refused(rd_kafka_resp_err_t e)
            e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
-static void count_delivered(const ow_output *o, const rd_kafka_message_t *m, const ow_job *job)
+static void count_delivered(ow_output_kind kind, const ow_job *job)
 {
-    if (job == (const void *)&in_progress_token) {
+    switch (kind) {
+    case OW_OUT_INTERIM:
         OW_COUNT(results[OW_CODE_REQUEST_IN_PROGRESS], 1);
-    } else if (strcmp(rd_kafka_topic_name(m->rkt), o->cfg->topic_dlq) == 0) {
+        break;
+    case OW_OUT_DEAD_LETTER:
+    case OW_OUT_NOTICE:
         OW_COUNT(dead_lettered, 1);
-    } else if (job->valid) {
-        OW_COUNT(results[job->item.code], 1);
-        if (job->item.replayed)
+        break;
+    default:
+        OW_COUNT(results[job->valid ? job->item.code : OW_CODE_INVALID_REQUEST], 1);
+        if (job->valid && job->item.replayed)
             OW_COUNT(replays, 1);
-    } else {
-        OW_COUNT(results[OW_CODE_INVALID_REQUEST], 1);
     }
 }
 
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
 {
-    ow_job *job = m->_private;
+    ow_output_tag *tag = m->_private;
+    ow_job *job = ow_job_of_tag(tag);
     const char *topic = rd_kafka_topic_name(m->rkt);
-    int is_dlq = strcmp(topic, o->cfg->topic_dlq) == 0;
 
     if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
         /* Purged at shutdown: the job ends not done. */
         OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));
-    } else if (size_refused(m->err) && job != (void *)&in_progress_token && job != NULL &&
-               m->len > 0) {
+    } else if (size_refused(m->err) && m->len > 0 &&
+               (tag->kind == OW_OUT_RESULT || tag->kind == OW_OUT_DEAD_LETTER)) {
         /* A topic whose limit is below the producer's refused it: a notice
          * (no value) replaces it, and the partition moves on. */
-        queue_notice(o, job, is_dlq ? "dead letter" : "result", m->len + m->key_len,
-                     rd_kafka_err2str(m->err));
-        ow_job_ack(o->ledger, job, 1, 1);
+        replace_by_notice(o, job, tag->kind == OW_OUT_DEAD_LETTER ? "dead letter" : "result",
+                          m->len + m->key_len, rd_kafka_err2str(m->err));
         return;
     } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         /* message.timeout.ms is infinite, so only permanent errors get here. */
@@ -475,8 +477,7 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
                OW_F_STR("error", rd_kafka_err2str(m->err)));
         ow_runstate_set_fatal(o->rs, "a result was not acknowledged by the broker");
     } else {
-        count_delivered(o, m, job);
+        count_delivered(tag->kind, job);
     }
-    if (job != (void *)&in_progress_token && job != NULL)
-        ow_job_ack(o->ledger, job, 1, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    ow_job_settle(o->ledger, job, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
 }

@@ -18,7 +18,9 @@
 
 #include <pthread.h>
 
-#include "pipeline_internal.h"
+#include "job.h"
+#include "ow/config.h"
+#include "runstate.h"
 
 /* Bytes of every output's limit kept for its headers and record framing. */
 #define OW_OUTPUT_RESERVE 2048
@@ -55,10 +57,12 @@ int ow_output_check_topics(ow_output *o, const char *const *keys, const char *co
                            size_t n, ow_error *err);
 
 /* Produces a decided or invalid job's outputs (its result, and the
- * dead-letter copy of an invalid message); the last acknowledgement ends
- * the job. The job's payload is freed once the producer copied it. */
+ * dead-letter copy of an invalid message) and releases the caller's hold
+ * on the job; the last acknowledgement ends it. The job's payload is freed
+ * once the producer copied it. */
 void ow_output_publish(ow_output *o, ow_job *job);
-/* Publishes a job's REQUEST_IN_PROGRESS answer; its delivery ends nothing. */
+/* Publishes a job's REQUEST_IN_PROGRESS answer; the caller keeps its hold,
+ * and the job waits for this answer's acknowledgement too. */
 void ow_output_in_progress(ow_output *o, ow_job *job);
 /* The delivery report of an output (the producer's dr_msg_cb). */
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m);

@@ -5,7 +5,7 @@
 
 #include "ow/log.h"
 #include "ow/util.h"
-#include "pipeline_internal.h"
+#include "runstate.h"
 
 void ow_runstate_init(ow_runstate *rs)
 {

@@ -324,24 +324,21 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
-    ow_ticket t;
+    ow_job *job = ow_job_from_message(&w->limits, m);
     int rewound = 0;
-    int rc = ow_ledger_track(&w->ledger, m->partition, m->offset, &t, &rewound);
-    ow_job *job;
+    int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &rewound)
+                         : OW_ENOMEM;
 
     if (rewound)
         OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));
-    if (rc == OW_ENOTFOUND) {
+    if (rc == OW_ENOTFOUND)
         OW_LOG(OW_LOG_WARN, "message_ignored", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));
-        return;
-    }
-    job = rc == OW_OK ? ow_job_from_message(&w->limits, m, &t) : NULL;
-    if (job == NULL) {
-        if (rc == OW_OK)
-            ow_ledger_finish(&w->ledger, &t, 0);
+    else if (rc != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
+    if (rc != OW_OK) {
+        ow_job_free(job);
         return;
     }
     OW_COUNT(consumed, 1);

@@ -5,11 +5,14 @@
  * Each consumed message gets a ticket when it is tracked. A ticket belongs
  * to its partition's epoch; an epoch ends on every assign, revoke and
  * rewind, and a ticket of an ended epoch is stale: it can no longer move
- * the partition's offset. Outputs are counted on the ticket; when the last
- * one is acknowledged the ticket is finished, and when that makes the
- * partition's contiguous done watermark move, the ledger calls its store
- * function with the new offset. A failed output finishes its ticket as not
- * done, which holds the watermark back for the rest of the epoch.
+ * the partition's offset. A ticket counts what its message still waits
+ * for: its holder (whoever may still produce an output for it: one hold,
+ * from ow_ledger_track) and every output produced and not yet
+ * acknowledged. When the last of those is settled the ticket is finished,
+ * and when that makes the partition's contiguous done watermark move, the
+ * ledger calls its store function with the new offset. A failed output, or
+ * a holder that gives its message up, finishes the ticket as not done,
+ * which holds the watermark back for the rest of the epoch.
  *
  * Thread-safe: the consumer thread tracks and rebalances, lanes check
  * staleness, delivery reports acknowledge. The ledger owns its lock; the
@@ -26,13 +29,14 @@
 
 #include "ow/offsets.h"
 
-/* One tracked message. Embedded in the pipeline's job. */
+/* One tracked message. Embedded in the pipeline's job. Its counters are
+ * the ledger's: only ow_ledger_* functions touch them. */
 typedef struct {
     int32_t partition;
     uint32_t epoch;
     int64_t offset;
-    _Atomic int pending; /* outputs not yet acknowledged */
-    _Atomic int failed;  /* an output failed: the offset must never be stored */
+    _Atomic int pending; /* the hold and the outputs not yet acknowledged */
+    _Atomic int failed;  /* something failed: the offset must never be stored */
 } ow_ticket;
 
 typedef void (*ow_ledger_store_fn)(void *opaque, int32_t partition, int64_t offset);
@@ -66,7 +70,7 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition);
 /* The revoke is over: the partition is unassigned and its epoch ends. */
 void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
 
-/* Tracks a consumed message and fills its ticket. OW_ENOTFOUND when the
+/* Tracks a consumed message and fills its ticket, held by the caller. OW_ENOTFOUND when the
  * partition is not assigned to us (or is being revoked): the message is
  * to be ignored. An offset at or below the last one tracked means the
  * partition went back within one assignment (an offset reset): a new
@@ -78,15 +82,15 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
 /* 1 when the ticket's epoch is over (revoked, re-assigned or rewound). */
 int ow_ledger_stale(ow_ledger *l, const ow_ticket *t);
 
-/* Sets the number of acknowledgements the ticket waits for. */
-void ow_ledger_expect(ow_ticket *t, int n);
-/* Accounts n acknowledgements (ok or failed). Returns 1 when they were the
- * last: the ticket is then finished (as by ow_ledger_finish) and *done says
- * whether all its outputs were acknowledged. */
-int ow_ledger_ack(ow_ledger *l, ow_ticket *t, int n, int ok, int *done);
-/* Finishes a ticket: done marks its offset done, which may store a new
- * offset; either way it no longer counts as active. */
-void ow_ledger_finish(ow_ledger *l, const ow_ticket *t, int done);
+/* One more output is about to be produced for the ticket: it now waits for
+ * that output's acknowledgement too. Only while the ticket is held. */
+void ow_ledger_produced(ow_ticket *t);
+/* Settles one of what the ticket waits for: an output's acknowledgement
+ * (ok: it was acknowledged) or the holder's release (ok: every output it
+ * meant to produce was produced). Returns 1 when it was the last: the
+ * ticket is then finished, and *done says whether nothing failed; done
+ * marks its offset done, which may store a new offset. */
+int ow_ledger_settle(ow_ledger *l, ow_ticket *t, int ok, int *done);
 
 /* Waits until no ticket of the given partitions is active, until
  * deadline_ms (monotonic) or until *abort is set. Returns 1 when drained. */

@@ -228,7 +228,7 @@ void ow_output_publish(ow_output *o, ow_job *job)
 {
     (void)o;
     record(job, "");
-    ow_job_end(&ledger, job, 1);
+    ow_job_settle(&ledger, job, 1);
 }
 
 void ow_output_in_progress(ow_output *o, ow_job *job)
@@ -304,7 +304,7 @@ static int teardown(void **state)
 /* A valid job for key with the given order numbers of user 7. */
 static ow_job *job_new(fixture *f, const char *key, const char *const *orders, size_t n)
 {
-    ow_job *job = calloc(1, sizeof(*job));
+    ow_job *job = ow_job_new();
     int rewound;
 
     assert_non_null(job);
@@ -666,7 +666,7 @@ static void test_route_by_database_then_key(void **state)
     for (int i = 0; i < 4; i++) {
         ow_job *j = i == 0 ? on1 : i == 1 ? again : i == 2 ? on2 : nouser;
 
-        ow_job_end(&ledger, j, 0);
+        ow_job_settle(&ledger, j, 0);
     }
 }
 
