@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "lane_internal.h"
+#include "ow/htab.h"
 #include "ow/shard.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
@@ -26,59 +27,6 @@
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
 #define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
-
-/* A set of 64-bit hashes, cleared per batch. 0 marks an empty slot. */
-typedef struct {
-    uint64_t *slots;
-    size_t cap; /* power of two */
-    size_t used;
-} hset;
-
-static int hset_init(hset *s, size_t max_entries)
-{
-    s->cap = 16;
-    while (s->cap < 2 * max_entries)
-        s->cap *= 2;
-    s->used = 0;
-    s->slots = calloc(s->cap, sizeof(*s->slots));
-    return s->slots != NULL ? OW_OK : OW_ENOMEM;
-}
-
-static void hset_clear(hset *s)
-{
-    if (s->used > 0)
-        memset(s->slots, 0, s->cap * sizeof(*s->slots));
-    s->used = 0;
-}
-
-static int hset_has(const hset *s, uint64_t h)
-{
-    size_t i;
-
-    h |= 1;
-    for (i = (size_t)h & (s->cap - 1); s->slots[i] != 0; i = (i + 1) & (s->cap - 1)) {
-        if (s->slots[i] == h)
-            return 1;
-    }
-    return 0;
-}
-
-/* Returns 0 when the set is too full to take more (the caller stops). */
-static int hset_add(hset *s, uint64_t h)
-{
-    size_t i;
-
-    if (2 * (s->used + 1) > s->cap)
-        return 0;
-    h |= 1;
-    for (i = (size_t)h & (s->cap - 1); s->slots[i] != 0; i = (i + 1) & (s->cap - 1)) {
-        if (s->slots[i] == h)
-            return 1;
-    }
-    s->slots[i] = h;
-    s->used++;
-    return 1;
-}
 
 static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
 {
@@ -92,8 +40,8 @@ typedef struct {
     size_t orders;
     ow_store_item *items;
     ow_job **valid;
-    hset keys; /* keys in the batch or blocked this round */
-    hset orders_set;
+    ow_htab keys; /* keys in the batch or blocked this round */
+    ow_htab orders_set;
 } batch;
 
 static int batch_init(batch *b, size_t cap)
@@ -105,8 +53,8 @@ static int batch_init(batch *b, size_t cap)
     b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
     b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
     if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
-        hset_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
-        hset_init(&b->orders_set, BATCH_MAX_ORDERS * 2) != OW_OK)
+        ow_htab_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
+        ow_htab_init(&b->orders_set, BATCH_MAX_ORDERS * 2) != OW_OK)
         return OW_ENOMEM;
     return OW_OK;
 }
@@ -116,8 +64,8 @@ static void batch_free(batch *b)
     free(b->jobs);
     free(b->items);
     free(b->valid);
-    free(b->keys.slots);
-    free(b->orders_set.slots);
+    ow_htab_free(&b->keys);
+    ow_htab_free(&b->orders_set);
 }
 
 /* Whether a valid job's orders collide with the batch's, and if asked,
@@ -125,16 +73,22 @@ static void batch_free(batch *b)
 static int orders_collide(batch *b, const ow_job *job)
 {
     for (size_t i = 0; i < job->req.n_orders; i++) {
-        if (hset_has(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i])))
+        if (ow_htab_has(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i])))
             return 1;
     }
     return 0;
 }
 
-static void orders_add(batch *b, const ow_job *job)
+/* Records a job's orders; 0 when memory runs out (the caller stops). */
+static int orders_add(batch *b, const ow_job *job)
 {
-    for (size_t i = 0; i < job->req.n_orders; i++)
-        hset_add(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i]));
+    for (size_t i = 0; i < job->req.n_orders; i++) {
+        uint64_t h = order_hash(job->req.user_id, &job->req.orders[i]);
+
+        if (!ow_htab_has(&b->orders_set, h) && ow_htab_put(&b->orders_set, h, 0) != OW_OK)
+            return 0;
+    }
+    return 1;
 }
 
 /* The lane's queue length changed by delta; mu held. */
@@ -199,8 +153,8 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 
     b->n = 0;
     b->orders = 0;
-    hset_clear(&b->keys);
-    hset_clear(&b->orders_set);
+    ow_htab_clear(&b->keys);
+    ow_htab_clear(&b->orders_set);
     while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
         ow_job *next = job->next;
         take_kind take = TAKE_NO;
@@ -215,15 +169,16 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
         if (job->not_before_ms > now) {
             if (wake == 0 || job->not_before_ms < wake)
                 wake = job->not_before_ms;
-        } else if (!hset_has(&b->keys, job->key_hash)) {
+        } else if (!ow_htab_has(&b->keys, job->key_hash)) {
             take = how_to_take(l, b, job, db_up, &db_wait);
         }
-        if (!hset_add(&b->keys, job->key_hash))
+        if (!ow_htab_has(&b->keys, job->key_hash) &&
+            ow_htab_put(&b->keys, job->key_hash, 0) != OW_OK)
             break;
         /* A skipped job keeps its orders for itself too: a later job with
          * one of them must not be decided before it. */
-        if (job->valid)
-            orders_add(b, job);
+        if (job->valid && !orders_add(b, job))
+            break;
         if (take != TAKE_NO) {
             unlink_job(l, prev, job);
             b->jobs[b->n++] = job;
