@@ -236,7 +236,7 @@ static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned a
 {
     ow_runstate *rs = l->env->rs;
     uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
-    int rc = ow_store_decide(l->store, items, n, 0, err);
+    int rc = ow_store_decide(l->store, items, n, err);
 
     if (rc == OW_OK) {
         ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0_us);

@@ -1,5 +1,5 @@
 /* Store: connection lifecycle, error classes, parameters and the statement
- * cache. The transaction logic is in decide.c. */
+ * cache. The deciding transaction is in store_decide.c. */
 #include <errmsg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +76,7 @@ void ow_store_free(ow_store **store)
     ow_store_disconnect(s);
     ow_params_free(&s->params);
     free(s->scratch.rows);
-    free(s->scratch.slots);
+    ow_htab_free(&s->scratch.existing);
     free(s->scratch.refs);
     free(s->scratch.ref_start);
     free(s->scratch.conflicts);
@@ -526,6 +526,26 @@ static int build_sql(const ow_sql_shape *shape, size_t rows, ow_buf *b)
             rc = ow_buf_appends(b, shape->tuple);
     }
     return rc == OW_OK ? ow_buf_appends(b, shape->tail) : rc;
+}
+
+unsigned ow_store_bucket_floor(size_t rows)
+{
+    unsigned b = 0;
+
+    while (b + 1 < OW_STMT_BUCKETS && ((size_t)1 << (b + 1)) <= rows)
+        b++;
+    return b;
+}
+
+int ow_store_stmt_padded(ow_store *s, const ow_sql_shape *shape, size_t rows, MYSQL_STMT **out,
+                         size_t *padded, ow_error *err)
+{
+    unsigned bucket = 0;
+
+    while (((size_t)1 << bucket) < rows)
+        bucket++;
+    *padded = (size_t)1 << bucket;
+    return ow_store_stmt(s, shape, bucket, out, err);
 }
 
 int ow_store_stmt(ow_store *s, const ow_sql_shape *shape, unsigned bucket, MYSQL_STMT **out,

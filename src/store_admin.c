@@ -53,7 +53,7 @@ static void from_mysql_time(const MYSQL_TIME *m, ow_timestamp *t)
 }
 
 /* s->params, emptied, with room for n parameters. Every statement here binds
- * its parameters through the store's ow_param_* helpers, like decide.c. */
+ * its parameters through the store's ow_param_* helpers. */
 static ow_params *params_for(ow_store *s, size_t n, ow_error *err)
 {
     ow_params_reset(&s->params);

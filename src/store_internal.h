@@ -1,4 +1,4 @@
-/* Private to the store modules (store.c, decide.c, store_migrate.c, store_admin.c). */
+/* Private to the store modules (store*.c). */
 #ifndef OW_STORE_INTERNAL_H
 #define OW_STORE_INTERNAL_H
 
@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "ow/htab.h"
 #include "ow/store.h"
 #include "store_gate.h"
 
@@ -20,8 +21,11 @@ typedef bool ow_mybool;
 #define OW_STMT_MAX_ROWS 256
 #define OW_STMT_SLOTS 8 /* shapes the cache can hold */
 /* Which cache slots each module's shapes use (slot numbers are unique). */
-enum { OW_SLOT_DECIDE = 0 /* 4 shapes, decide.c */, OW_SLOT_PURGE = 4 /* 3, store_admin.c */ };
-enum { OW_SLOT_KNOWN = 7 /* 1 shape, store_known.c (issue 12) */ };
+enum {
+    OW_SLOT_DECIDE = 0, /* 4 shapes: store_orders.c and store_decide.c */
+    OW_SLOT_PURGE = 4,  /* 3 shapes: store_admin.c */
+    OW_SLOT_KNOWN = 7   /* 1 shape: store_decide.c's read of recorded keys */
+};
 
 /* A statement shape, owned by the module whose SQL it is (issue 10): head,
  * the tuple repeated for each row (comma separated), tail. A row's
@@ -62,8 +66,7 @@ typedef struct {
     ow_existing *rows;
     size_t n_rows;
     size_t rows_cap;
-    size_t *slots; /* open-addressing index into rows, SIZE_MAX = empty */
-    size_t slots_cap;
+    ow_htab existing;   /* (user_id, external_order_no) hash -> index in rows */
     ow_order_ref *refs; /* per order of every item */
     size_t refs_cap;
     size_t *ref_start; /* per item: its first entry in refs */
@@ -109,7 +112,7 @@ struct ow_store {
     /* The last decide failed on a deadlock or a lock wait: the next one
      * runs one item at a time, each under its own savepoint. */
     int next_one_at_a_time;
-    int no_known_read; /* ow_store_set_known_read(s, 0) */
+    int no_known_read; /* ow_store_test_known_read(s, 0) */
     ow_store_stats stats;
 };
 
@@ -138,6 +141,15 @@ int ow_store_oom(ow_error *err);
  * s->params reset and room reserved for all its parameters. */
 int ow_store_stmt(ow_store *s, const ow_sql_shape *shape, unsigned bucket, MYSQL_STMT **out,
                   ow_error *err);
+/* The cached statement of shape whose list holds rows tuples, padded to
+ * the next power of two (*padded): the caller binds padded tuples,
+ * repeating the last, which fills an IN list without changing what it
+ * matches. */
+int ow_store_stmt_padded(ow_store *s, const ow_sql_shape *shape, size_t rows, MYSQL_STMT **out,
+                         size_t *padded, ow_error *err);
+/* The bucket of the largest power of two <= rows, at most
+ * OW_STMT_MAX_ROWS: a batch is inserted as a sum of such statements. */
+unsigned ow_store_bucket_floor(size_t rows);
 /* Reads column col (len bytes, as the fetch reported it) of the current
  * row into out, which is replaced and NUL-terminated. */
 int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned long len, ow_buf *out,

@@ -43,6 +43,25 @@ void ow_buf_reset(ow_buf *b)
         b->data[0] = '\0';
 }
 
+int ow_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    size_t cap2 = *cap != 0 ? *cap : 16;
+    void *q;
+
+    if (need <= *cap)
+        return OW_OK;
+    while (cap2 < need)
+        cap2 *= 2;
+    if (cap2 > SIZE_MAX / elem)
+        return OW_ENOMEM;
+    q = realloc(*p, cap2 * elem);
+    if (q == NULL)
+        return OW_ENOMEM;
+    *p = q;
+    *cap = cap2;
+    return OW_OK;
+}
+
 int ow_buf_reserve(ow_buf *b, size_t extra)
 {
     size_t need;

@@ -165,22 +165,16 @@ void ow_store_use_watch(ow_store *s, ow_store_watch *w);
 int ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len);
 void ow_store_item_cleanup(ow_store_item *it);
 
-/* Decides items[0..n) in one transaction. On success every item has a
- * decision and a body. On error nothing was committed and no item has a
- * decision. one_at_a_time runs each item under its own savepoint with
- * single-row statements; otherwise set-based statements run first and fall
- * back to that mode by themselves when the database reports a race. A call
- * after one that failed on a deadlock or a lock wait runs in that mode too,
- * so a caller only retries RETRIABLE errors after a backoff. */
-int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err);
+/* Decides items[0..n) in one transaction (store_decide.c). On success
+ * every item has a decision and a body. On error nothing was committed and
+ * no item has a decision. Set-based statements run first and the call
+ * falls back to one item at a time, each under its own savepoint, when
+ * the database reports a race; a call after one that failed on a deadlock
+ * or a lock wait runs one item at a time too, so a caller only retries
+ * RETRIABLE errors after a backoff. */
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);
-
-/* On by default: ow_store_decide answers recorded keys from one non-locking
- * read before it decides the rest (issue 12). Off, every item goes through
- * the deciding transaction; tests use it to reach the races that read
- * cannot see coming (a row committed between the read and the insert). */
-void ow_store_set_known_read(ow_store *s, int enabled);
 
 /* --- Operations (used by subcommands; see ow/admin.h for output). --- */
 

@@ -42,6 +42,11 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...) __attribute__((format(printf
  * length (at most 20). */
 size_t ow_format_int(long long v, char out[21]);
 int ow_buf_append_int(ow_buf *b, long long v);
+/* Grows the array *p of *cap elements of elem bytes to hold at least need
+ * (doubling, from 16), keeping its contents. Returns 0 or OW_ENOMEM (the
+ * array is unchanged). */
+int ow_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* Hands the bytes to the caller (who frees them) and leaves b empty. */
 char *ow_buf_steal(ow_buf *b, size_t *len);
 

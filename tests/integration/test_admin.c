@@ -946,7 +946,7 @@ static void expect_decide_error(testdb *t, const char *text)
 
     testmsg_make(&m, "prep-err", lookup_value);
     ow_error_clear(&err);
-    assert_int_not_equal(ow_store_decide(s, &m.item, 1, 0, &err), OW_OK);
+    assert_int_not_equal(ow_store_decide(s, &m.item, 1, &err), OW_OK);
     if (strstr(err.msg, text) == NULL)
         fail_msg("decide: \"%s\" (want \"%s\")", err.msg, text);
     testmsg_free(&m);

@@ -19,6 +19,7 @@
 #include "../support/testdb.h"
 #include "ow/digest.h"
 #include "ow/store.h"
+#include "store_test.h"
 
 static testdb db;
 static ow_idgen ids;
@@ -64,14 +65,17 @@ static void test_same_key_same_content(void **state)
     char *stored;
 
     (void)state;
-    testmsg_make(&a, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
-                           "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
+    testmsg_make(&a, "k-same",
+                 "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+                 "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
     /* Same request, spelled differently. */
-    testmsg_make(&b, "k-same", "{\"orders\":[{\"amount\":19.9,\"external_order_no\":\"E1\"},"
-                           "{\"quantity\":2,\"external_order_no\":\"E2\",\"amount\":\"5.00\"}],"
-                           "\"user_id\":1}");
-    testmsg_make(&c, "k-same", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
-                           "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
+    testmsg_make(&b, "k-same",
+                 "{\"orders\":[{\"amount\":19.9,\"external_order_no\":\"E1\"},"
+                 "{\"quantity\":2,\"external_order_no\":\"E2\",\"amount\":\"5.00\"}],"
+                 "\"user_id\":1}");
+    testmsg_make(&c, "k-same",
+                 "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":"
+                 "\"19.90\"},{\"external_order_no\":\"E2\",\"amount\":5,\"quantity\":2}]}");
     testmsg_decide(s, &a);
     assert_int_equal(a.item.decision, OW_DECISION_CREATED);
     assert_int_equal(a.item.code, OW_CODE_CREATED);
@@ -113,9 +117,11 @@ static void test_same_key_different_content(void **state)
     json_error_t jerr;
 
     (void)state;
-    testmsg_make(&a, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
-    testmsg_make(&b, "k-reuse", "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2},"
-                            "{\"external_order_no\":\"R2\",\"amount\":3}]}");
+    testmsg_make(&a, "k-reuse",
+                 "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
+    testmsg_make(&b, "k-reuse",
+                 "{\"user_id\":2,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2},"
+                 "{\"external_order_no\":\"R2\",\"amount\":3}]}");
     testmsg_decide(s, &a);
     before = stored_body(2, "k-reuse");
     testmsg_decide(s, &b);
@@ -133,7 +139,8 @@ static void test_same_key_different_content(void **state)
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
     /* The same key for another user is an independent request. */
     testmsg_free(&b);
-    testmsg_make(&b, "k-reuse", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2}]}");
+    testmsg_make(&b, "k-reuse",
+                 "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":2}]}");
     testmsg_decide(s, &b);
     assert_int_equal(b.item.decision, OW_DECISION_CREATED);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
@@ -153,15 +160,17 @@ static void test_existing_orders(void **state)
     json_error_t jerr;
 
     (void)state;
-    testmsg_make(&first, "k-first", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"X1\","
-                                "\"amount\":\"10.00\",\"product_id\":7}]}");
+    testmsg_make(&first, "k-first",
+                 "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"X1\","
+                 "\"amount\":\"10.00\",\"product_id\":7}]}");
     testmsg_decide(s, &first);
     assert_int_equal(first.item.decision, OW_DECISION_CREATED);
 
     /* Identical order under a new key: reused, not inserted again. */
-    testmsg_make(&same, "k-second", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"NEW\","
-                                "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":10,"
-                                "\"product_id\":7}]}");
+    testmsg_make(&same, "k-second",
+                 "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"NEW\","
+                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":10,"
+                 "\"product_id\":7}]}");
     testmsg_decide(s, &same);
     assert_int_equal(same.item.decision, OW_DECISION_CREATED);
     j = json_loadb(same.item.body.data, same.item.body.len, 0, &jerr);
@@ -174,9 +183,10 @@ static void test_existing_orders(void **state)
     json_decref(j);
 
     /* Differing order: the whole batch is rolled back, request FAILED, 409 names it. */
-    testmsg_make(&differ, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
-                                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
-                                 "\"quantity\":3}]}");
+    testmsg_make(&differ, "k-third",
+                 "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
+                 "\"quantity\":3}]}");
     testmsg_decide(s, &differ);
     assert_int_equal(differ.item.decision, OW_DECISION_CONFLICT);
     assert_int_equal(differ.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
@@ -198,9 +208,10 @@ static void test_existing_orders(void **state)
                      0);
 
     /* The FAILED request replays its 409 byte for byte. */
-    testmsg_make(&replay, "k-third", "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
-                                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
-                                 "\"quantity\":3}]}");
+    testmsg_make(&replay, "k-third",
+                 "{\"user_id\":4,\"orders\":[{\"external_order_no\":\"OK\","
+                 "\"amount\":1},{\"external_order_no\":\"X1\",\"amount\":11,"
+                 "\"quantity\":3}]}");
     testmsg_decide(s, &replay);
     assert_int_equal(replay.item.decision, OW_DECISION_REPLAY);
     assert_int_equal(replay.item.code, OW_CODE_ORDER_ALREADY_EXISTS);
@@ -282,7 +293,6 @@ static void test_same_key_two_connections(void **state)
     ow_store_free(&s2);
 }
 
-
 /* A micro-batch decided by the set-based statements: every kind of outcome
  * at once, no fallback. */
 static void test_micro_batch_mixed(void **state)
@@ -294,23 +304,30 @@ static void test_micro_batch_mixed(void **state)
     const ow_store_stats *st;
 
     (void)state;
-    testmsg_make(&seed_c, "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
-    testmsg_make(&seed_e, "mb-e0", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":1}]}");
+    testmsg_make(&seed_c, "mb-c",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    testmsg_make(&seed_e, "mb-e0",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E1\",\"amount\":1}]}");
     testmsg_decide(s, &seed_c);
     testmsg_decide(s, &seed_e);
-    testmsg_make(&m[0], "mb-a", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":1},"
-                            "{\"external_order_no\":\"A2\",\"amount\":2}]}");
-    testmsg_make(&m[1], "mb-b", "{\"user_id\":8,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":9}]}");
-    testmsg_make(&m[2], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
-    testmsg_make(&m[3], "mb-c", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":2}]}");
-    testmsg_make(&m[4], "mb-e", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E2\",\"amount\":1},"
-                            "{\"external_order_no\":\"E1\",\"amount\":5}]}");
+    testmsg_make(&m[0], "mb-a",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":1},"
+                 "{\"external_order_no\":\"A2\",\"amount\":2}]}");
+    testmsg_make(&m[1], "mb-b",
+                 "{\"user_id\":8,\"orders\":[{\"external_order_no\":\"A1\",\"amount\":9}]}");
+    testmsg_make(&m[2], "mb-c",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":1}]}");
+    testmsg_make(&m[3], "mb-c",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"C1\",\"amount\":2}]}");
+    testmsg_make(&m[4], "mb-e",
+                 "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"E2\",\"amount\":1},"
+                 "{\"external_order_no\":\"E1\",\"amount\":5}]}");
     /* Items are moved into one array, as a lane does. */
     for (int i = 0; i < 5; i++)
         items[i] = m[i].item;
     /* m[2] and m[3] share a key: the second sees the first's row (stored by an
      * earlier transaction) and is a key reuse. */
-    assert_int_equal(ow_store_decide(s, items, 5, 0, &err), OW_OK);
+    assert_int_equal(ow_store_decide(s, items, 5, &err), OW_OK);
     assert_int_equal(items[0].decision, OW_DECISION_CREATED);
     assert_int_equal(items[1].decision, OW_DECISION_CREATED);
     assert_int_equal(items[2].decision, OW_DECISION_REPLAY);
@@ -346,18 +363,20 @@ static void test_micro_batch_fallback(void **state)
     json_error_t jerr;
 
     (void)state;
-    testmsg_make(&a, "fb-a", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3}]}");
-    testmsg_make(&b, "fb-b", "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3},"
-                         "{\"external_order_no\":\"S2\",\"amount\":4}]}");
+    testmsg_make(&a, "fb-a",
+                 "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3}]}");
+    testmsg_make(&b, "fb-b",
+                 "{\"user_id\":9,\"orders\":[{\"external_order_no\":\"S1\",\"amount\":3},"
+                 "{\"external_order_no\":\"S2\",\"amount\":4}]}");
     items[0] = a.item;
     items[1] = b.item;
-    assert_int_equal(ow_store_decide(s, items, 2, 0, &err), OW_OK);
+    assert_int_equal(ow_store_decide(s, items, 2, &err), OW_OK);
     assert_int_equal(ow_store_get_stats(s)->batch_fallbacks, 1);
     assert_int_equal(items[0].decision, OW_DECISION_CREATED);
     assert_int_equal(items[1].decision, OW_DECISION_CREATED);
     j = json_loadb(items[1].body.data, items[1].body.len, 0, &jerr);
-    assert_true(json_is_true(json_object_get(json_array_get(json_object_get(j, "orders"), 0),
-                                             "existing")));
+    assert_true(
+        json_is_true(json_object_get(json_array_get(json_object_get(j, "orders"), 0), "existing")));
     json_decref(j);
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
@@ -416,13 +435,18 @@ static void test_replay_batch_reads_only(void **state)
     uint64_t transactions;
 
     (void)state;
-    testmsg_make(&a, "ro-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
-    testmsg_make(&b, "ro-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R2\",\"amount\":2}]}");
+    testmsg_make(&a, "ro-a",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
+    testmsg_make(&b, "ro-b",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R2\",\"amount\":2}]}");
     assert_int_equal(testmsg_decide(s, &a), OW_DECISION_CREATED);
     assert_int_equal(testmsg_decide(s, &b), OW_DECISION_CREATED);
-    testmsg_make(&m[0], "ro-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
-    testmsg_make(&m[1], "ro-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R2\",\"amount\":2}]}");
-    testmsg_make(&m[2], "ro-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R9\",\"amount\":1}]}");
+    testmsg_make(&m[0], "ro-a",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R1\",\"amount\":1}]}");
+    testmsg_make(&m[1], "ro-b",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R2\",\"amount\":2}]}");
+    testmsg_make(&m[2], "ro-a",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"R9\",\"amount\":1}]}");
     other = testdb_connect(&db);
     mysql_autocommit(other, 0);
     assert_int_equal(mysql_query(other, "SELECT id FROM idempotency_requests WHERE user_id = 12 "
@@ -432,7 +456,7 @@ static void test_replay_batch_reads_only(void **state)
     transactions = ow_store_get_stats(s)->transactions;
     for (int i = 0; i < 3; i++)
         items[i] = m[i].item;
-    assert_int_equal(ow_store_decide(s, items, 3, 0, &err), OW_OK);
+    assert_int_equal(ow_store_decide(s, items, 3, &err), OW_OK);
     assert_int_equal(items[0].decision, OW_DECISION_REPLAY);
     assert_int_equal(items[0].replayed, 1);
     assert_int_equal(items[0].body.len, a.item.body.len);
@@ -466,10 +490,11 @@ static void test_in_progress_then_replay(void **state)
     int64_t t0, waited;
 
     (void)state;
-    testmsg_make(&m, "held", "{\"user_id\":10,\"orders\":[{\"external_order_no\":\"H1\",\"amount\":1}]}");
+    testmsg_make(&m, "held",
+                 "{\"user_id\":10,\"orders\":[{\"external_order_no\":\"H1\",\"amount\":1}]}");
     other = hold_key(&m, "{\"held\":true}");
     t0 = ow_clock_mono_ms();
-    assert_int_equal(ow_store_decide(s, &m.item, 1, 0, &err), OW_OK);
+    assert_int_equal(ow_store_decide(s, &m.item, 1, &err), OW_OK);
     waited = ow_clock_mono_ms() - t0;
     assert_int_equal(m.item.decision, OW_DECISION_IN_PROGRESS);
     assert_int_equal(m.item.code, OW_CODE_REQUEST_IN_PROGRESS);
@@ -501,8 +526,10 @@ static void test_three_sessions_first_rolls_back(void **state)
     racer r1, r2;
 
     (void)state;
-    testmsg_make(&a, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
-    testmsg_make(&b, "three", "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    testmsg_make(&a, "three",
+                 "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    testmsg_make(&b, "three",
+                 "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
     first = hold_key(&a, "{}");
     pthread_barrier_init(&start, NULL, 2);
     r1 = (racer){s1, &a, &start};
@@ -541,8 +568,10 @@ static void test_lost_connection(void **state)
     int killed = 0;
 
     (void)state;
-    testmsg_make(&a, "lost-a", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
-    testmsg_make(&b, "lost-b", "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
+    testmsg_make(&a, "lost-a",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
+    testmsg_make(&b, "lost-b",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
     testmsg_decide(s, &a);
     snprintf(sql, sizeof(sql),
              "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
@@ -559,10 +588,10 @@ static void test_lost_connection(void **state)
     }
     mysql_free_result(res);
     assert_true(killed >= 1);
-    assert_int_not_equal(ow_store_decide(s, &b.item, 1, 0, &err), OW_OK);
+    assert_int_not_equal(ow_store_decide(s, &b.item, 1, &err), OW_OK);
     assert_int_equal(err.cls, OW_ERRCLASS_RETRIABLE);
     assert_int_equal(b.item.decision, OW_DECISION_NONE);
-    assert_int_equal(ow_store_decide(s, &b.item, 1, 0, &err), OW_OK);
+    assert_int_equal(ow_store_decide(s, &b.item, 1, &err), OW_OK);
     assert_int_equal(b.item.decision, OW_DECISION_CREATED);
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2);
     testmsg_free(&a);
@@ -598,16 +627,18 @@ static void test_same_id_same_key(void **state)
     ow_idgen_init(&gb, 7, frozen_clock);
     a = testdb_store(&db, &ga, 5);
     b = testdb_store(&db, &gb, 5);
-    testmsg_make(&first, "k-same-id", "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
-                                      "\"amount\":\"1.00\"}]}");
-    testmsg_make(&second, "k-same-id", "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
-                                       "\"amount\":\"2.00\"}]}");
+    testmsg_make(&first, "k-same-id",
+                 "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
+                 "\"amount\":\"1.00\"}]}");
+    testmsg_make(&second, "k-same-id",
+                 "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
+                 "\"amount\":\"2.00\"}]}");
     assert_int_equal(testmsg_decide(a, &first), OW_DECISION_CREATED);
     /* The first drew its order's id, then its request's; the second draws
      * only a request id (its order conflicts): skip one so that it is the
      * first's request id. */
     ow_idgen_next(&gb);
-    ow_store_set_known_read(b, 0);
+    ow_store_test_known_read(b, 0);
     assert_int_equal(testmsg_decide(b, &second), OW_DECISION_KEY_REUSED);
     assert_int_equal(second.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
     assert_true(ow_store_get_stats(b)->id_collisions >= 1); /* the ids did collide */
@@ -631,10 +662,12 @@ static void test_key_hash_matches_sql(void **state)
     testmsg a, b;
 
     (void)state;
-    testmsg_make(&a, "k-hash-1", "{\"user_id\":31,\"orders\":[{\"external_order_no\":\"H1\","
-                                 "\"amount\":\"1.00\"}]}");
-    testmsg_make(&b, "k:hash\\2", "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"H2\","
-                                   "\"amount\":\"1.00\"}]}");
+    testmsg_make(&a, "k-hash-1",
+                 "{\"user_id\":31,\"orders\":[{\"external_order_no\":\"H1\","
+                 "\"amount\":\"1.00\"}]}");
+    testmsg_make(&b, "k:hash\\2",
+                 "{\"user_id\":3,\"orders\":[{\"external_order_no\":\"H2\","
+                 "\"amount\":\"1.00\"}]}");
     assert_int_equal(testmsg_decide(s, &a), OW_DECISION_CREATED);
     assert_int_equal(testmsg_decide(s, &b), OW_DECISION_CREATED);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2);
@@ -687,7 +720,7 @@ static void test_key_hash_collision(void **state)
         s = testdb_store(&c, &ids, 5);
         testmsg_make(&m, "k-collides", value);
         plant_collision(&c, &m);
-        ow_store_set_known_read(s, known);
+        ow_store_test_known_read(s, known);
         assert_int_equal(testmsg_decide(s, &m), OW_DECISION_KEY_REUSED);
         assert_int_equal(m.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
         assert_int_equal(m.item.replayed, 0);

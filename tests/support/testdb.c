@@ -175,7 +175,7 @@ ow_decision testmsg_decide(ow_store *s, testmsg *m)
     ow_error err;
 
     for (int attempt = 0; attempt < 20; attempt++) {
-        if (ow_store_decide(s, &m->item, 1, attempt > 0, &err) == OW_OK)
+        if (ow_store_decide(s, &m->item, 1, &err) == OW_OK)
             return m->item.decision;
         if (err.cls != OW_ERRCLASS_RETRIABLE)
             fail_msg("decide: %s", err.msg);

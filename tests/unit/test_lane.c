@@ -142,11 +142,10 @@ void ow_store_item_cleanup(ow_store_item *it)
     ow_buf_cleanup(&it->body);
 }
 
-int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
 {
     char *line;
 
-    (void)one_at_a_time;
     ow_error_clear(err);
     if (atomic_load(&((fake_shard *)s)->down))
         return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 2013, "lost connection");

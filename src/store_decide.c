@@ -1,0 +1,522 @@
+/*
+ * The transaction that decides a micro-batch of requests
+ * (docs/transactions.md).
+ *
+ *   0. one non-locking read by key hash answers the items whose key is
+ *      already recorded: rows are written once, final, so a committed row
+ *      is the database's decision (its stored body with the same digest,
+ *      IDEMPOTENCY_KEY_REUSED with another). A batch of such items writes
+ *      nothing and ends with a read-only COMMIT.
+ *   The other items are decided set-based, for all of them at once:
+ *   1. lock the orders that already exist (SELECT ... FOR UPDATE);
+ *   2. decide each item in memory as if its key were new and build its
+ *      body (store_orders.c);
+ *   3. INSERT IGNORE every request row, final status and body included;
+ *   4. when fewer rows were inserted than given, read the rows back by key
+ *      hash: a row with the item's id is ours (as many as step 3 inserted:
+ *      ids from two processes can collide); another id means the key was
+ *      recorded first (by an earlier request, or by a concurrent
+ *      transaction that committed while we waited on the unique key), so
+ *      the item replays the stored body or reports IDEMPOTENCY_KEY_REUSED,
+ *      and writes nothing;
+ *   5. INSERT the new orders of the items that are ours and CREATED;
+ *   6. COMMIT.
+ * A race the database reports in the middle (a concurrent creator of the
+ * same order, 1062; a lock wait timeout, 1205; an id collision) rolls the
+ * whole transaction back and the batch is redone one item at a time, each
+ * under its own SAVEPOINT, where each outcome belongs to one item. A
+ * deadlock (1213) rolls back the transaction in the server; the caller
+ * backs off and calls again, and that call runs one item at a time (the
+ * store remembers why it failed: no caller branches on MySQL's numbers).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/log.h"
+#include "store_orders.h"
+#include "store_test.h"
+
+/* The statements of the requests' steps, cached per row bucket by the
+ * connection (ow_store_stmt). */
+static const ow_sql_shape known_sql = {
+    OW_SLOT_KNOWN + 0,
+    "SELECT 0, user_id, idempotency_key, request_digest, response_status, response_body, key_hash "
+    "FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
+static const ow_sql_shape insert_requests_sql = {
+    OW_SLOT_DECIDE + 1,
+    "INSERT IGNORE INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
+    "status, response_status, response_body) VALUES ",
+    "(?,?,?,?,?,?,?)", ""};
+static const ow_sql_shape read_back_sql = {
+    OW_SLOT_DECIDE + 2,
+    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body, "
+    "key_hash FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
+
+#define FALLBACK 1      /* positive: a race; redo one item at a time */
+#define ITEM_ATTEMPTS 5 /* tries of one item before giving up the batch */
+
+/* --- Answers from a recorded request ------------------------------------- */
+
+static void clear_decisions(ow_store_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        items[i].decision = OW_DECISION_NONE;
+        items[i].replayed = 0;
+        items[i].ours = 0;
+        ow_buf_reset(&items[i].body);
+    }
+}
+
+/* IDEMPOTENCY_KEY_REUSED, built from the item's own fields; stored_digest8
+ * names the recorded request for the security log. */
+static int answer_key_reused(ow_store_item *it, const char *stored_digest8, ow_error *err)
+{
+    ow_response_ctx ctx;
+
+    ow_store_item_ctx(it, &ctx);
+    clear_decisions(it, 1);
+    it->decision = OW_DECISION_KEY_REUSED;
+    it->code = OW_CODE_IDEMPOTENCY_KEY_REUSED;
+    memcpy(it->stored_digest8, stored_digest8, sizeof(it->stored_digest8));
+    return ow_response_key_reused(&ctx, &it->body) == OW_OK ? OW_OK : ow_store_oom(err);
+}
+
+/* A committed row holds the item's key: a replay of its stored body
+ * (body) when the digests match, else IDEMPOTENCY_KEY_REUSED. */
+static int answer_recorded(ow_store_item *it, const unsigned char *digest, long long status,
+                           const ow_buf *body, ow_error *err)
+{
+    char digest8[9];
+
+    if (memcmp(digest, it->digest, OW_DIGEST_LEN) != 0) {
+        ow_hex(digest, 4, digest8);
+        return answer_key_reused(it, digest8, err);
+    }
+    clear_decisions(it, 1);
+    it->decision = OW_DECISION_REPLAY;
+    it->code = status == 201 ? OW_CODE_CREATED : OW_CODE_ORDER_ALREADY_EXISTS;
+    it->replayed = 1;
+    return ow_buf_append(&it->body, body->data, body->len) == OW_OK ? OW_OK : ow_store_oom(err);
+}
+
+/* --- Rows read by key hash (steps 0 and 4) -------------------------------- */
+
+/* One row of known_sql or read_back_sql: (id, user_id, idempotency_key,
+ * request_digest, response_status, response_body, key_hash); the body is
+ * fetched on demand. */
+typedef struct {
+    MYSQL_BIND res[7];
+    ow_mybool nul[7];
+    long long id; /* 0 for known_sql */
+    long long user_id;
+    long long status;
+    char key[OW_KEY_MAX + 1];
+    unsigned long key_len;
+    unsigned char digest[OW_DIGEST_LEN];
+    unsigned long digest_len;
+    unsigned char key_hash[OW_KEY_HASH_LEN];
+    unsigned long key_hash_len;
+    unsigned long body_len;
+    int have_body;
+} request_row;
+
+static void bind_row(request_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    ow_result_int(&r->res[0], &r->id, &r->nul[0]);
+    ow_result_int(&r->res[1], &r->user_id, &r->nul[1]);
+    ow_result_bytes(&r->res[2], r->key, sizeof(r->key), &r->key_len, &r->nul[2]);
+    ow_result_bytes(&r->res[3], r->digest, sizeof(r->digest), &r->digest_len, &r->nul[3]);
+    ow_result_int(&r->res[4], &r->status, &r->nul[4]);
+    ow_result_bytes(&r->res[5], NULL, 0, &r->body_len, &r->nul[5]);
+    ow_result_bytes(&r->res[6], r->key_hash, sizeof(r->key_hash), &r->key_hash_len, &r->nul[6]);
+}
+
+/* The answer of an item whose key the current row records: ours when the
+ * row carries the item's request id (step 4), else the recorded answer. */
+static int answer_row(ow_store *s, MYSQL_STMT *st, request_row *r, ow_store_item *it, ow_error *err)
+{
+    int rc = OW_OK;
+
+    if (r->id != 0 && r->id == it->request_id) {
+        it->ours = 1;
+        return OW_OK;
+    }
+    if (!r->have_body) { /* one fetch per row, whatever items share it */
+        rc = ow_store_fetch_column(s, st, 5, r->body_len, &s->scratch.blob, "read requests", err);
+        r->have_body = 1;
+    }
+    return rc == OW_OK ? answer_recorded(it, r->digest, r->status, &s->scratch.blob, err) : rc;
+}
+
+/* The row holds the item's key hash for another (user_id, key): two keys
+ * whose SHA-256 agree in 128 bits (about 1.5e-21 for 10^9 keys;
+ * docs/transactions.md), the row possibly another item's of the same
+ * batch. The item's key cannot be recorded, so it is answered like a key
+ * used for another request, from its own fields, and writes nothing. */
+static int answer_collision(ow_store *s, const request_row *r, ow_store_item *it, ow_error *err)
+{
+    s->stats.key_hash_collisions++;
+    OW_LOG(OW_LOG_ERROR, "idempotency_key_hash_collision", OW_F_INT("user_id", it->req->user_id),
+           OW_F_KEY("key", it->key, it->key_len), OW_F_INT("stored_user_id", r->user_id),
+           OW_F_KEY("stored_key", r->key, r->key_len));
+    return answer_key_reused(it, "00000000", err);
+}
+
+/* Matches the current row to every item with its key hash (a batch may
+ * carry a key twice). */
+static int match_row(ow_store *s, MYSQL_STMT *st, request_row *r, ow_store_item *items, size_t n,
+                     ow_error *err)
+{
+    int rc = OW_OK;
+
+    for (size_t i = 0; rc == OW_OK && i < n; i++) {
+        ow_store_item *it = &items[i];
+
+        if (memcmp(r->key_hash, it->key_hash, OW_KEY_HASH_LEN) != 0)
+            continue;
+        if (it->req->user_id == r->user_id && it->key_len == r->key_len &&
+            memcmp(it->key, r->key, r->key_len) == 0)
+            rc = answer_row(s, st, r, it, err);
+        else
+            rc = answer_collision(s, r, it, err);
+    }
+    return rc;
+}
+
+/* Reads every row of the executed statement st; rows with a key, digest
+ * or hash of the wrong length are skipped. */
+static int match_rows(ow_store *s, MYSQL_STMT *st, ow_store_item *items, size_t n, ow_error *err)
+{
+    request_row r;
+    unsigned e;
+    int frc = 0;
+    int rc = OW_OK;
+
+    bind_row(&r);
+    if (mysql_stmt_bind_result(st, r.res) != 0 || mysql_stmt_store_result(st) != 0)
+        return ow_store_fail_stmt(s, st, "read requests", err);
+    while (rc == OW_OK) {
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        r.have_body = 0;
+        if (r.key_len <= OW_KEY_MAX && r.digest_len == OW_DIGEST_LEN &&
+            r.key_hash_len == OW_KEY_HASH_LEN)
+            rc = match_row(s, st, &r, items, n, err);
+    }
+    e = rc == OW_OK && frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
+    mysql_stmt_free_result(st);
+    if (rc == OW_OK && frc != MYSQL_NO_DATA)
+        rc = ow_store_fail(s, e, "read requests", err);
+    return rc;
+}
+
+/* Reads the rows of items[0..n) by key hash with shape, chunk by chunk,
+ * and matches them (padding repeats the last hash, which changes nothing
+ * the list matches). */
+static int read_by_hash(ow_store *s, const ow_sql_shape *shape, ow_store_item *items, size_t n,
+                        ow_error *err)
+{
+    int rc = OW_OK;
+
+    for (size_t done = 0; rc == OW_OK && done < n; done += OW_STMT_MAX_ROWS) {
+        size_t rows = n - done < OW_STMT_MAX_ROWS ? n - done : OW_STMT_MAX_ROWS;
+        size_t padded = 0;
+        MYSQL_STMT *st = NULL;
+
+        rc = ow_store_stmt_padded(s, shape, rows, &st, &padded, err);
+        for (size_t i = 0; rc == OW_OK && i < padded; i++)
+            ow_param_bytes(&s->params, items[done + (i < rows ? i : rows - 1)].key_hash,
+                           OW_KEY_HASH_LEN);
+        if (rc == OW_OK)
+            rc = ow_store_execute(s, st, &s->params, "read requests", err);
+        if (rc == OW_OK)
+            rc = match_rows(s, st, items + done, rows, err);
+    }
+    return rc;
+}
+
+/* --- Step 3: insert the request rows ------------------------------------- */
+
+static int insert_requests_chunk(ow_decide_part *p, size_t from, unsigned bucket, ow_error *err)
+{
+    size_t rows = (size_t)1 << bucket;
+    ow_params *params = &p->s->params;
+    MYSQL_STMT *st = NULL;
+    int rc = ow_store_stmt(p->s, &insert_requests_sql, bucket, &st, err);
+
+    if (rc != OW_OK)
+        return rc;
+    for (size_t i = from; i < from + rows; i++) {
+        const ow_store_item *it = &p->items[i];
+        const char *status = it->decision == OW_DECISION_CREATED ? "SUCCEEDED" : "FAILED";
+
+        ow_param_int(params, it->request_id);
+        ow_param_int(params, it->req->user_id);
+        ow_param_bytes(params, it->key, it->key_len);
+        ow_param_bytes(params, it->digest, OW_DIGEST_LEN);
+        ow_param_bytes(params, status, strlen(status));
+        ow_param_int(params, ow_result_code_status(it->code));
+        ow_param_bytes(params, it->body.data, it->body.len);
+    }
+    rc = ow_store_execute(p->s, st, params, "insert requests", err);
+    if (rc == OW_OK)
+        p->inserted += (size_t)mysql_stmt_affected_rows(st);
+    return rc;
+}
+
+static int insert_requests(ow_decide_part *p, ow_error *err)
+{
+    size_t done = 0;
+
+    p->inserted = 0;
+    while (done < p->count) {
+        unsigned bucket = ow_store_bucket_floor(p->count - done);
+        int rc = insert_requests_chunk(p, p->first + done, bucket, err);
+
+        if (rc != OW_OK)
+            return rc;
+        done += (size_t)1 << bucket;
+    }
+    return OW_OK;
+}
+
+/* --- Step 4: read back who owns each key --------------------------------- */
+
+static int read_back(ow_decide_part *p, ow_error *err)
+{
+    ow_store_item *items = p->items + p->first;
+    size_t ours = 0;
+    int rc;
+
+    /* Every row inserted: all are ours, nothing to read back. */
+    if (p->inserted == p->count) {
+        for (size_t i = 0; i < p->count; i++)
+            items[i].ours = 1;
+        return OW_OK;
+    }
+    rc = read_by_hash(p->s, &read_back_sql, items, p->count, err);
+    for (size_t i = 0; rc == OW_OK && i < p->count; i++) {
+        ours += items[i].ours;
+        /* Neither our row nor another: INSERT IGNORE skipped ours because its
+         * id collided with another row's primary key. */
+        if (!items[i].ours && items[i].decision != OW_DECISION_REPLAY &&
+            items[i].decision != OW_DECISION_KEY_REUSED)
+            rc = FALLBACK;
+    }
+    /* A row that carries our id is ours only if the server inserted it: a
+     * process that drew the same id for the same key in the same
+     * millisecond (same node number) wrote a row that looks like ours, and
+     * only the count of inserted rows tells them apart. */
+    if (rc == OW_OK && ours != p->inserted)
+        rc = FALLBACK;
+    if (rc == FALLBACK)
+        p->s->stats.id_collisions++;
+    return rc;
+}
+
+/* --- The two paths: set-based, and one item at a time ---------------------- */
+
+/* Maps the database's race reports (1062 on an order insert, 1205 lock wait
+ * timeout) to FALLBACK and leaves other errors as they are. */
+static int race_or_error(int rc, const ow_error *err)
+{
+    if (rc == OW_OK || rc == FALLBACK)
+        return rc;
+    if (err->code == OW_ER_DUP_ENTRY || err->code == OW_ER_LOCK_WAIT_TIMEOUT)
+        return FALLBACK;
+    return rc;
+}
+
+static int run_steps(ow_decide_part *p, ow_error *err)
+{
+    int rc = ow_orders_lock(p, err);
+
+    if (rc == OW_OK)
+        rc = ow_orders_plan(p, err);
+    if (rc == OW_OK)
+        rc = insert_requests(p, err);
+    if (rc == OW_OK)
+        rc = read_back(p, err);
+    if (rc == OW_OK)
+        rc = ow_orders_insert(p, err);
+    return race_or_error(rc, err);
+}
+
+static int in_progress(ow_store *s, ow_store_item *it, ow_error *err)
+{
+    ow_response_ctx ctx;
+
+    clear_decisions(it, 1);
+    it->decision = OW_DECISION_IN_PROGRESS;
+    it->code = OW_CODE_REQUEST_IN_PROGRESS;
+    ow_store_item_ctx(it, &ctx);
+    if (ow_response_in_progress(&ctx, (int64_t)s->lock_wait_timeout_s * 1000, &it->body) != OW_OK)
+        return ow_store_oom(err);
+    return OW_OK;
+}
+
+/* One item under a savepoint (or alone in its transaction when single). */
+static int run_one(ow_store *s, ow_store_item *items, size_t i, int single, ow_error *err)
+{
+    ow_decide_part p = {s, items, i, 1, items[i].req->n_orders, 0};
+
+    for (unsigned attempt = 0; attempt < ITEM_ATTEMPTS; attempt++) {
+        int rc = OW_OK;
+
+        if (!single)
+            rc = ow_store_exec_static(s, "SAVEPOINT ow_item", err);
+        if (rc == OW_OK)
+            rc = run_steps(&p, err);
+        if (rc != FALLBACK)
+            return rc;
+        /* Undo this item's statements; earlier items of the batch stay. */
+        if (single)
+            ow_store_rollback(s);
+        else if (ow_store_exec_static(s, "ROLLBACK TO SAVEPOINT ow_item", err) != OW_OK)
+            return OW_ERETRY;
+        if (err->code == OW_ER_LOCK_WAIT_TIMEOUT)
+            return in_progress(s, &items[i], err);
+        if (err->code == OW_ER_DUP_ENTRY)
+            s->stats.order_races++;
+        /* A concurrent creator has committed (the next locking read sees its
+         * order), or our id collided (a new node number avoids it). */
+        ow_idgen_set_node(s->ids, (unsigned)(ow_rand64(&s->rng) >> 20));
+        ow_error_clear(err);
+    }
+    return ow_error_set(err, OW_ERRCLASS_RETRIABLE, OW_ER_DUP_ENTRY,
+                        "item kept racing with concurrent writers after %d attempts",
+                        ITEM_ATTEMPTS);
+}
+
+static int run_one_at_a_time(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = run_one(s, items, i, n == 1, err);
+
+        if (rc != OW_OK)
+            return rc;
+    }
+    return ow_store_commit(s, err);
+}
+
+/* Decides items[0..n), none of whose keys step 0 found, in one
+ * transaction: set-based first, one at a time after a race. */
+static int decide_new(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+{
+    int rc = ow_orders_prepare(s, items, n, err);
+
+    if (rc != OW_OK)
+        return rc;
+    s->stats.transactions++;
+    if (!one_at_a_time && n > 1) {
+        ow_decide_part p = {s, items, 0, n, 0, 0};
+
+        p.n_orders = s->scratch.ref_start[n - 1] + items[n - 1].req->n_orders;
+        rc = run_steps(&p, err);
+        if (rc == OW_OK)
+            rc = ow_store_commit(s, err);
+        if (rc != FALLBACK)
+            return rc;
+        ow_store_rollback(s);
+        s->stats.batch_fallbacks++;
+        ow_error_clear(err);
+    }
+    return run_one_at_a_time(s, items, n, err);
+}
+
+/* Moves the items step 0 did not answer to the front of a copy (struct
+ * copies: each body buffer has one owner at a time), decides them, and
+ * puts them back. */
+static int decide_rest(ow_store *s, ow_store_item *items, size_t n, size_t unknown,
+                       int one_at_a_time, ow_error *err)
+{
+    ow_store_item *rest = malloc(unknown * sizeof(*rest));
+    size_t *where = malloc(unknown * sizeof(*where));
+    size_t k = 0;
+    int rc;
+
+    if (rest == NULL || where == NULL) {
+        free(rest);
+        free(where);
+        return ow_store_oom(err);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].decision == OW_DECISION_NONE) {
+            where[k] = i;
+            rest[k++] = items[i];
+        }
+    }
+    rc = decide_new(s, rest, k, one_at_a_time, err);
+    for (size_t j = 0; j < k; j++)
+        items[where[j]] = rest[j];
+    free(rest);
+    free(where);
+    return rc;
+}
+
+/* Step 0, then the rest; on error nothing was committed and no item has
+ * a decision. */
+static int decide(ow_store *s, ow_store_item *items, size_t n, int one_at_a_time, ow_error *err)
+{
+    size_t unknown = 0;
+    int rc = ow_store_connect(s, err);
+
+    clear_decisions(items, n);
+    if (rc == OW_OK && !s->no_known_read)
+        rc = read_by_hash(s, &known_sql, items, n, err);
+    for (size_t i = 0; rc == OW_OK && i < n; i++)
+        unknown += items[i].decision == OW_DECISION_NONE;
+    if (rc == OW_OK && unknown == 0)
+        rc = ow_store_commit(s, err); /* read-only: ends the snapshot, no redo */
+    else if (rc == OW_OK && unknown == n)
+        rc = decide_new(s, items, n, one_at_a_time, err);
+    else if (rc == OW_OK)
+        rc = decide_rest(s, items, n, unknown, one_at_a_time, err);
+    if (rc == OW_OK) {
+        s->stats.known_keys += n - unknown;
+        return OW_OK;
+    }
+    ow_store_rollback(s);
+    clear_decisions(items, n);
+    return rc;
+}
+
+int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
+{
+    int rc;
+
+    ow_error_clear(err);
+    if (n == 0)
+        return OW_OK;
+    /* After a deadlock or a lock wait the next call goes one item at a time. */
+    rc = decide(s, items, n, s->next_one_at_a_time, err);
+    if (rc != OW_OK && err->code == OW_ER_LOCK_DEADLOCK)
+        s->stats.deadlocks++;
+    s->next_one_at_a_time =
+        rc != OW_OK && (err->code == OW_ER_LOCK_DEADLOCK || err->code == OW_ER_LOCK_WAIT_TIMEOUT);
+    return rc;
+}
+
+void ow_store_test_known_read(ow_store *s, int enabled)
+{
+    s->no_known_read = !enabled;
+}
+
+int ow_store_item_init(ow_store_item *it, const ow_request *req, const char *key, size_t key_len)
+{
+    memset(it, 0, sizeof(*it));
+    it->req = req;
+    it->key = key;
+    it->key_len = key_len;
+    ow_buf_init(&it->body);
+    return ow_key_hash(req->user_id, key, key_len, it->key_hash);
+}
+
+void ow_store_item_cleanup(ow_store_item *it)
+{
+    ow_buf_cleanup(&it->body);
+}
