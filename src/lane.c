@@ -119,7 +119,7 @@ static take_kind how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *
 {
     if (!job->valid)
         return TAKE_COUNTED;
-    if (ow_lane_cache_answer(l, job))
+    if (ow_lane_cache_answer(l->cache, job))
         return TAKE_FREE;
     if (!db_up) {
         *db_wait = 1;
@@ -381,7 +381,7 @@ static void run_batch(ow_lane *l, batch *b)
 
         decided = decide(l, b, &n) == OW_OK;
         if (decided)
-            ow_lane_cache_fill(l, b->items, n, since);
+            ow_lane_cache_fill(l->cache, b->items, n, since);
         for (size_t i = 0; i < n; i++)
             b->valid[i]->item = b->items[i];
     }
@@ -491,6 +491,7 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned s
                   ow_store_watch *watch, ow_error *err)
 {
     ow_store_params p;
+    int no_memory = 0;
 
     ow_store_params_for_shard(env->cfg, shard, &p); /* mysql.host unless sharded */
     memset(l, 0, sizeof(*l));
@@ -502,7 +503,8 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned s
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, env->ids);
-    if (l->store == NULL || ow_lane_cache_init(l) != OW_OK)
+    l->cache = ow_lane_cache_new(env->cfg, env->n_lanes, &no_memory);
+    if (l->store == NULL || no_memory)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (watch != NULL)
         ow_store_use_watch(l->store, watch);
@@ -580,7 +582,7 @@ void ow_lane_join(ow_lane *l, int64_t deadline_ms)
         pthread_join(l->thread, NULL);
     l->started = 0;
     ow_store_free(&l->store);
-    ow_lane_cache_free(l);
+    ow_cache_free(&l->cache);
 }
 
 void ow_lane_destroy(ow_lane *l)

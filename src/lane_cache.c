@@ -1,40 +1,34 @@
 /*
- * A lane's retry cache (issue 12). Keys hash to lanes, so the retries of a
+ * A lane's retry cache. Keys hash to lanes, so the retries of a
  * key that reach this replica all reach one lane, and each lane owns its
  * cache: no lock. A message answered here skips the database; a miss, an
  * expired entry or another digest goes to the deciding transaction, and
  * only what that transaction created and committed fills the cache.
  */
-#include "lane_internal.h"
+#include "lane_cache.h"
+
 #include "ow/metrics.h"
 
-int ow_lane_cache_init(ow_lane *l)
+ow_cache *ow_lane_cache_new(const ow_config *cfg, size_t n_lanes, int *failed)
 {
-    const ow_config *cfg = l->env->cfg;
-    size_t lanes = l->env->n_lanes > 0 ? l->env->n_lanes : 1;
-    size_t per_lane = (size_t)cfg->cache_max_bytes / lanes;
+    size_t per_lane = (size_t)cfg->cache_max_bytes / (n_lanes > 0 ? n_lanes : 1);
+    ow_cache *c = NULL;
 
-    l->cache = NULL;
-    if (cfg->cache_max_bytes == 0)
-        return OW_OK;
-    l->cache = ow_cache_new(per_lane, cfg->cache_ttl_s * 1000);
-    return l->cache != NULL ? OW_OK : OW_ENOMEM;
+    if (cfg->cache_max_bytes > 0)
+        c = ow_cache_new(per_lane, cfg->cache_ttl_s * 1000);
+    *failed = cfg->cache_max_bytes > 0 && c == NULL;
+    return c;
 }
 
-void ow_lane_cache_free(ow_lane *l)
-{
-    ow_cache_free(&l->cache);
-}
-
-int ow_lane_cache_answer(ow_lane *l, ow_job *job)
+int ow_lane_cache_answer(ow_cache *c, ow_job *job)
 {
     ow_store_item *it = &job->item;
     ow_result_code code;
 
-    if (l->cache == NULL)
+    if (c == NULL)
         return 0;
-    if (!ow_cache_get(l->cache, job->req.user_id, it->key, it->key_len, it->digest,
-                      ow_clock_mono_ms(), &code, &it->body))
+    if (!ow_cache_get(c, job->req.user_id, it->key, it->key_len, it->digest, ow_clock_mono_ms(),
+                      &code, &it->body))
         return 0;
     OW_COUNT(cache_hits, 1);
     it->decision = OW_DECISION_REPLAY;
@@ -43,13 +37,13 @@ int ow_lane_cache_answer(ow_lane *l, ow_job *job)
     return 1;
 }
 
-void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n, int64_t since_ms)
+void ow_lane_cache_fill(ow_cache *c, const ow_store_item *items, size_t n, int64_t since_ms)
 {
     /* Entries age from before the deciding transaction began, never later
      * than their records' created_at: retries and a slow shard can hold a
      * decide for seconds, which must not stretch an entry past purge's
-     * horizon (review of issue 12). */
-    for (size_t i = 0; l->cache != NULL && i < n; i++) {
+     * horizon. */
+    for (size_t i = 0; c != NULL && i < n; i++) {
         const ow_store_item *it = &items[i];
 
         /* Only a record this transaction created and committed: its entry is
@@ -59,7 +53,7 @@ void ow_lane_cache_fill(ow_lane *l, const ow_store_item *items, size_t n, int64_
          * KEY_REUSED or IN_PROGRESS, which the database did not store. */
         if (it->ours &&
             (it->decision == OW_DECISION_CREATED || it->decision == OW_DECISION_CONFLICT))
-            ow_cache_put(l->cache, it->req->user_id, it->key, it->key_len, it->digest, it->code,
+            ow_cache_put(c, it->req->user_id, it->key, it->key_len, it->digest, it->code,
                          it->body.data, it->body.len, since_ms);
     }
 }

@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 
-#include "ow/cache.h"
+#include "lane_cache.h"
 #include "ow/idgen.h"
 #include "ow/store_watch.h"
 #include "output_internal.h"
@@ -69,17 +69,5 @@ void ow_lane_stop(ow_lane *lane);
  * batch is rolled back and redelivered later (issue 9). */
 void ow_lane_join(ow_lane *lane, int64_t deadline_ms);
 void ow_lane_destroy(ow_lane *lane);
-
-/* The lane's retry cache (lane_cache.c, issue 12): its share of
- * cache.max_bytes, none when 0. */
-int ow_lane_cache_init(ow_lane *lane);
-void ow_lane_cache_free(ow_lane *lane);
-/* A hit with the job's digest: the job gets the stored answer as a replay
- * and returns 1. A miss is counted by the caller, when the job goes to the
- * database: a lane waiting for its database asks again for the same job. */
-int ow_lane_cache_answer(ow_lane *lane, ow_job *job);
-/* After the deciding transaction committed: keeps items' recorded answers,
- * aged from since_ms (monotonic), taken before the transaction began. */
-void ow_lane_cache_fill(ow_lane *lane, const ow_store_item *items, size_t n, int64_t since_ms);
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "ow/admin.h"
 #include "ow/log.h"
-#include "store_internal.h"
+#include "store_parts.h"
 
 #define ID_BUCKET 8                /* ow_store_stmt's bucket of ID_CHUNK rows */
 #define ID_CHUNK (1u << ID_BUCKET) /* ids per IN list of a purge chunk: 256 */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "ow/error.h"
-#include "ow/store_watch.h"
+#include "ow/store_state.h"
 
 /* A connection's socket, guarded by the connection's own mutex: a socket
  * is shut down only while that mutex is held, so a descriptor that was

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "ow/migrations.h"
-#include "store_internal.h"
+#include "store_parts.h"
 
 static const char *const create_migrations_table =
     "CREATE TABLE IF NOT EXISTS ow_schema_migrations ("

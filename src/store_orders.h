@@ -7,7 +7,7 @@
 #ifndef OW_STORE_ORDERS_H
 #define OW_STORE_ORDERS_H
 
-#include "store_internal.h"
+#include "store_parts.h"
 
 /* The items of one transaction part: items[first .. first + count), with
  * n_orders orders among them. */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "ow/config.h"
-#include "store_internal.h"
+#include "store_parts.h"
 
 void ow_store_params_for_shard(const ow_config *cfg, unsigned shard, ow_store_params *p)
 {

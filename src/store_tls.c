@@ -14,7 +14,30 @@
 #include <string.h>
 
 #include "ow/log.h"
-#include "store_internal.h"
+#include "store_parts.h"
+
+#ifndef MYSQL_UNIX_ADDR
+#define MYSQL_UNIX_ADDR "(the client library's default)"
+#endif
+
+/* MySQL's client libraries, MariaDB Connector/C among them, take the host
+ * name "localhost" to mean their Unix socket and then never use the port.
+ * The socket is MYSQL_UNIX_PORT's, else MARIADB_UNIX_PORT's (Connector/C
+ * reads both once, at its initialisation), else the library's built-in
+ * path. */
+void ow_store_server_text(const ow_store *s, char *out, size_t outsz)
+{
+    const char *sock = getenv("MYSQL_UNIX_PORT");
+
+    if (strcmp(s->host, "localhost") != 0) {
+        snprintf(out, outsz, "%s:%u", s->host, s->port);
+        return;
+    }
+    if (sock == NULL)
+        sock = getenv("MARIADB_UNIX_PORT");
+    snprintf(out, outsz, "localhost (Unix socket %s; mysql.port is not used)",
+             sock != NULL ? sock : MYSQL_UNIX_ADDR);
+}
 
 static const char *const mode_names[] = {"disabled", "preferred", "required", "verify_ca",
                                          "verify_identity"};

@@ -7,7 +7,7 @@
 #include "ow/log.h"
 #include "ow/util.h"
 #include "store_gate.h"
-#include "store_internal.h"
+#include "store_parts.h"
 
 #define PING_INTERVAL_MS 1000
 #define NAME_MAX_LEN 160

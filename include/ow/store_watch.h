@@ -25,13 +25,7 @@
 
 #include "ow/error.h"
 #include "ow/store.h"
-
-typedef enum {
-    OW_WATCH_UNKNOWN = 0, /* no ping has finished yet */
-    OW_WATCH_UP,
-    OW_WATCH_DOWN,   /* unreachable, lost or not answering: retry */
-    OW_WATCH_REFUSED /* an error that retrying cannot fix */
-} ow_watch_state;
+#include "ow/store_state.h"
 
 /* A watch of the database p describes, named name in logs and errors
  * ("shard 1 (127.0.0.1:3307/orders)"). Copies both. NULL when out of

@@ -1,6 +1,6 @@
 /* Private to the store modules (store*.c). */
-#ifndef OW_STORE_INTERNAL_H
-#define OW_STORE_INTERNAL_H
+#ifndef OW_STORE_PARTS_H
+#define OW_STORE_PARTS_H
 
 #include <mysql.h>
 #include <pthread.h>

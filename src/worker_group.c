@@ -1,0 +1,289 @@
+/* The worker in its consumer group: offsets, commits, rebalances and
+ * leaving the group (worker_parts.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ow/kafka.h"
+#include "ow/log.h"
+#include "ow/metrics.h"
+#include "worker_parts.h"
+
+/* --- Offsets ------------------------------------------------------------ */
+
+/* The ledger's store function: called with the ledger's lock held when a
+ * partition's done watermark moves. */
+void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
+{
+    ow_worker *w = opaque;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t e;
+
+    rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = offset;
+    e = rd_kafka_offsets_store(w->consumer, l);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        OW_COUNT(offsets_stored, 1);
+    else
+        OW_LOG(OW_LOG_DEBUG, "offset_store_skipped", OW_F_INT("partition", partition),
+               OW_F_INT("offset", offset), OW_F_STR("error", rd_kafka_err2str(e)));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Every commit's result, periodic or explicit (issue 9, defect 9). */
+static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
+                        const char *when)
+{
+    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return 1; /* nothing was stored since the last commit */
+    for (int i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != NULL && i < offsets->cnt; i++)
+        err = offsets->elems[i].err;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        OW_COUNT(commits, 1);
+        return 1;
+    }
+    OW_COUNT(commit_failures, 1);
+    OW_LOG(OW_LOG_WARN, "commit_failed", OW_F_STR("when", when),
+           OW_F_STR("error", rd_kafka_err2str(err)));
+    return 0;
+}
+
+void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                  rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    count_commit(err, offsets, "periodic");
+}
+
+typedef struct {
+    const char *when;
+    int answered;
+} commit_wait;
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    commit_wait *cw = opaque;
+
+    (void)rk;
+    count_commit(err, offsets, cw->when);
+    cw->answered = 1;
+}
+
+/* Commits the stored offsets, waiting for the answer until deadline_ms at
+ * most: with the group coordinator away a synchronous commit would wait
+ * for its own 45 s timeout (issue 9, defect 3). What is not committed is
+ * redelivered later, which the contract allows. */
+void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(w->consumer);
+    commit_wait *cw = calloc(1, sizeof(*cw));
+    rd_kafka_resp_err_t e;
+
+    if (q == NULL || cw == NULL) {
+        if (q != NULL)
+            rd_kafka_queue_destroy(q);
+        free(cw);
+        return;
+    }
+    cw->when = why;
+    e = rd_kafka_commit_queue(w->consumer, NULL, q, on_commit, cw);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        count_commit(e, NULL, why);
+        cw->answered = 1;
+    }
+    while (!cw->answered && ow_clock_mono_ms() < deadline_ms) {
+        int64_t left = deadline_ms - ow_clock_mono_ms();
+
+        rd_kafka_queue_poll_callback(q, (int)(left < 100 ? (left > 0 ? left : 0) : 100));
+    }
+    if (!cw->answered)
+        OW_LOG(OW_LOG_WARN, "commit_unanswered", OW_F_STR("when", why),
+               OW_F_STR("error", "no answer from the group coordinator in time; what is not "
+                                 "committed is redelivered"));
+    rd_kafka_queue_destroy(q);
+    /* An answer that comes after the queue is gone is dropped with it; the
+     * callback never runs, so cw may go now. */
+    free(cw);
+}
+
+/* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
+
+static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_error_t *e;
+
+    for (int i = 0; i < parts->cnt; i++) {
+        if (ow_ledger_assign(&w->ledger, parts->elems[i].partition) != OW_OK)
+            ow_runstate_set_fatal(&w->rs, "out of memory");
+    }
+    atomic_fetch_add(&w->assigned, parts->cnt);
+    atomic_store(&w->ever_assigned, 1);
+    e = rd_kafka_incremental_assign(w->consumer, parts);
+    if (e != NULL) {
+        OW_LOG(OW_LOG_ERROR, "assign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+        ow_runstate_set_fatal(&w->rs, "incremental assign failed");
+        return;
+    }
+    if (w->paused)
+        rd_kafka_pause_partitions(w->consumer, parts);
+}
+
+/* The end of a wait during a revoke: the drain timeout, and at shutdown no
+ * later than the stop's deadline. */
+static int64_t revoke_deadline(const ow_worker *w)
+{
+    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+
+    if (atomic_load(&w->rs.stopping) && w->rs.deadline_ms < deadline)
+        deadline = w->rs.deadline_ms;
+    return deadline;
+}
+
+/* Waits (bounded) until the revoked partitions have nothing in flight, so
+ * that what was already decided gets acknowledged and committed here rather
+ * than redone by the next owner. */
+static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
+{
+    int64_t start = ow_clock_mono_ms();
+    int64_t deadline = revoke_deadline(w);
+    int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
+
+    if (ids == NULL)
+        return;
+    for (int i = 0; i < parts->cnt; i++)
+        ids[i] = parts->elems[i].partition;
+    if (!ow_ledger_wait_drained(&w->ledger, ids, (size_t)parts->cnt, deadline, &w->rs.fatal))
+        OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
+               OW_F_INT("timeout_ms", deadline > start ? deadline - start : 0));
+    free(ids);
+}
+
+static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
+{
+    int lost = rd_kafka_assignment_lost(w->consumer);
+    rd_kafka_error_t *e;
+
+    for (int i = 0; i < parts->cnt; i++)
+        ow_ledger_revoke_begin(&w->ledger, parts->elems[i].partition);
+    for (int i = 0; i < parts->cnt; i++) {
+        for (size_t k = 0; k < w->n_lanes; k++)
+            ow_lane_drop_partition(&w->lanes[k], parts->elems[i].partition);
+    }
+    /* A lost assignment may already belong to another member: commit nothing. */
+    if (!lost) {
+        drain(w, parts);
+        ow_worker_commit(w, "revoke", revoke_deadline(w));
+    }
+    for (int i = 0; i < parts->cnt; i++)
+        ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
+    atomic_fetch_sub(&w->assigned, parts->cnt);
+    e = rd_kafka_incremental_unassign(w->consumer, parts);
+    if (e != NULL) {
+        OW_LOG(OW_LOG_WARN, "unassign_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+    }
+    OW_LOG(OW_LOG_INFO, lost ? "partitions_lost" : "partitions_revoked",
+           OW_F_INT("count", parts->cnt));
+}
+
+void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                            rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    ow_worker *w = opaque;
+
+    (void)rk;
+    OW_COUNT(rebalances, 1);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        assign_partitions(w, parts);
+        OW_LOG(OW_LOG_INFO, "partitions_assigned", OW_F_INT("count", parts->cnt),
+               OW_F_INT("first", parts->cnt > 0 ? parts->elems[0].partition : -1));
+    } else {
+        revoke_partitions(w, parts);
+    }
+}
+
+static int assignment_empty(rd_kafka_t *rk)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    int empty = 1;
+
+    if (rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        empty = parts->cnt == 0;
+        rd_kafka_topic_partition_list_destroy(parts);
+    }
+    return empty;
+}
+
+/* Closes the consumer (leaves the group) within the stop's deadline; a
+ * close that does not finish in time is given up and the handle later
+ * destroyed without it (the group then drops this member after its
+ * session timeout). */
+static void close_consumer(ow_worker *w)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(w->consumer);
+    rd_kafka_error_t *e = q != NULL ? rd_kafka_consumer_close_queue(w->consumer, q) : NULL;
+
+    if (q == NULL)
+        return;
+    if (e != NULL) {
+        OW_LOG(OW_LOG_WARN, "close_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+    } else {
+        while (!rd_kafka_consumer_closed(w->consumer) && ow_clock_mono_ms() < w->rs.deadline_ms)
+            rd_kafka_queue_poll_callback(q, 50);
+        w->consumer_closed = rd_kafka_consumer_closed(w->consumer);
+    }
+    if (!w->consumer_closed)
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "stop deadline"));
+    rd_kafka_queue_destroy(q);
+}
+
+/* Leaves the group. librdkafka 2.0's consumer_close can hang when a
+ * cooperative assignment arrives while it closes (librdkafka issue #4527),
+ * so unsubscribe first and serve the rebalance callbacks (which commit and
+ * unassign) until the assignment is empty; messages still fetched are
+ * dropped unprocessed, their offsets never stored. Everything here ends by
+ * the stop's deadline (issue 9, defect 3). */
+void ow_worker_leave_group(ow_worker *w)
+{
+    int64_t deadline = w->rs.deadline_ms;
+    int idle = 0;
+
+    /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
+     * a consumer that joined but never received its first assignment is
+     * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
+     * first. Messages that arrive meanwhile are not processed. A worker
+     * that failed before subscribing has no join to wait for. */
+    ow_runstate_step(&w->rs, "leave: first join");
+    while (w->subscribed && !atomic_load(&w->ever_assigned) && ow_clock_mono_ms() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
+
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
+    }
+    if (!atomic_load(&w->ever_assigned) && w->subscribed) {
+        /* Closing could abort; nothing was assigned, so nothing is to be
+         * committed, and the group drops this member after its session
+         * timeout. */
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "no assignment yet"));
+        w->consumer_unsafe = 1;
+        return;
+    }
+    if (ow_clock_mono_ms() >= deadline) {
+        OW_LOG(OW_LOG_WARN, "left_without_close", OW_F_STR("reason", "stop deadline"));
+        return;
+    }
+    ow_runstate_step(&w->rs, "leave: unsubscribe");
+    rd_kafka_unsubscribe(w->consumer);
+    ow_runstate_step(&w->rs, "leave: revoke");
+    while (ow_clock_mono_ms() < deadline && idle < 3) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 100);
+
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
+        idle = assignment_empty(w->consumer) ? idle + 1 : 0;
+    }
+    ow_runstate_step(&w->rs, "leave: close");
+    close_consumer(w);
+}
