@@ -1,15 +1,22 @@
-/* order-worker: arguments, signals, exit status. Everything else lives in
- * the modules; this is the only file that decides the process's fate. */
+/* order-worker: arguments, signals, exit status, and the watchdog of a
+ * stop. Everything else lives in the modules; this is the only file that
+ * decides the process's fate. */
 #include <librdkafka/rdkafka.h>
 #include <malloc.h>
 #include <mysql.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ow/cli.h"
 #include "ow/config.h"
+#include "ow/log.h"
+#include "ow/util.h"
+#include "ow/worker.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -33,6 +40,52 @@ static void install_signals(void)
      * commit or group leave (issue 9). There is nothing to reload. */
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+/* The last resort of a stop: every wait of the worker's stop is bounded by
+ * its deadline (shutdown.timeout_ms), but a library call that never
+ * returns (seen once: librdkafka after the revoke of a first assignment)
+ * would hold the process. The watchdog ends it WATCHDOG_GRACE_MS after the
+ * deadline with exit status 1 and a stop_overrun line naming the step.
+ * Such an exit loses nothing: offsets are committed only for what was
+ * acknowledged, and the rest is redelivered. */
+#define WATCHDOG_GRACE_MS 2000
+#define WATCHDOG_TICK_MS 100
+
+static _Atomic int watchdog_done;
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&watchdog_done)) {
+        int64_t deadline;
+        const char *step;
+
+        ow_sleep_ms(WATCHDOG_TICK_MS, NULL);
+        ow_worker_stop_status(&deadline, &step);
+        if (deadline > 0 && ow_clock_mono_ms() > deadline + WATCHDOG_GRACE_MS) {
+            OW_LOG(OW_LOG_ERROR, "stop_overrun", OW_F_STR("step", step != NULL ? step : "unknown"),
+                   OW_F_INT("grace_ms", WATCHDOG_GRACE_MS),
+                   OW_F_STR("effect", "exiting now; what was not committed is redelivered"));
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+    return NULL;
+}
+
+/* Runs a command, under the watchdog when it runs the worker. */
+static int run_command(const ow_command *c, int argc, char **argv)
+{
+    pthread_t guard;
+    int guarded = c->run == ow_cmd_run && pthread_create(&guard, NULL, watchdog, NULL) == 0;
+    int code = c->run(argc, argv, &stop_requested);
+
+    if (guarded) {
+        atomic_store(&watchdog_done, 1);
+        pthread_join(guard, NULL);
+    }
+    return code;
 }
 
 const ow_command ow_commands[] = {
@@ -104,7 +157,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "order-worker: cannot initialise the MySQL client library\n");
             return OW_EXIT_FAILURE;
         }
-        code = c->run(argc - 1, argv + 1, &stop_requested);
+        code = run_command(c, argc - 1, argv + 1);
         mysql_library_end();
         return code;
     }

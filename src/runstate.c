@@ -1,11 +1,13 @@
-/* The flags every pipeline stage shares (pipeline_internal.h). */
-#include <stdio.h>
+/* The flags every pipeline stage shares (runstate.h). */
 #include <string.h>
-#include <unistd.h>
 
 #include "ow/log.h"
 #include "ow/util.h"
 #include "runstate.h"
+
+/* The stop as the process's watchdog sees it: one worker per process. */
+static _Atomic int64_t stop_deadline_ms;
+static _Atomic(const char *) stop_step;
 
 void ow_runstate_init(ow_runstate *rs)
 {
@@ -55,55 +57,19 @@ int ow_runstate_give_up(ow_runstate *rs)
 void ow_runstate_step(ow_runstate *rs, const char *step)
 {
     atomic_store(&rs->stop_step, step);
+    atomic_store(&stop_step, step);
     OW_LOG(OW_LOG_DEBUG, "stop_step", OW_F_STR("step", step));
 }
 
-static void *stopguard_main(void *arg)
+void ow_runstate_begin_stop(ow_runstate *rs, int64_t deadline_ms)
 {
-    ow_stopguard *g = arg;
-    int64_t end = g->rs->deadline_ms + OW_STOP_GRACE_MS;
-    int done;
-
-    pthread_mutex_lock(&g->mu);
-    while (!g->done && ow_clock_mono_ms() < end) {
-        struct timespec ts;
-
-        ow_deadline_after_ms(end - ow_clock_mono_ms(), &ts);
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    }
-    done = g->done;
-    pthread_mutex_unlock(&g->mu);
-    if (!done) {
-        const char *step = atomic_load(&g->rs->stop_step);
-
-        OW_LOG(OW_LOG_ERROR, "stop_overrun", OW_F_STR("step", step != NULL ? step : "unknown"),
-               OW_F_INT("grace_ms", OW_STOP_GRACE_MS),
-               OW_F_STR("effect", "exiting now; what was not committed is redelivered"));
-        fflush(stderr);
-        _exit(1);
-    }
-    return NULL;
+    rs->deadline_ms = deadline_ms;
+    atomic_store(&stop_deadline_ms, deadline_ms);
+    atomic_store(&rs->stopping, 1);
 }
 
-void ow_stopguard_start(ow_stopguard *g, ow_runstate *rs)
+void ow_runstate_stop_status(int64_t *deadline_ms, const char **step)
 {
-    g->rs = rs;
-    g->done = 0;
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    g->started = pthread_create(&g->thread, NULL, stopguard_main, g) == 0;
-}
-
-void ow_stopguard_end(ow_stopguard *g)
-{
-    if (!g->started)
-        return;
-    pthread_mutex_lock(&g->mu);
-    g->done = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->thread, NULL);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
-    g->started = 0;
+    *deadline_ms = atomic_load(&stop_deadline_ms);
+    *step = atomic_load(&stop_step);
 }

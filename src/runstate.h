@@ -38,26 +38,11 @@ int ow_runstate_give_up(ow_runstate *rs);
 /* Records the step a stop has reached (a static string). */
 void ow_runstate_step(ow_runstate *rs, const char *step);
 
-/* The last resort of a stop (issue 9): every wait of a stop is bounded by
- * the deadline, but a librdkafka call that never returns (seen once in the
- * chaos tier: after the revoke of a first assignment) would hold the
- * process. The guard's thread ends the process OW_STOP_GRACE_MS after the
- * deadline with exit status 1 and a stop_overrun line naming the step.
- * Such an exit loses nothing: offsets are committed only for what was
- * acknowledged, and the rest is redelivered. */
-#define OW_STOP_GRACE_MS 2000
-typedef struct {
-    ow_runstate *rs;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    int started;
-} ow_stopguard;
-
-/* Starts the guard; rs->deadline_ms must be set. */
-void ow_stopguard_start(ow_stopguard *g, ow_runstate *rs);
-/* The stop finished: ends the guard. */
-void ow_stopguard_end(ow_stopguard *g);
+/* Starts the stop: deadline_ms (monotonic) bounds it. The process's
+ * watchdog (main.c) reads it with ow_runstate_stop_status. */
+void ow_runstate_begin_stop(ow_runstate *rs, int64_t deadline_ms);
+/* The stop of the process's worker: its deadline (0 before a stop began)
+ * and the step it is in. */
+void ow_runstate_stop_status(int64_t *deadline_ms, const char **step);
 
 #endif

@@ -133,9 +133,7 @@ static void shut_down(ow_worker *w)
 {
     int64_t left;
 
-    w->rs.deadline_ms = ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms;
-    ow_stopguard_start(&w->guard, &w->rs);
-    atomic_store(&w->rs.stopping, 1);
+    ow_runstate_begin_stop(&w->rs, ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms);
     w->rs.stop_sleep = 1; /* wakes lanes sleeping between database retries */
     ow_runstate_step(&w->rs, "lanes");
     for (size_t i = 0; i < w->n_lanes; i++)
@@ -169,7 +167,7 @@ static void shut_down(ow_worker *w)
 static void destroy(ow_worker *w)
 {
     ow_runstate_step(&w->rs, "destroy");
-    ow_http_stop(&w->http);
+    ow_metrics_http_stop(&w->http);
     /* A member of the group that could not leave it by the deadline is not
      * destroyed: librdkafka's destroy would wait for the coordinator all
      * the same (6 s more with every broker down, seen in the mock test).
@@ -192,6 +190,11 @@ static void destroy(ow_worker *w)
     if (w->out_ready)
         ow_output_destroy(&w->out);
     ow_runstate_cleanup(&w->rs);
+}
+
+void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
+{
+    ow_runstate_stop_status(deadline_ms, step);
 }
 
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
@@ -239,7 +242,6 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
             ow_error_set(err, OW_ERRCLASS_FATAL, 0, "stopped after a fatal error (see log)");
     }
     destroy(&w);
-    ow_stopguard_end(&w.guard);
     OW_LOG(OW_LOG_INFO, "worker_stopped", OW_F_INT("clean", rc == OW_OK));
     return rc;
 }

@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 
 #include "lane_internal.h"
-#include "ow/http.h"
+#include "ow/metrics_http.h"
 #include "ow/store_watch.h"
 #include "ow/worker.h"
 
@@ -47,13 +47,12 @@ typedef struct {
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
     int consumer_unsafe;       /* closing it could abort (see leave_group) */
     int consumer_closed;       /* the group was left cleanly */
-    ow_stopguard guard;        /* bounds the whole stop (issue 9) */
 
     /* Readiness, for /readyz. */
     _Atomic int broker_ok;  /* the delivery poller's last metadata request was answered */
     _Atomic int assigned;   /* partitions currently assigned */
     _Atomic int outputs_ok; /* the output topics were found (issue 9, defect 6) */
-    ow_http *http;
+    ow_metrics_http *http;
 } ow_worker;
 
 /* worker_group.c: offsets, commits, rebalances, leaving the group. */

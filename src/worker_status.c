@@ -103,10 +103,10 @@ static int ready(ow_buf *why, void *opaque)
 
 int ow_worker_start_http(ow_worker *w, ow_error *err)
 {
-    ow_http_hooks hooks = {metrics_extra, ready, w};
+    ow_metrics_http_hooks hooks = {metrics_extra, ready, w};
 
     if (w->cfg->metrics_port == 0)
         return OW_OK;
-    return ow_http_start(w->cfg->metrics_address, (unsigned)w->cfg->metrics_port, &hooks, &w->http,
-                         err);
+    return ow_metrics_http_start(w->cfg->metrics_address, (unsigned)w->cfg->metrics_port, &hooks,
+                                 &w->http, err);
 }

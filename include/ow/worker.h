@@ -13,6 +13,7 @@
 #define OW_WORKER_H
 
 #include <signal.h>
+#include <stdint.h>
 
 #include "ow/config.h"
 #include "ow/error.h"
@@ -20,5 +21,10 @@
 /* Runs until *stop becomes non-zero (then shuts down cleanly and returns 0)
  * or a fatal error (returns a negative code with err filled). */
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err);
+
+/* The worker's stop, for the process's watchdog: its deadline (monotonic
+ * ms, 0 before a stop began) and the step it is in (a static string, NULL
+ * before the first). Every wait of a stop is bounded by the deadline. */
+void ow_worker_stop_status(int64_t *deadline_ms, const char **step);
 
 #endif

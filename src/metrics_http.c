@@ -1,4 +1,4 @@
-#include "ow/http.h"
+#include "ow/metrics_http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -10,9 +10,9 @@
 
 #include "ow/metrics.h"
 
-struct ow_http {
+struct ow_metrics_http {
     struct MHD_Daemon *daemon;
-    ow_http_hooks hooks;
+    ow_metrics_http_hooks hooks;
 };
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
@@ -30,7 +30,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     return rc;
 }
 
-static enum MHD_Result serve_metrics(ow_http *h, struct MHD_Connection *c)
+static enum MHD_Result serve_metrics(ow_metrics_http *h, struct MHD_Connection *c)
 {
     ow_buf out;
     enum MHD_Result rc;
@@ -45,7 +45,7 @@ static enum MHD_Result serve_metrics(ow_http *h, struct MHD_Connection *c)
     return rc;
 }
 
-static enum MHD_Result serve_ready(ow_http *h, struct MHD_Connection *c)
+static enum MHD_Result serve_ready(ow_metrics_http *h, struct MHD_Connection *c)
 {
     ow_buf why;
     enum MHD_Result rc;
@@ -66,7 +66,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **ptr)
 {
-    ow_http *h = cls;
+    ow_metrics_http *h = cls;
 
     (void)version;
     (void)upload_data;
@@ -135,13 +135,13 @@ static int parse_address(const char *address, unsigned port, struct sockaddr_sto
     return 0;
 }
 
-int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks, ow_http **out,
-                  ow_error *err)
+int ow_metrics_http_start(const char *address, unsigned port, const ow_metrics_http_hooks *hooks,
+                          ow_metrics_http **out, ow_error *err)
 {
     struct sockaddr_storage sa;
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
     int ipv6 = 0;
-    ow_http *h;
+    ow_metrics_http *h;
 
     *out = NULL;
     if (port == 0 || port > 65535 || !parse_address(address, port, &sa, &ipv6))
@@ -171,7 +171,7 @@ int ow_http_start(const char *address, unsigned port, const ow_http_hooks *hooks
     return OW_OK;
 }
 
-void ow_http_stop(ow_http **http)
+void ow_metrics_http_stop(ow_metrics_http **http)
 {
     if (http == NULL || *http == NULL)
         return;
