@@ -1,4 +1,4 @@
-/* The result query service (ow/api.h, issue 15): requests, routes, and the
+/* The result query service (ow/api.h): requests, routes, and the
  * service's start and stop. */
 #include "ow/api.h"
 

@@ -1,5 +1,5 @@
 /*
- * The purge archive (issue 13): each purged chunk's request records as
+ * The purge archive: each purged chunk's request records as
  * gzip-compressed JSON lines, one file per chunk, written durably before
  * the chunk's delete commits. Part of the command line front end; the only
  * code that links zlib.

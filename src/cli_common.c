@@ -73,7 +73,7 @@ static int known_option(const char *arg, const char *const *known, int *takes_va
 
 /* The value of the option at argv[i]: the next argument, unless it is
  * missing or itself one of the known options. A value may start with
- * dashes ("--key --abc" is a valid key, issue 9). */
+ * dashes ("--key --abc" is a valid key). */
 static int has_value(int argc, char **argv, int i, const char *const *known)
 {
     int ignored = 0;
@@ -113,7 +113,7 @@ static int walk_args(int argc, char **argv, const char *const *known, const char
                     cmd, argv[i], cmd);
             return -1;
         }
-        /* Only the first of repeated options would count: refuse (issue 9). */
+        /* Only the first of repeated options would count: refuse. */
         if (k < MAX_KNOWN && seen[k]++) {
             fprintf(stderr, "order-worker %s: %.*s given more than once\n", cmd,
                     (int)strcspn(known[k], "!"), known[k]);

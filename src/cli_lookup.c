@@ -215,7 +215,7 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
         ow_config_cleanup(&cfg);
         return code;
     }
-    /* The user's shard (issue 14); shard 0 is mysql.host when unsharded. */
+    /* The user's shard; shard 0 is mysql.host when unsharded. */
     s = ow_cli_shard_store_new(
         &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);
     if (s == NULL) {

@@ -420,7 +420,7 @@ static int handle_output(send_ctx *c, const rd_kafka_message_t *m)
 
 /* Waits for the definitive result of our message, or the notice that
  * stands in for it; interim answers (REQUEST_IN_PROGRESS) go to stderr and
- * the wait goes on (issue 9). */
+ * the wait goes on. */
 static int await_result(send_ctx *c, ow_error *err)
 {
     while (!*c->stop && time_left(c) > 0) {
@@ -482,7 +482,7 @@ static int produce_and_confirm(send_ctx *c, ow_error *err)
 {
     rd_kafka_resp_err_t e = rd_kafka_producev(
         c->producer, RD_KAFKA_V_TOPIC(c->cfg->topic_input), RD_KAFKA_V_KEY(c->key, c->key_len),
-        /* An empty document is an empty value, not a tombstone (issue 9). */
+        /* An empty document is an empty value, not a tombstone. */
         RD_KAFKA_V_VALUE(c->doc.data != NULL ? c->doc.data : "", c->doc.len),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(c), RD_KAFKA_V_END);
 

@@ -1,4 +1,4 @@
-/* order-worker serve: the result query service (issue 15). */
+/* order-worker serve: the result query service. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

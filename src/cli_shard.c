@@ -1,4 +1,4 @@
-/* Subcommands over user shards (issue 14): a store per shard, their names
+/* Subcommands over user shards: a store per shard, their names
  * in reports, and the check of the recorded shard map before run. */
 #include <stdio.h>
 #include <string.h>

@@ -53,7 +53,7 @@ static const config_row config_table[] = {
      "Database (schema) holding the order-worker tables."},
     {"mysql.connect_timeout_s", CT_INT, 1, 300, "5", 0, ROW_OFF(mysql_connect_timeout_s),
      "Seconds to wait for a database connection and for each read or write."},
-    /* TLS to the database (issue 11): the option names and meanings of the
+    /* TLS to the database: the option names and meanings of the
      * MySQL client's --ssl-* options. */
     {"mysql.ssl_mode", CT_STRING, 0, 0, "preferred", 0, ROW_OFF(mysql_ssl_mode),
      "TLS to the database: disabled, preferred (TLS if offered, unverified), required, "
@@ -74,7 +74,7 @@ static const config_row config_table[] = {
      "e.g. TLSv1.2,TLSv1.3 (empty: the library's default); any other entry is refused."},
     {"mysql.ssl_cipher", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_ssl_cipher),
      "Allowed TLS 1.2 cipher list in OpenSSL syntax (empty: the library's default)."},
-    /* User sharding (issue 14, docs/operations.md "Shards"). */
+    /* User sharding (docs/operations.md "Shards"). */
     {"mysql.shards", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shards),
      "Comma-separated host[:port][/database] of each shard, in shard order (port and "
      "database default to mysql.port and mysql.database; credentials and TLS are the "
@@ -101,16 +101,13 @@ static const config_row config_table[] = {
      "Most messages decided in one database transaction (1 = one transaction per message)."},
     {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
-    /* 4096 (was 8192): the backlog waits in the prefetch queue instead, and
-     * the worker's peak RSS fell from 64.8 to 59-60 MiB at the same decide
-     * rate (issue 12). */
+    /* A backlog beyond this waits in the prefetch queue, whose bytes are
+     * bounded, rather than as parsed jobs, which cost more memory each
+     * (docs/performance.md, "Memory"). */
     {"inflight.max_messages", CT_INT, 1, 1000000, "4096", 0, ROW_OFF(inflight_max_messages),
      "Messages consumed but not yet acknowledged before partitions are paused."},
-    /* 14 MiB (was 16; it also sizes the prefetch queue): a retry storm's
-     * peak RSS with the cache was 64.4 and 64.5 MiB with 16 and 59.1 MiB
-     * with 14; replays ran at 41,700-70,800 batches/s against
-     * 72,100-78,100 in four runs of each the same evening
-     * (docs/performance.md, "Memory"). */
+    /* It also sizes the prefetch queue, so with the retry cache it sets the
+     * peak RSS at the defaults (docs/performance.md, "Memory"). */
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "14680064", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
     {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
@@ -125,11 +122,9 @@ static const config_row config_table[] = {
     {"shutdown.timeout_ms", CT_INT, 0, 600000, "10000", 0, ROW_OFF(shutdown_timeout_ms),
      "On SIGTERM/SIGINT/SIGHUP, the bound of the whole stop: in-flight work, result delivery, "
      "the final commit and leaving the group."},
-    /* The retry cache (issue 12): with 2 MiB a retry storm's peak RSS was
-     * 63.7 and 64.7 MiB, over the 64 MiB budget beside the 16 MiB prefetch
-     * queue; 1 MiB peaked at 61.3 MiB and took the same share of the
-     * database's work away (17.5 s of MariaDB CPU against 17.9-18.6 s with
-     * 2 MiB and 22.0-23.3 s without a cache; docs/performance.md). */
+    /* The retry cache's default keeps a retry storm within the 64 MiB
+     * budget beside the prefetch queue; a larger cache took no more work
+     * from the database (docs/performance.md, "Memory"). */
     {"cache.max_bytes", CT_INT, 0, 1073741824, "1048576", 0, ROW_OFF(cache_max_bytes),
      "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
      "retries without a database round trip, split among the lanes; 0 disables the cache."},
@@ -143,7 +138,7 @@ static const config_row config_table[] = {
      "literal, or localhost (127.0.0.1)."},
     {"metrics.port", CT_INT, 0, 65535, "0", 0, ROW_OFF(metrics_port),
      "Port of the HTTP endpoint; 0 disables it."},
-    /* The result query service, `order-worker serve` (issue 15). */
+    /* The result query service, `order-worker serve`. */
     {"api.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(api_address),
      "Address the query service (serve) binds to; loopback unless a proxy needs more."},
     {"api.port", CT_INT, 1, 65535, "8480", 0, ROW_OFF(api_port), "Port of the query service."},
@@ -285,7 +280,7 @@ static int set_passthrough(ow_config *cfg, const char *name, const char *value,
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "%s: kafka.: a librdkafka property name must follow \"kafka.\"", where);
     /* The consumer's group is kafka.group.id; a passed-through one would be
-     * overridden by it without a word (issue 9). */
+     * overridden by it without a word. */
     if (strcmp(name, "consumer.group.id") == 0 || strcmp(name, "producer.group.id") == 0)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "%s: kafka.%s: not used; set kafka.group.id instead", where, name);
@@ -608,7 +603,7 @@ static int load_password_file(ow_config *cfg, ow_error *err)
         pw[strcspn(pw, "\r\n")] = '\0';
         free(cfg->mysql_password);
         cfg->mysql_password = strdup(pw);
-        /* config --print names the file the password came from (issue 9). */
+        /* config --print names the file the password came from. */
         if (cfg->mysql_password == NULL ||
             set_source(cfg, index, OW_SRC_FILE, cfg->mysql_password_file) != OW_OK)
             rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
@@ -658,7 +653,7 @@ static int check_tls_versions(const char *list, ow_error *err)
     }
 }
 
-/* mysql.ssl_mode and the files it needs (issue 11). */
+/* mysql.ssl_mode and the files it needs. */
 static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 {
     static const char *const modes[] = {"disabled", "preferred", "required", "verify_ca",
@@ -684,7 +679,7 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 
 /* Parses mysql.shards, fills each entry's defaults and refuses an entry
  * listed twice: two shard indexes on one database would route two users'
- * buckets to one place under two recorded maps (issue 14). */
+ * buckets to one place under two recorded maps. */
 static int load_shards(ow_config *cfg, ow_error *err)
 {
     ow_shard_list *l = &cfg->shards;
@@ -758,7 +753,7 @@ static int load_shard_password(ow_config *cfg, unsigned i, const char *path, siz
     return rc;
 }
 
-/* mysql.shard_password_files: one entry per shard (issue 14). */
+/* mysql.shard_password_files: one entry per shard. */
 static int load_shard_passwords(ow_config *cfg, ow_error *err)
 {
     const char *p = cfg->mysql_shard_password_files;
@@ -818,7 +813,7 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "topic.input: must differ from topic.results and topic.dlq");
     /* Results and dead-letter copies on one topic could not be told apart
-     * by a consumer of either (issue 9). */
+     * by a consumer of either. */
     if (strcmp(cfg->topic_results, cfg->topic_dlq) == 0)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "topic.results: must differ from topic.dlq");

@@ -29,7 +29,7 @@ static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_me
     if (m->payload != NULL) {
         /* A copy larger than the producer and the topic accept would never
          * be acknowledged and would stall the partition: keep what fits
-         * beside the (cut) key and say so (issue 9, defect 1). */
+         * beside the (cut) key and say so. */
         size_t room = lim->output_max - job->out_key_len;
         size_t keep = m->len < room ? m->len : room;
 
@@ -57,7 +57,7 @@ void ow_job_log_key_reused(const ow_job *job)
     OW_COUNT(keys_reused, 1);
 }
 
-/* A missing or malformed key is a security event too (issue 11). */
+/* A missing or malformed key is a security event too. */
 static void log_key_rejected(const ow_job *job, const char *why)
 {
     OW_LOG(OW_LOG_WARN, "idempotency_key_rejected", OW_F_INT("user_id", job->req.user_id),

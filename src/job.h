@@ -16,7 +16,7 @@
 
 /* The largest key an output carries: longer keys (never valid ones, which
  * are at most OW_KEY_MAX bytes) are cut, with the original length in a
- * key-truncated-from header (issue 9, defect 1). */
+ * key-truncated-from header. */
 #define OW_OUTPUT_KEY_MAX 1024
 
 /* What an output of a job is. The producer carries a pointer to the job's
@@ -81,7 +81,7 @@ void ow_job_free(ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, ticket and acknowledgement count). */
 void ow_job_free_payload(ow_job *job);
-/* Security events (issue 11): logs idempotency_key_reused at warn with the
+/* Security events: logs idempotency_key_reused at warn with the
  * user, the masked key and both digests' first 8 hex digits, and counts it. */
 void ow_job_log_key_reused(const ow_job *job);
 /* Settles one of what the job's ticket waits for (ow_ledger_settle): its

@@ -12,7 +12,7 @@ int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
     char errstr[512];
 
     if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-        /* librdkafka's reason may quote the value: not for a secret (issue 11). */
+        /* librdkafka's reason may quote the value: not for a secret. */
         if (ow_config_is_secret_kafka(name))
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: librdkafka refused the value (not shown: a secret)",
@@ -77,9 +77,8 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
     /* The local prefetch queue counts against memory too: it gets the
      * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
      * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),
-     * so the queue must hold a second of the fastest consumption: at a
-     * quarter of the budget (4 MiB, 12,600 replays) a worker replaying a
-     * backlog sat idle 0.6 s of every second (issue 12). */
+     * so the queue must hold a second of the fastest consumption, or a
+     * worker replaying a backlog sits idle for most of every second. */
     snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 1024));
     rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
     if (rc == OW_OK)
@@ -93,17 +92,16 @@ static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
         rc =
             set_default(conf, cfg, OW_KAFKA_CONSUMER, "queued.max.messages.kbytes", queued_kb, err);
     /* Fewer, fuller fetches under load, and a resumed partition's fetcher
-     * comes back within 10 ms instead of librdkafka's 500 ms long poll. At
-     * 3,770 batches/s a fetch rarely reaches fetch.min.bytes, so this wait
-     * is in every batch's latency: 20 ms gave p50 32 ms, 10 ms 19 ms
-     * (docs/performance.md, "The redo log and the fetch wait"). */
+     * comes back within 10 ms instead of librdkafka's 500 ms long poll. A
+     * fetch rarely reaches fetch.min.bytes at production rates, so this wait
+     * is part of every batch's latency (docs/performance.md, "Knobs"). */
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.wait.max.ms", "10", err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.min.bytes", "65536", err);
     /* Small responses, so that the queue overshoots its bound by little:
-     * with librdkafka's 1 MiB per partition (up to 6 MiB per response) the
-     * worker's peak RSS rose by 7-10 MiB (issue 12). fetch.max.bytes may
+     * librdkafka's 1 MiB per partition allows up to 6 MiB per response over
+     * the budget. fetch.max.bytes may
      * not be below message.max.bytes (1,000,000); one larger message is
      * still fetched (librdkafka raises the partition size for it). */
     if (rc == OW_OK)
@@ -132,22 +130,16 @@ static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_err
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "message.timeout.ms", "0", err);
     /* librdkafka 2.0.2's broker thread polls without waiting while a
      * partition's lingered results wait behind its one request in flight
-     * (the idempotence window counts messages, not requests): replaying
-     * 100,000 batches it spent 0.32-1.36 s of CPU so. 30 ms cut that to
-     * 0.16-0.49 s and, in three interleaved pairs, replays ran at
-     * 64,100-65,000/s against 38,900-60,400/s, but end-to-end p50/p99 was
-     * 37/64 ms against 26/52 ms at 4,300 batches/s and p99 137 against
-     * 63 ms at 7,000/s, so latency keeps 10 (docs/performance.md, "The
-     * producer's busy wait"). */
+     * (the idempotence window counts messages, not requests). A longer
+     * linger spends less of that CPU but adds its wait to every result's
+     * latency, so latency decides (docs/performance.md, "Knobs"). */
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "linger.ms", "10", err);
     if (rc == OW_OK)
         rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "32768", err);
-    /* Results are JSON that repeats its field names in every order. With
-     * lz4, a replaying worker used 1.19-1.46 s of CPU per 100,000 results
-     * against 1.90-2.26 s uncompressed, and the broker 0.47-0.64 s against
-     * 1.28-1.76 s, in three interleaved pairs; deciding ran at the same rate
-     * (docs/performance.md, "Compressed results"). The Java client and
+    /* Results are JSON that repeats its field names in every order: lz4
+     * makes them smaller for less CPU in the worker and the broker than
+     * sending them whole (docs/performance.md, "Knobs"). The Java client and
      * librdkafka's read lz4 as they are; a consumer without the codec needs
      * kafka.producer.compression.type = none (docs/contract.md). */
     if (rc == OW_OK)

@@ -351,7 +351,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             continue;
         }
         if (job->valid && job->item.decision == OW_DECISION_KEY_REUSED)
-            ow_job_log_key_reused(job); /* issue 11: a security event */
+            ow_job_log_key_reused(job); /* a security event */
         OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
                OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
                OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)

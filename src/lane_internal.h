@@ -2,7 +2,7 @@
  * A lane: one thread, one connection to one database (a shard, or the only
  * database), a FIFO of the jobs whose user lives there and whose key
  * hashes to it (lane.c). Private to the pipeline. A lane depends only
- * downwards (issue 10): what it needs comes in an ow_lane_env that the
+ * downwards: what it needs comes in an ow_lane_env that the
  * worker builds, and it never reaches into the worker.
  */
 #ifndef OW_LANE_INTERNAL_H
@@ -66,7 +66,7 @@ void ow_lane_stop(ow_lane *lane);
  * stays usable (empty) until ow_lane_destroy: leaving the group after the
  * lanes stopped still drops revoked partitions from it. A lane still busy
  * at deadline_ms (monotonic) has its database call cancelled first: its
- * batch is rolled back and redelivered later (issue 9). */
+ * batch is rolled back and redelivered later. */
 void ow_lane_join(ow_lane *lane, int64_t deadline_ms);
 void ow_lane_destroy(ow_lane *lane);
 

@@ -37,7 +37,7 @@ static void install_signals(void)
     sigaction(SIGINT, &sa, NULL);
     /* A hang-up (a closed terminal, a supervisor's reload) stops gracefully
      * like SIGTERM; its default action killed the worker without a flush,
-     * commit or group leave (issue 9). There is nothing to reload. */
+     * commit or group leave. There is nothing to reload. */
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
@@ -117,15 +117,14 @@ int main(int argc, char **argv)
 
 #ifdef M_ARENA_MAX
     /* glibc gives every thread that allocates its own heap arena; with the
-     * lanes and librdkafka's threads that fragments memory (peak RSS 61 MiB
-     * against 58 MiB with two arenas, in docs/performance.md). */
+     * lanes and librdkafka's threads that fragments memory
+     * (docs/performance.md, "Memory"). */
     mallopt(M_ARENA_MAX, 2);
 #endif
 #ifdef M_MMAP_THRESHOLD
     /* A fixed threshold: glibc otherwise raises it (up to 32 MiB) after the
      * first large free, and librdkafka's fetch buffers then stay in the heap
-     * when freed. Over 300,000 batches at the defaults the peak RSS was
-     * 62.6-68.7 MiB without this and 60.9 MiB twice with it (issue 12). */
+     * when freed, and the peak RSS drifts upwards over a long run. */
     mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 #endif
 

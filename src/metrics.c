@@ -46,7 +46,7 @@ static int render_histogram(ow_buf *out, const char *name, const char *help, ow_
     return rc;
 }
 
-/* One per-shard series, labelled shard="N" (issue 14). */
+/* One per-shard series, labelled shard="N". */
 static int shard_series(ow_buf *out, const char *name, const char *type, const char *help,
                         const long long *v, unsigned n)
 {

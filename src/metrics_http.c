@@ -85,9 +85,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 /*
- * Limits against slow and idle clients (issue 9: about 1,020 idle
- * connections, libmicrohttpd's default limit of FD_SETSIZE - 4, made
- * /healthz unanswerable). One epoll thread serves every connection, and the
+ * Limits against slow and idle clients: about 1,020 idle connections,
+ * libmicrohttpd's default limit of FD_SETSIZE - 4, once made /healthz
+ * unanswerable. One epoll thread serves every connection, and the
  * handlers only read atomics, so a probe is answered however many clients
  * sit idle. An idle connection is closed after HTTP_IDLE_TIMEOUT_S (a
  * Prometheus scrape or a probe takes milliseconds); one address may hold

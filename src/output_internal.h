@@ -1,10 +1,10 @@
 /*
- * The output stage (issue 10): produces results and dead-letter copies,
+ * The output stage: produces results and dead-letter copies,
  * serves their delivery reports and tells the ledger. Private to the
  * pipeline.
  *
  * Every output fits the producer's message limit whatever the input was
- * (issue 9, defects 1 and 2): keys are cut to OW_OUTPUT_KEY_MAX, dead-letter
+ *: keys are cut to OW_OUTPUT_KEY_MAX, dead-letter
  * copies to what is left of the limit, and a configuration whose largest
  * valid request could get a result beyond the limit is refused at start.
  * An output topic whose max.message.bytes is below the producer's limit is

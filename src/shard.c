@@ -1,5 +1,5 @@
 /* User sharding: the stable hash, the bucket map and the mysql.shards
- * list (issue 14). */
+ * list. */
 #include "ow/shard.h"
 
 #include <string.h>

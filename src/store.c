@@ -273,7 +273,6 @@ static int session_setup(ow_store *s, ow_error *err)
     return rc;
 }
 
-
 static const char *const sql_map_read =
     "SELECT bucket_count, shard_count, shard_index FROM ow_shard_map WHERE id = 1";
 
@@ -470,7 +469,7 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
         unsigned e = mysql_stmt_errno(st);
         char text[MYSQL_ERRMSG_SIZE];
 
-        /* Closing the statement clears the error: keep its text (issue 9). */
+        /* Closing the statement clears the error: keep its text. */
         snprintf(text, sizeof(text), "%s", mysql_stmt_error(st));
         mysql_stmt_close(st);
         return store_fail_text(s, e, text, "prepare", err);

@@ -26,8 +26,7 @@ static int run_static_prepared(ow_store *s, const char *sql, ow_error *err)
 
 /* Errors of an ALTER TABLE that say its change is already there. MySQL 8
  * has no DROP INDEX IF EXISTS or ADD COLUMN IF NOT EXISTS, so these make a
- * drop (issue 12, migration 002) and an added column (issue 13, migration
- * 004) safe to run again after a migrate that stopped halfway or beside
+ * drop (migration 002) and an added column (migration 004) safe to run again after a migrate that stopped halfway or beside
  * another replica's. Each ALTER of a migration is atomic and names what it
  * adds or drops first, so "already there" means "done". A CREATE TABLE
  * with these errors still fails. */

@@ -27,7 +27,7 @@ enum {
     OW_SLOT_KNOWN = 7   /* 1 shape: store_decide.c's read of recorded keys */
 };
 
-/* A statement shape, owned by the module whose SQL it is (issue 10): head,
+/* A statement shape, owned by the module whose SQL it is: head,
  * the tuple repeated for each row (comma separated), tail. A row's
  * parameters are the tuple's placeholders. The connection caches one
  * prepared statement per shape (slot < OW_STMT_SLOTS, unique per shape)
@@ -131,7 +131,7 @@ void ow_store_interrupt(ow_store *s);
  * replaces it (its statements stay valid until then). */
 int ow_store_fail(ow_store *s, unsigned errnum, const char *what, ow_error *err);
 /* ow_store_fail with the statement's own error number and text: a
- * statement's error is not always the connection's (issue 9). */
+ * statement's error is not always the connection's. */
 int ow_store_fail_stmt(ow_store *s, MYSQL_STMT *st, const char *what, ow_error *err);
 /* Runs one static statement (no parameters, no result). */
 int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err);
@@ -166,7 +166,7 @@ void ow_store_disconnect(ow_store *s);
 #define OW_STORE_SERVER_TEXT_MAX 512
 void ow_store_server_text(const ow_store *s, char *out, size_t outsz);
 
-/* TLS (store_tls.c, issue 11). Copies src's strings into dst. */
+/* TLS (store_tls.c). Copies src's strings into dst. */
 int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src);
 void ow_store_tls_free(ow_store_tls *t);
 /* Sets the TLS options of s->tls on s->db before mysql_real_connect. */

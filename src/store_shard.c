@@ -1,4 +1,4 @@
-/* The shard map of a database (issue 14): what migrate records on each
+/* The shard map of a database: what migrate records on each
  * shard and what run reads back before it decides anything. */
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Store: TLS to MySQL/MariaDB (issue 11).
+/* Store: TLS to MySQL/MariaDB.
  *
  * mysql.ssl_mode has the meanings of the MySQL client's --ssl-mode. MariaDB
  * Connector/C (Debian's libmysqlclient) has no MYSQL_OPT_SSL_MODE; it has
@@ -171,7 +171,7 @@ static int tls_fatal(ow_store *s, int code, const char *reason, ow_error *err)
 }
 
 /* A certificate, a CA or a protocol mismatch does not heal by itself:
- * retrying it forever would look like an outage (issue 11). Connector/C
+ * retrying it forever would look like an outage. Connector/C
  * reports every failed handshake and verification as 2026. */
 int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err)
 {

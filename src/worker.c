@@ -61,7 +61,7 @@ static void set_paused(ow_worker *w, int pause)
 }
 
 /* How long the input may stay at the in-flight limit, unpolled, before it
- * is paused (issue 12). A pause discards librdkafka's prefetched messages,
+ * is paused. A pause discards librdkafka's prefetched messages,
  * and while they are refetched the fetcher can sit out librdkafka 2.0's
  * fixed one-second backoff: replays stalled 0.6-0.8 s after each pause.
  * Not polling for a moment keeps the prefetch, and memory stays bounded by
@@ -128,7 +128,7 @@ static int64_t leave_reserve_ms(const ow_config *cfg)
 
 /* Stops taking messages, lets lanes finish what they started, flushes
  * results, commits what is acknowledged and leaves the group, all within
- * shutdown.timeout_ms (issue 9, defect 3). */
+ * shutdown.timeout_ms. */
 static void shut_down(ow_worker *w)
 {
     int64_t left;

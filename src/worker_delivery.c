@@ -39,8 +39,9 @@ void ow_worker_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaqu
 }
 
 /* /readyz answers from broker_ok, refreshed here once a second, so that no
- * HTTP request waits on the broker (issue 9: a metadata call inside the
- * handler held the HTTP thread 1 s per probe while the broker was down). A
+ * HTTP request waits on the broker: a metadata call inside the handler
+ * would hold the HTTP thread up to a second per probe while the broker is
+ * down. A
  * check returns in milliseconds while the broker answers; while it does not,
  * delivery reports wait up to BROKER_CHECK_TIMEOUT_MS more, and there are
  * none to wait for then. */

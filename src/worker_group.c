@@ -28,7 +28,7 @@ void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
-/* Every commit's result, periodic or explicit (issue 9, defect 9). */
+/* Every commit's result, periodic or explicit. */
 static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
                         const char *when)
 {
@@ -71,7 +71,7 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* Commits the stored offsets, waiting for the answer until deadline_ms at
  * most: with the group coordinator away a synchronous commit would wait
- * for its own 45 s timeout (issue 9, defect 3). What is not committed is
+ * for its own 45 s timeout. What is not committed is
  * redelivered later, which the contract allows. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms)
 {
@@ -244,7 +244,7 @@ static void close_consumer(ow_worker *w)
  * so unsubscribe first and serve the rebalance callbacks (which commit and
  * unassign) until the assignment is empty; messages still fetched are
  * dropped unprocessed, their offsets never stored. Everything here ends by
- * the stop's deadline (issue 9, defect 3). */
+ * the stop's deadline. */
 void ow_worker_leave_group(ow_worker *w)
 {
     int64_t deadline = w->rs.deadline_ms;

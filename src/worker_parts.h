@@ -51,7 +51,7 @@ typedef struct {
     /* Readiness, for /readyz. */
     _Atomic int broker_ok;  /* the delivery poller's last metadata request was answered */
     _Atomic int assigned;   /* partitions currently assigned */
-    _Atomic int outputs_ok; /* the output topics were found (issue 9, defect 6) */
+    _Atomic int outputs_ok; /* the output topics were found */
     ow_metrics_http *http;
 } ow_worker;
 

@@ -1,5 +1,5 @@
 /*
- * The result query service (issue 15): a read-only HTTP interface next to
+ * The result query service: a read-only HTTP interface next to
  * the workers, served by libmicrohttpd's thread pool.
  *
  *   GET /v1/requests/{user_id}/{key}            the stored response, byte for
@@ -54,7 +54,7 @@ typedef struct {
     const char *token;           /* the bearer token (copied) */
     size_t token_len;
     ow_store_params store; /* borrowed for the call; ow_store_new copies */
-    /* With user shards (issue 14): one database per shard, in mysql.shards
+    /* With user shards: one database per shard, in mysql.shards
      * order; lookups go to the user's shard. n_shards 0 = store only. */
     const ow_store_params *shards;
     unsigned n_shards;

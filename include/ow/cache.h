@@ -1,5 +1,5 @@
 /*
- * The retry cache (issue 12): a bounded, in-process map from (user_id,
+ * The retry cache: a bounded, in-process map from (user_id,
  * idempotency key) to the outcome the database recorded for it: the
  * request digest, the result code and the stored response bytes.
  *

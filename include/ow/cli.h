@@ -50,7 +50,7 @@ const char *ow_cli_required(int argc, char **argv, const char *name, const char 
 /* --user as a positive 64-bit integer; prints the error and returns -1. */
 int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
 
-/* Shards (issue 14, src/cli_shard.c). Without mysql.shards there is one
+/* Shards (src/cli_shard.c). Without mysql.shards there is one
  * "shard", the mysql.host database, and headers print nothing. */
 #define OW_CLI_SHARD_NAME_MAX 400
 unsigned ow_cli_shards(const ow_config *cfg);

@@ -29,7 +29,7 @@ typedef struct {
     char *name; /* librdkafka property name, without the "kafka." prefix */
     char *value;
     ow_config_source source;
-    char *where; /* "file:line" or "environment NAME" of the setting (issue 9) */
+    char *where; /* "file:line" or "environment NAME" of the setting */
 } ow_config_kv;
 
 typedef struct ow_config {
@@ -47,7 +47,7 @@ typedef struct ow_config {
     char *mysql_password_file;
     char *mysql_database;
     int64_t mysql_connect_timeout_s;
-    char *mysql_ssl_mode; /* issue 11: disabled|preferred|required|verify_ca|verify_identity */
+    char *mysql_ssl_mode; /* disabled|preferred|required|verify_ca|verify_identity */
     char *mysql_ssl_ca;
     char *mysql_ssl_capath;
     char *mysql_ssl_cert;
@@ -55,7 +55,7 @@ typedef struct ow_config {
     char *mysql_ssl_crl;
     char *mysql_tls_version;
     char *mysql_ssl_cipher;
-    char *mysql_shards;               /* issue 14: host[:port][/database],... ("" = one database) */
+    char *mysql_shards;               /* host[:port][/database],... ("" = one database) */
     int64_t mysql_shard_buckets;      /* B of bucket = hash(user_id) mod B */
     char *mysql_shard_password_files; /* one path per shard, "" = mysql.password */
     /* Requests */
@@ -73,7 +73,7 @@ typedef struct ow_config {
     int64_t commit_interval_ms;
     int64_t rebalance_drain_timeout_ms;
     int64_t shutdown_timeout_ms;
-    int64_t cache_max_bytes; /* issue 12 */
+    int64_t cache_max_bytes;
     int64_t cache_ttl_s;
     /* Operations */
     int64_t log_level;
@@ -95,7 +95,7 @@ typedef struct ow_config {
      * database filled from mysql.port and mysql.database when absent. */
     ow_shard_list shards;
     /* Shard i's password read from mysql.shard_password_files, or NULL for
-     * mysql.password (issue 14). */
+     * mysql.password. */
     char *shard_passwords[OW_SHARD_MAX];
 
     /* kafka.* keys that are not in the table, in the order first seen. */

@@ -18,7 +18,7 @@
 
 #define OW_DIGEST_LEN 32
 #define OW_DIGEST_HEX_LEN 64
-/* The key hash (issue 13): the first 16 bytes of SHA-256 over the user id
+/* The key hash: the first 16 bytes of SHA-256 over the user id
  * in decimal, ':' and the key's bytes. It is the whole unique key of
  * idempotency_requests (migration 004), so that index holds 16 bytes per
  * request instead of the user id and the key; the row keeps both, and a

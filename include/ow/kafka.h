@@ -23,7 +23,7 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
 
 /* Checks every kafka.* property (name and value) against librdkafka on a
  * scratch configuration, so that a typo fails every subcommand at start
- * with "file:line: kafka.name: reason" rather than `run` later (issue 9). */
+ * with "file:line: kafka.name: reason" rather than `run` later. */
 int ow_kafka_check_config(const ow_config *cfg, ow_error *err);
 
 /* Sets one property, turning librdkafka's complaint into an error. */
@@ -41,7 +41,7 @@ void ow_kafka_header_int(rd_kafka_headers_t *h, const char *name, long long v);
 
 /* Looks a header up: the value and length of the last header named name,
  * or NULL. The project's one header reader: the tools' kit (kit_header)
- * reads the headers it keeps of a message through it (issue 10). */
+ * reads the headers it keeps of a message through it. */
 const char *ow_kafka_headers_get(const rd_kafka_headers_t *h, const char *name, size_t *len);
 /* The same on a message's headers. */
 const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_t *len);

@@ -1,6 +1,6 @@
 /*
  * The partition ledger: the one home of the rule "an offset is stored only
- * after every output of every earlier message was acknowledged" (issue 10).
+ * after every output of every earlier message was acknowledged".
  *
  * Each consumed message gets a ticket when it is tracked. A ticket belongs
  * to its partition's epoch; an epoch ends on every assign, revoke and

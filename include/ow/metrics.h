@@ -45,7 +45,7 @@
     X(keys_rejected, "order_worker_malformed_keys_total",                                          \
       "Security events: messages rejected for a missing or malformed idempotency key.")            \
     X(cache_hits, "order_worker_cache_hits_total",                                                 \
-      "Retries answered from the lane's retry cache, without the database (issue 12).")            \
+      "Retries answered from the lane's retry cache, without the database.")                       \
     X(cache_misses, "order_worker_cache_misses_total",                                             \
       "Valid messages the retry cache could not answer (not cached, expired, other digest).")
 
@@ -67,7 +67,7 @@ typedef struct {
     _Atomic int64_t inflight_bytes;
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
     ow_histogram e2e_latency; /* message timestamp to result acknowledged */
-    /* User shards (issue 14); n_shards is 0 without mysql.shards, and then
+    /* User shards; n_shards is 0 without mysql.shards, and then
      * none of these is rendered. */
     _Atomic unsigned n_shards;
     _Atomic int shard_up[OW_SHARD_MAX];          /* its watch's last ping was answered */

@@ -66,7 +66,7 @@ int ow_response_invalid(const char *key, size_t key_len, int has_user, int64_t u
  * characters that JSON escapes, the largest ids and amounts, every field in
  * conflict) with the functions above, so it follows their format. The
  * worker refuses at start a configuration whose largest result would not
- * fit the result topic's message limit (issue 9, defect 2). */
+ * fit the result topic's message limit. */
 int ow_response_max_len(size_t max_orders, size_t *len);
 
 /* Appends s as a JSON string (quotes included); bytes >= 0x80 are copied as

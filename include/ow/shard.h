@@ -1,5 +1,5 @@
 /*
- * User sharding (issue 14): which database holds a user's rows. Pure: no
+ * User sharding: which database holds a user's rows. Pure: no
  * I/O.
  *
  * Both unique scopes contain the user ((user_id, key) and (user_id,

@@ -30,8 +30,7 @@
 
 typedef struct ow_store ow_store;
 
-/* mysql.ssl_mode, with the meanings of the MySQL client's --ssl-mode
- * (issue 11). */
+/* mysql.ssl_mode, with the meanings of the MySQL client's --ssl-mode. */
 typedef enum {
     OW_SSL_DISABLED = 0,    /* never TLS */
     OW_SSL_PREFERRED,       /* TLS when the server offers it, no verification */
@@ -105,7 +104,7 @@ typedef struct {
     ow_buf body;  /* the result value; owned by the item */
     int replayed; /* 1 when body is a stored response published again */
     /* KEY_REUSED: the first 8 hex digits of the recorded request's digest,
-     * for the security log (issue 11). */
+     * for the security log. */
     char stored_digest8[9];
     /* Private to the store. */
     unsigned char key_hash[OW_KEY_HASH_LEN]; /* the unique key's value (migration 004) */
@@ -118,8 +117,8 @@ typedef struct {
     uint64_t batch_fallbacks; /* micro-batches redone one message at a time */
     uint64_t order_races;     /* 1062 on an order insert: a concurrent creator */
     uint64_t id_collisions;
-    uint64_t deadlocks;  /* decide calls the server chose as a deadlock victim (1213) */
-    uint64_t known_keys; /* items answered by the non-locking read of recorded keys (issue 12) */
+    uint64_t deadlocks;           /* decide calls the server chose as a deadlock victim (1213) */
+    uint64_t known_keys;          /* items answered by the non-locking read of recorded keys */
     uint64_t key_hash_collisions; /* another (user_id, key) holds an item's key hash */
 } ow_store_stats;
 
@@ -128,7 +127,7 @@ struct ow_config;
  * request.in_progress_wait_s as the lock wait). Borrows cfg's strings. */
 void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p);
 
-/* The settings of shard `shard` of mysql.shards (issue 14): the entry's
+/* The settings of shard `shard` of mysql.shards: the entry's
  * host, port and database with the mysql.* credentials and TLS. Without
  * mysql.shards, or for a shard past its end, those of mysql.host. */
 void ow_store_params_for_shard(const struct ow_config *cfg, unsigned shard, ow_store_params *p);
@@ -151,7 +150,7 @@ int ow_store_connected(const ow_store *s);
 /* From another thread: makes the call in progress fail at once (its socket
  * is shut down, so the server rolls the transaction back) and every later
  * connect fail too. A stop uses it on a lane blocked in the database past
- * its share of shutdown.timeout_ms (issue 9). */
+ * its share of shutdown.timeout_ms. */
 void ow_store_cancel(ow_store *s);
 
 /* From now on s connects only while w says the database answers, and w

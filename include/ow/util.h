@@ -37,8 +37,8 @@ int ow_buf_append(ow_buf *b, const void *p, size_t n);
 int ow_buf_appendc(ow_buf *b, char c);
 int ow_buf_appends(ow_buf *b, const char *s);
 int ow_buf_appendf(ow_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Decimal text of v without printf (issue 12: vfprintf was the worker's
- * largest own cost in the replay profile). out gets a NUL; returns the
+/* Decimal text of v without printf, which costs more than the digits on
+ * every message's path. out gets a NUL; returns the
  * length (at most 20). */
 size_t ow_format_int(long long v, char out[21]);
 int ow_buf_append_int(ow_buf *b, long long v);
