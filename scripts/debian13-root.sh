@@ -64,7 +64,7 @@ cleanup() {
   local i
   for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" || true; done
   MOUNTS=()
-  [[ -n ${TMP:-} ]] && rm -rf --one-file-system "$TMP"
+  if [[ -n ${TMP:-} ]]; then rm -rf --one-file-system "$TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT

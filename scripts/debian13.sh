@@ -110,7 +110,7 @@ mnt() {  # TARGET MOUNT-ARGS...
 
 # A killed earlier run may have left its mounts and processes.
 cleanup
-LOWER="$("$ROOT/scripts/debian13-root.sh")"
+LOWER="$("$ROOT/scripts/debian13-root.sh")" || die "could not make the Debian 13 root (scripts/debian13-root.sh)"
 mkdir -p "$RUN/upper" "$RUN/work" "$R"
 if ! mount -t overlay overlay -o "lowerdir=$LOWER,upperdir=$RUN/upper,workdir=$RUN/work" "$R" 2>"$RUN/overlay.err"; then
   # Without overlayfs, a private copy of the root (about 20 s more).
