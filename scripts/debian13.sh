@@ -142,18 +142,18 @@ versions_line() {
   mdb="$(sed -n 's/^test: database: MariaDB \([^ ]*\) .*/\1/p' "$LOG" | head -n 1)"
   printf 'Debian %s, gcc %s, librdkafka %s, MariaDB %s' "$(cat "$R/etc/debian_version")" "$gcc" "${rdk:-?}" "${mdb:-?}"
 }
-# One phrase per tier from the summary of the run inside.
+# One phrase per tier from the summary of the run inside, on one line.
 tiers_line() {
-  local logs="$RUN/test/logs"
-  sed -n 's/^test:   \([a-z0-9-]*\) *passed *[0-9]* programs, *\([0-9]*\) cases, *\([0-9]*\) passed$/\1 \3\/\2/p' "$LOG" |
-    paste -sd, - | sed 's/,/, /g'
+  local logs="$RUN/test/logs" line
+  line="$(sed -n 's/^test:   \([a-z0-9-]*\) *passed *[0-9]* programs, *\([0-9]*\) cases, *\([0-9]*\) passed$/\1 \3\/\2/p' "$LOG" |
+    paste -sd, - | sed 's/,/, /g')"
   if [[ -f $logs/secure.log ]]; then
-    printf '; secure %s' "$(sed -n 's/^secure: passed: \([0-9]* cases\) in [0-9]* s; \(SASL_SSL login with [^ ]*\).*/\1, \2/p' "$logs/secure.log")"
+    line+="; secure $(sed -n 's/^secure: passed: \([0-9]* cases\) in [0-9]* s; \(SASL_SSL login with [^ ]*\).*/\1, \2/p' "$logs/secure.log")"
   fi
   if [[ -f $logs/package.log ]]; then
-    printf '; package: %s' "$(grep -o 'lintian [0-9]* errors, [0-9]* warnings' "$logs/package.log" | tail -n 1)"
+    line+="; package: $(grep -o 'lintian [0-9]* errors, [0-9]* warnings' "$logs/package.log" | tail -n 1)"
   fi
-  echo
+  printf '%s\n' "$line"
 }
 
 LOG="$RUN/test.log"
