@@ -96,9 +96,19 @@ cleanup() {
     rm -rf --one-file-system "$RUN/upper" "$RUN/work"
   fi
 }
+# A signal stops the run inside first (bash would run a trap only after a
+# foreground child ends), then the EXIT trap cleans up.
+INNER=""
+on_signal() {
+  if [[ -n $INNER ]]; then
+    kill -TERM "$INNER" 2>/dev/null || true
+    wait "$INNER" 2>/dev/null || true
+  fi
+  exit "$1"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM HUP
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM HUP
 
 mnt() {  # TARGET MOUNT-ARGS...
   local target=$1
@@ -147,10 +157,10 @@ tiers_line() {
   local logs="$RUN/test/logs" line
   line="$(sed -n 's/^test:   \([a-z0-9-]*\) *passed *[0-9]* programs, *\([0-9]*\) cases, *\([0-9]*\) passed$/\1 \3\/\2/p' "$LOG" |
     paste -sd, - | sed 's/,/, /g')"
-  if [[ -f $logs/secure.log ]]; then
+  if [[ " $TIERS " == *" secure "* ]]; then
     line+="; secure $(sed -n 's/^secure: passed: \([0-9]* cases\) in [0-9]* s; \(SASL_SSL login with [^ ]*\).*/\1, \2/p' "$logs/secure.log")"
   fi
-  if [[ -f $logs/package.log ]]; then
+  if [[ " $TIERS " == *" package "* ]]; then
     line+="; package: $(grep -o 'lintian [0-9]* errors, [0-9]* warnings' "$logs/package.log" | tail -n 1)"
   fi
   printf '%s\n' "$line"
@@ -162,7 +172,10 @@ timeout -k 30 "$LIMIT" chroot "$R" /usr/bin/env -i "${ROOT_ENV[@]}" \
   OW_TEST_TIERS="$TIERS" OW_TEST_STATIC=0 OW_BUILD_DIR="$BUILD" \
   OW_TEST_RUN_DIR="$RUN/test" OW_SECURE_RUN_DIR="$RUN/secure" OW_DEB_BUILD_DIR="$BUILD-deb" \
   OW_DEPS_SKIP_APT=1 OW_DEPS_SKIP_NPM=1 OW_DEPS_SKIP_KAFKA=1 OW_DEPS_SKIP_EXAMPLES=1 \
-  "$ROOT/scripts/test.sh" >"$LOG" 2>&1 || rc=$?
+  "$ROOT/scripts/test.sh" >"$LOG" 2>&1 &
+INNER=$!
+wait "$INNER" || rc=$?
+INNER=""
 grep -E '^test: (summary|  )' "$LOG" | sed 's/^test: /debian13: /' || true
 if ((rc == 124)); then
   tail -n 40 "$LOG"
