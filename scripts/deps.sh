@@ -32,7 +32,7 @@ PACKAGES=(
   gnuplot-nox curl kcat jq openssl apache2-utils
   openjdk-17-jre-headless openjdk-17-jdk-headless maven
   systemd
-  prometheus dpkg-dev lintian
+  prometheus dpkg-dev lintian debootstrap
   nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
 

@@ -19,7 +19,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEB_BUILD="${OW_DEB_BUILD_DIR:-$ROOT/build-deb}"
 PKG=order-worker
 CONF=/etc/order-worker/order-worker.conf
-UNIT=/lib/systemd/system/order-worker.service
+# Debian 12 keeps units in /lib/systemd/system (its lintian wants them there);
+# from Debian 13 on, /lib is only an alias of /usr/lib and lintian refuses a
+# package that ships files under it (aliased-location).
+UNITDIR=/usr/lib/systemd/system
+if [[ "$(. /etc/os-release && echo "${VERSION_ID:-}")" == 12 ]]; then UNITDIR=/lib/systemd/system; fi
+UNIT=$UNITDIR/order-worker.service
 installed_by_us=0
 
 say() { printf 'package: %s\n' "$*"; }
@@ -50,7 +55,7 @@ trap cleanup EXIT
 t0=$SECONDS
 export DEB_BUILD_MAINT_OPTIONS=hardening=+all
 cmake -S "$ROOT" -B "$DEB_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_INSTALL_SYSCONFDIR=/etc -DOW_SYSTEMD_UNITDIR=/lib/systemd/system \
+  -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_INSTALL_SYSCONFDIR=/etc -DOW_SYSTEMD_UNITDIR="$UNITDIR" \
   -DOW_TESTS=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON \
   -DCMAKE_C_FLAGS="$(dpkg-buildflags --get CFLAGS) $(dpkg-buildflags --get CPPFLAGS)" \
   -DCMAKE_EXE_LINKER_FLAGS="$(dpkg-buildflags --get LDFLAGS)" >/dev/null

@@ -46,7 +46,11 @@ C="$RUN/certs"
 "$ROOT/scripts/secure-certs.sh" "$C"
 SASL_PW="sasl-$(od -An -N6 -tx8 /dev/urandom | tr -d ' ')"
 DB_PW="db-$(od -An -N6 -tx8 /dev/urandom | tr -d ' ')"
+# MariaDB listens on 127.0.0.2 too, for the case of a certificate that does
+# not name the host: MariaDB Connector/C 3.4 (Debian 13) does not compare the
+# certificate with the host name when that name is 127.0.0.1.
 OW_SERVICES_TLS_DIR="$C" OW_KAFKA_SASL_USERS="ow_worker=$SASL_PW" \
+  OW_MARIADB_ARGS="--bind-address=127.0.0.1,127.0.0.2" \
   OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >"$RUN/logs/services.log" 2>&1 \
   || { cat "$RUN/logs/services.log"; die "services did not start"; }
 # shellcheck disable=SC1091
@@ -125,8 +129,11 @@ EOF
 # rejects ("invalid credentials" for any password; librdkafka#4895). Debian
 # 12 ships 2.0.2: there the SASL_SSL replica uses PLAIN, and a case below
 # shows that SCRAM with the right password is refused, so that this tier
-# notices (and switches to SCRAM) when the library is upgraded.
-RDK_VERSION="$(pkg-config --modversion rdkafka 2>/dev/null || echo 0)"
+# notices (and switches to SCRAM) when the library is upgraded. Debian 13
+# ships 2.8.0: there the replica logs in with SCRAM-SHA-512. The version is
+# the one the binary runs with, as it reports it.
+RDK_VERSION="$("$BIN" --version | sed -n 's/.*(librdkafka \([0-9][0-9.]*\)[,)].*/\1/p')"
+[[ -n $RDK_VERSION ]] || die "$BIN --version does not name its librdkafka: $("$BIN" --version)"
 if [[ "$(printf '%s\n' 2.6.1 "$RDK_VERSION" | sort -V | head -n 1)" == 2.6.1 ]]; then
   MECH=SCRAM-SHA-512
 else
@@ -166,7 +173,10 @@ say "two replicas: SASL_SSL $MECH (User:ow_worker, librdkafka $RDK_VERSION) and 
 GROUP=ow-secure
 grant_all User:ow_worker $GROUP
 grant_all User:CN=ow_worker $GROUP
-sasl_conf $GROUP >"$RUN/a.conf"
+# librdkafka's security debugging makes it log the mechanism it logs in with
+# ("Authenticated as ow_worker using SCRAM-SHA-512"), which is asserted below.
+sasl_conf $GROUP | sed 's/^log.level = info$/log.level = debug/' >"$RUN/a.conf"
+echo "kafka.debug = security" >>"$RUN/a.conf"
 mtls_conf $GROUP >"$RUN/b.conf"
 "$BIN" config --print --config "$RUN/a.conf" >"$RUN/logs/config-print.txt"
 grep -q "^kafka.sasl.password = (redacted)" "$RUN/logs/config-print.txt" || die "sasl.password not redacted"
@@ -236,6 +246,13 @@ grep '"event":"idempotency_key_rejected"' "$RUN/logs/replicas.log" | grep -q '"l
   || die "no idempotency_key_rejected security event"
 if grep -q 'sec key!\|"sec-new"\|"sec-clash"' "$RUN/logs/replicas.log"; then die "a key was logged unmasked"; fi
 DB_TLS="$(grep -ho '"tls":"[^"]*","cipher":"[^"]*"' "$RUN/logs/replica-a.log" | head -n 1)"
+# librdkafka logs a SCRAM login when it succeeds; of PLAIN only the token it
+# sends (the results above show that the broker accepted it).
+SASL_LOGIN_LINE="Authenticated as ow_worker using $MECH"
+[[ $MECH == PLAIN ]] && SASL_LOGIN_LINE="Sending SASL PLAIN (builtin) authentication token"
+SASL_LOGIN="$(grep -m 1 -o "$SASL_LOGIN_LINE[^\"]*" "$RUN/logs/replica-a.log")" \
+  || die "replica a: librdkafka did not log its $MECH login (log: $RUN/logs/replica-a.log)"
+say "  SASL_SSL replica: $SASL_LOGIN (librdkafka $RDK_VERSION)"
 say "  ok: 201, replay, 409 IDEMPOTENCY_KEY_REUSED, 409 ORDER_ALREADY_EXISTS, 400 + DLQ; offsets committed; security events logged"
 say "  database session: $DB_TLS"
 PASSED=$((PASSED + 1))
@@ -279,16 +296,31 @@ new_case; mtls_conf $GROUP | sed -e "s#^mysql.ssl_cert = .*#mysql.ssl_cert = $C/
 # expired") or as the lost connection right after it (src/store_tls.c).
 negative db-expired-client-cert "$RUN/n.conf" db_tls_failed 'certificate expired|handshake three times'
 
+# MariaDB 10.11 refuses a plaintext login with 1045 "Access denied" and does
+# not say why; 11.8 says it: 3159, "Connections using insecure transport are
+# prohibited while --require_secure_transport=ON".
+PLAINTEXT_REFUSAL='"code":1045,"error":"Access denied'
+if [[ "$(printf '%s\n' 11.8 "$OW_MARIADB_VERSION" | sort -V | head -n 1)" == 11.8 ]]; then
+  PLAINTEXT_REFUSAL='"code":3159,"error":"Connections using insecure transport are prohibited'
+fi
 new_case; mtls_conf $GROUP | sed "s#^mysql.ssl_mode = .*#mysql.ssl_mode = disabled#" >"$RUN/n.conf"
-negative db-plaintext "$RUN/n.conf" db_connect_failed '"ssl_mode":"disabled".*Access denied'
+negative db-plaintext "$RUN/n.conf" db_connect_failed "\"ssl_mode\":\"disabled\".*$PLAINTEXT_REFUSAL"
 
 # The server presents a certificate for db.other.invalid: MariaDB reloads
 # its certificate files on FLUSH SSL (the rotation of docs/operations.md).
 cp "$C/server.crt" "$C/server.crt.orig"; cp "$C/server.key" "$C/server.key.orig"
 cp "$C/otherhost.crt" "$C/server.crt"; cp "$C/otherhost.key" "$C/server.key"
 sql "FLUSH SSL"
-new_case; mtls_conf $GROUP >"$RUN/n.conf"
-negative db-other-host-cert "$RUN/n.conf" db_tls_failed '"ssl_mode":"verify_identity".*Validation of SSL server certificate failed'
+new_case; mtls_conf $GROUP | sed "s#^mysql.host = .*#mysql.host = 127.0.0.2#" >"$RUN/n.conf"
+# Connector/C 3.3 (Debian 12) says "Validation of SSL server certificate
+# failed", 3.4 (Debian 13) "Hostname verification failed".
+CONNECTOR_VERSION="$("$BIN" --version | sed -n 's/.*, \([0-9][0-9.]*\))$/\1/p')"
+HOST_REFUSAL='Validation of SSL server certificate failed'
+if [[ "$(printf '%s\n' 3.4 "$CONNECTOR_VERSION" | sort -V | head -n 1)" == 3.4 ]]; then
+  HOST_REFUSAL='Hostname verification failed'
+fi
+negative db-other-host-cert "$RUN/n.conf" db_tls_failed \
+  "\"server\":\"127.0.0.2\".*\"ssl_mode\":\"verify_identity\".*$HOST_REFUSAL"
 mv "$C/server.crt.orig" "$C/server.crt"; mv "$C/server.key.orig" "$C/server.key"
 sql "FLUSH SSL"
 
@@ -316,4 +348,4 @@ for a in "${ACLS[@]}"; do
   negative "acl-missing-${name// /-}" "$RUN/n.conf" kafka_refused '"kind":"authorization"'
 done
 
-say "passed: $PASSED cases in $((SECONDS - T0)) s; database session $DB_TLS"
+say "passed: $PASSED cases in $((SECONDS - T0)) s; SASL_SSL login with $MECH (librdkafka $RDK_VERSION, MariaDB $OW_MARIADB_VERSION); database session $DB_TLS"
