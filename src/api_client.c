@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "api_internal.h"
+#include "ow/util.h"
 
 /* --- Addresses ------------------------------------------------------------ */
 
@@ -37,6 +38,11 @@ void ow_api_addr_format(const ow_api_addr *a, char *out, size_t size)
         inet_ntop(AF_INET, a->b + 12, out, (socklen_t)size);
     else
         inet_ntop(AF_INET6, a->b, out, (socklen_t)size);
+}
+
+uint64_t api_addr_hash(const ow_api_addr *a)
+{
+    return ow_hash64(a->b, sizeof(a->b));
 }
 
 static int is_blank(char c)

@@ -51,7 +51,6 @@ typedef struct api_job api_job;
 typedef struct api_conn {
     /* The registry's, under its lock. */
     struct api_conn *prev, *next; /* every connection */
-    struct api_conn *same_hash;   /* the bucket of its address */
     int fd;
     int64_t deadline_ms; /* the request must be whole by then; 0 = none */
     int closing;         /* its socket was shut down */
@@ -117,6 +116,10 @@ api_rate *api_rate_new(unsigned per_s);
 void api_rate_free(api_rate **rate);
 /* 1 when client may make one more request now (and it is counted). */
 int api_rate_take(api_rate *rate, const ow_api_addr *client, int64_t now_ms);
+
+/* The hash connections file an address under; addresses with one hash are
+ * told apart by their bytes. */
+uint64_t api_addr_hash(const ow_api_addr *a);
 
 /* The address of c's peer (zero when libmicrohttpd has none). */
 void api_client_peer(struct MHD_Connection *c, ow_api_addr *out);
