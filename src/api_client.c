@@ -9,6 +9,8 @@
 #include <strings.h>
 
 #include "api_internal.h"
+#include "ow/htab.h"
+#include "ow/util.h"
 
 /* --- Addresses ------------------------------------------------------------ */
 
@@ -37,6 +39,11 @@ void ow_api_addr_format(const ow_api_addr *a, char *out, size_t size)
         inet_ntop(AF_INET, a->b + 12, out, (socklen_t)size);
     else
         inet_ntop(AF_INET6, a->b, out, (socklen_t)size);
+}
+
+uint64_t api_addr_hash(const ow_api_addr *a)
+{
+    return ow_hash64(a->b, sizeof(a->b));
 }
 
 static int is_blank(char c)
@@ -189,33 +196,58 @@ void api_client_of(struct MHD_Connection *c, const api_conn *conn, const ow_api_
 
 /* --- The rate limit ------------------------------------------------------- */
 
-/* Client addresses share RATE_SLOTS buckets by hash; a collision hands the
- * bucket to the newer address (it starts full), so a collision can only
- * make the limit looser, never refuse a client wrongly. */
-#define RATE_SLOTS 4096
+/* A token bucket per client address, API_RATE_ADDRESSES of them at most.
+ * When a new address finds them all taken, the bucket that has been full
+ * longest, or will be full soonest, is dropped for it: a full bucket is
+ * what a new address starts with, so dropping one changes nothing, and
+ * otherwise the dropped address starts full again when it returns, which
+ * can only loosen its limit, never refuse a request wrongly. */
 
 typedef struct {
     ow_api_addr addr;
-    int used;
-    double tokens;
+    uint64_t hash;
+    double tokens; /* at last_ms */
     int64_t last_ms;
-} rate_slot;
+} rate_bucket;
 
 struct api_rate {
     unsigned per_s;
+    uint64_t (*hash)(const ow_api_addr *);
     pthread_mutex_t lock;
-    rate_slot slots[RATE_SLOTS];
+    ow_htab index; /* address hash -> position in buckets */
+    rate_bucket *buckets;
+    /* Per bucket, when it is or will be full again (ms): apart, so that
+     * the search for the fullest reads them alone. */
+    double *full_at;
+    size_t n, max;
 };
 
-api_rate *api_rate_new(unsigned per_s)
+api_rate *api_rate_new_with(unsigned per_s, size_t max_addresses,
+                            uint64_t (*hash)(const ow_api_addr *))
 {
     api_rate *r = calloc(1, sizeof(*r));
 
     if (r == NULL)
         return NULL;
+    r->buckets = calloc(max_addresses, sizeof(*r->buckets));
+    r->full_at = calloc(max_addresses, sizeof(*r->full_at));
+    if (r->buckets == NULL || r->full_at == NULL ||
+        ow_htab_init(&r->index, max_addresses) != OW_OK) {
+        free(r->buckets);
+        free(r->full_at);
+        free(r);
+        return NULL;
+    }
     r->per_s = per_s;
+    r->hash = hash;
+    r->max = max_addresses;
     pthread_mutex_init(&r->lock, NULL);
     return r;
+}
+
+api_rate *api_rate_new(unsigned per_s)
+{
+    return api_rate_new_with(per_s, API_RATE_ADDRESSES, api_addr_hash);
 }
 
 void api_rate_free(api_rate **rate)
@@ -223,35 +255,79 @@ void api_rate_free(api_rate **rate)
     if (rate == NULL || *rate == NULL)
         return;
     pthread_mutex_destroy(&(*rate)->lock);
+    ow_htab_free(&(*rate)->index);
+    free((*rate)->buckets);
+    free((*rate)->full_at);
     free(*rate);
     *rate = NULL;
 }
 
+/* The bucket that has been full longest or will be full soonest. A scan:
+ * it runs only for a new address that finds every bucket taken. */
+static size_t fullest(const api_rate *r)
+{
+    size_t i = 0;
+    double soonest = r->full_at[0];
+
+    for (size_t j = 1; j < r->n; j++) {
+        if (r->full_at[j] < soonest) {
+            soonest = r->full_at[j];
+            i = j;
+        }
+    }
+    return i;
+}
+
+/* A bucket for client, whose hash is h: its own, or a new full one as of
+ * now_ms. NULL when the table could not grow (out of memory); nothing
+ * changed then. */
+static rate_bucket *bucket_of(api_rate *r, const ow_api_addr *client, uint64_t h, int64_t now_ms)
+{
+    ow_htab_walk w = OW_HTAB_START;
+    uintptr_t v;
+    size_t i;
+
+    while (ow_htab_next(&r->index, h, &w, &v)) {
+        if (memcmp(r->buckets[v].addr.b, client->b, sizeof(client->b)) == 0)
+            return &r->buckets[v];
+    }
+    i = r->n < r->max ? r->n : fullest(r);
+    if (ow_htab_put(&r->index, h, i) != OW_OK)
+        return NULL;
+    if (i == r->n)
+        r->n++;
+    else
+        ow_htab_remove(&r->index, r->buckets[i].hash, i);
+    r->buckets[i].addr = *client;
+    r->buckets[i].hash = h;
+    r->buckets[i].tokens = r->per_s;
+    r->buckets[i].last_ms = now_ms;
+    return &r->buckets[i];
+}
+
 int api_rate_take(api_rate *r, const ow_api_addr *client, int64_t now_ms)
 {
-    uint32_t h = 2166136261u;
-    rate_slot *slot;
-    int ok;
+    uint64_t h;
+    rate_bucket *b;
+    int ok = 1;
 
     if (r->per_s == 0)
         return 1;
-    for (size_t i = 0; i < sizeof(client->b); i++)
-        h = (h ^ client->b[i]) * 16777619u;
+    h = r->hash(client);
     pthread_mutex_lock(&r->lock);
-    slot = &r->slots[h % RATE_SLOTS];
-    if (!slot->used || memcmp(slot->addr.b, client->b, sizeof(client->b)) != 0) {
-        slot->addr = *client;
-        slot->used = 1;
-        slot->tokens = r->per_s;
-    } else {
-        slot->tokens += (double)(now_ms - slot->last_ms) * r->per_s / 1000.0;
-        if (slot->tokens > r->per_s)
-            slot->tokens = r->per_s;
+    b = bucket_of(r, client, h, now_ms);
+    /* Without a bucket (out of memory) the request is let through: like a
+     * dropped bucket, it can only loosen the limit. */
+    if (b != NULL) {
+        b->tokens += (double)(now_ms - b->last_ms) * r->per_s / 1000.0;
+        if (b->tokens > r->per_s)
+            b->tokens = r->per_s;
+        b->last_ms = now_ms;
+        ok = b->tokens >= 1.0;
+        if (ok)
+            b->tokens -= 1.0;
+        r->full_at[b - r->buckets] = (double)now_ms + (r->per_s - b->tokens) * 1000.0 / r->per_s;
     }
-    slot->last_ms = now_ms;
-    ok = slot->tokens >= 1.0;
-    if (ok)
-        slot->tokens -= 1.0;
     pthread_mutex_unlock(&r->lock);
     return ok;
 }

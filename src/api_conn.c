@@ -20,10 +20,11 @@
 #include <sys/socket.h>
 
 #include "api_internal.h"
+#include "ow/error.h"
+#include "ow/htab.h"
 #include "ow/log.h"
 #include "ow/util.h"
 
-#define ADDR_BUCKETS 1024
 /* Closed connections are logged at most this often, with their count. */
 #define LOG_EVERY_MS 1000
 
@@ -33,7 +34,7 @@ struct api_conns {
     unsigned max_per_address;
     ow_api_proxies trusted;
     api_conn *head;
-    api_conn *by_addr[ADDR_BUCKETS];
+    ow_htab by_addr; /* address hash -> connection */
     /* Since the last log line. */
     uint64_t cut_slow, refused;
     ow_api_addr last_refused;
@@ -51,6 +52,7 @@ api_conns *api_conns_new(unsigned timeout_s, unsigned max_per_address,
     cs->timeout_ms = timeout_s * 1000u;
     cs->max_per_address = max_per_address;
     cs->trusted = *trusted;
+    (void)ow_htab_init(&cs->by_addr, 0); /* no memory yet: it cannot fail */
     return cs;
 }
 
@@ -60,51 +62,42 @@ void api_conns_free(api_conns **conns)
         return;
     /* libmicrohttpd has closed every connection by now. */
     pthread_mutex_destroy(&(*conns)->lock);
+    ow_htab_free(&(*conns)->by_addr);
     free(*conns);
     *conns = NULL;
-}
-
-static unsigned addr_bucket(const ow_api_addr *a)
-{
-    uint32_t h = 2166136261u;
-
-    for (size_t i = 0; i < sizeof(a->b); i++)
-        h = (h ^ a->b[i]) * 16777619u;
-    return h % ADDR_BUCKETS;
 }
 
 /* Connections of conn's address that are not being closed, conn excluded. */
 static unsigned same_address(const api_conns *cs, const api_conn *conn)
 {
+    ow_htab_walk w = OW_HTAB_START;
+    uintptr_t v;
     unsigned n = 0;
 
-    for (const api_conn *o = cs->by_addr[addr_bucket(&conn->peer)]; o != NULL; o = o->same_hash) {
+    while (ow_htab_next(&cs->by_addr, api_addr_hash(&conn->peer), &w, &v)) {
+        const api_conn *o = (const api_conn *)v;
+
         if (o != conn && !o->closing && memcmp(o->peer.b, conn->peer.b, sizeof(o->peer.b)) == 0)
             n++;
     }
     return n;
 }
 
-static void link_conn(api_conns *cs, api_conn *conn)
+/* Returns 0 or OW_ENOMEM (conn is not linked then). */
+static int link_conn(api_conns *cs, api_conn *conn)
 {
-    unsigned b = addr_bucket(&conn->peer);
-
+    if (ow_htab_put(&cs->by_addr, api_addr_hash(&conn->peer), (uintptr_t)conn) != OW_OK)
+        return OW_ENOMEM;
     conn->next = cs->head;
     if (cs->head != NULL)
         cs->head->prev = conn;
     cs->head = conn;
-    conn->same_hash = cs->by_addr[b];
-    cs->by_addr[b] = conn;
+    return OW_OK;
 }
 
 static void unlink_conn(api_conns *cs, api_conn *conn)
 {
-    api_conn **p = &cs->by_addr[addr_bucket(&conn->peer)];
-
-    while (*p != NULL && *p != conn)
-        p = &(*p)->same_hash;
-    if (*p != NULL)
-        *p = conn->same_hash;
+    ow_htab_remove(&cs->by_addr, api_addr_hash(&conn->peer), (uintptr_t)conn);
     if (conn->prev != NULL)
         conn->prev->next = conn->next;
     else
@@ -121,15 +114,21 @@ static int socket_of(struct MHD_Connection *c)
     return ci != NULL ? ci->connect_fd : -1;
 }
 
+/* Called on the connection's thread before libmicrohttpd can close it: the
+ * descriptor is still this connection's. */
+static void shut_down(struct MHD_Connection *c)
+{
+    if (socket_of(c) >= 0)
+        shutdown(socket_of(c), SHUT_RDWR);
+}
+
 api_conn *api_conns_add(api_conns *cs, struct MHD_Connection *c)
 {
     api_conn *conn = calloc(1, sizeof(*conn));
+    int rc;
 
     if (conn == NULL) {
-        /* Called on the connection's thread before libmicrohttpd can close
-         * it: the descriptor is still this connection's. */
-        if (socket_of(c) >= 0)
-            shutdown(socket_of(c), SHUT_RDWR);
+        shut_down(c);
         return NULL;
     }
     conn->fd = socket_of(c);
@@ -145,8 +144,13 @@ api_conn *api_conns_add(api_conns *cs, struct MHD_Connection *c)
         if (conn->fd >= 0)
             shutdown(conn->fd, SHUT_RDWR);
     }
-    link_conn(cs, conn);
+    rc = link_conn(cs, conn);
     pthread_mutex_unlock(&cs->lock);
+    if (rc != OW_OK) {
+        shut_down(c);
+        free(conn);
+        return NULL;
+    }
     return conn;
 }
 

@@ -51,7 +51,6 @@ typedef struct api_job api_job;
 typedef struct api_conn {
     /* The registry's, under its lock. */
     struct api_conn *prev, *next; /* every connection */
-    struct api_conn *same_hash;   /* the bucket of its address */
     int fd;
     int64_t deadline_ms; /* the request must be whole by then; 0 = none */
     int closing;         /* its socket was shut down */
@@ -111,12 +110,23 @@ void api_lookups_free(api_lookups **l);
 
 typedef struct api_rate api_rate;
 
+/* Client addresses the rate limit keeps a bucket for at most. */
+#define API_RATE_ADDRESSES 4096
+
 /* per_s requests per second per client address, bursts of as many; 0 =
  * no limit. */
 api_rate *api_rate_new(unsigned per_s);
+/* The same with max_addresses (at least 1) buckets and another hash (for
+ * the unit test: a small table, addresses that share a hash). */
+api_rate *api_rate_new_with(unsigned per_s, size_t max_addresses,
+                            uint64_t (*hash)(const ow_api_addr *));
 void api_rate_free(api_rate **rate);
 /* 1 when client may make one more request now (and it is counted). */
 int api_rate_take(api_rate *rate, const ow_api_addr *client, int64_t now_ms);
+
+/* The hash connections and rate-limit buckets file an address under;
+ * addresses with one hash are told apart by their bytes. */
+uint64_t api_addr_hash(const ow_api_addr *a);
 
 /* The address of c's peer (zero when libmicrohttpd has none). */
 void api_client_peer(struct MHD_Connection *c, ow_api_addr *out);

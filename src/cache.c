@@ -1,7 +1,7 @@
 /*
- * The retry cache (issue 12): chained hash table plus a least-recently-used
- * list, one allocation per entry (header, key and body together), all of
- * it counted against max_bytes.
+ * The retry cache: a hash table (ow_htab: key hash to entry) plus a
+ * least-recently-used list, one allocation per entry (header, key and
+ * body together), all of it, the table too, counted against max_bytes.
  */
 #include "ow/cache.h"
 
@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "ow/error.h"
+#include "ow/htab.h"
 
 typedef struct entry {
-    struct entry *chain;         /* next in its bucket */
     struct entry *newer, *older; /* LRU list */
     uint64_t hash;
     int64_t user_id;
@@ -23,17 +23,14 @@ typedef struct entry {
 } entry;
 
 struct ow_cache {
-    entry **buckets;
-    size_t n_buckets; /* power of two */
+    ow_htab index; /* key hash -> entry */
     entry *newest, *oldest;
-    size_t bytes, max_bytes, entries;
+    size_t bytes; /* the entries' and the cache's own, without the table */
+    size_t max_bytes, entries;
     int64_t ttl_ms;
 };
 
-/* One bucket per this many bytes of bound: a 1 KB body is typical. */
-#define BYTES_PER_BUCKET 512
-
-static uint64_t key_hash(int64_t user_id, const char *key, size_t len)
+uint64_t ow_cache_key_hash(int64_t user_id, const char *key, size_t len)
 {
     uint64_t h = 1469598103934665603ULL ^ (uint64_t)user_id;
 
@@ -52,27 +49,29 @@ static size_t entry_bytes(const entry *e)
     return sizeof(*e) + e->key_len + e->body_len + MALLOC_OVERHEAD;
 }
 
+/* Everything counted against the bound. The table grows with the entries
+ * (ow_htab_bytes counts its struct, which is part of the cache's). */
+static size_t held(const ow_cache *c)
+{
+    return c->bytes - sizeof(c->index) + ow_htab_bytes(&c->index);
+}
+
 ow_cache *ow_cache_new(size_t max_bytes, int64_t ttl_ms)
 {
     ow_cache *c;
-    size_t n = 16;
 
     if (max_bytes == 0)
         return NULL;
-    while (n < max_bytes / BYTES_PER_BUCKET && n < ((size_t)1 << 24))
-        n *= 2;
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    c->buckets = calloc(n, sizeof(*c->buckets));
-    if (c->buckets == NULL) {
+    if (ow_htab_init(&c->index, 0) != OW_OK) {
         free(c);
         return NULL;
     }
-    c->n_buckets = n;
     c->max_bytes = max_bytes;
     c->ttl_ms = ttl_ms;
-    c->bytes = sizeof(*c) + n * sizeof(*c->buckets);
+    c->bytes = sizeof(*c);
     return c;
 }
 
@@ -88,24 +87,24 @@ void ow_cache_free(ow_cache **cp)
         free(e);
         e = next;
     }
-    free(c->buckets);
+    ow_htab_free(&c->index);
     free(c);
     *cp = NULL;
 }
 
-static entry **find_slot(ow_cache *c, uint64_t h, int64_t user_id, const char *key, size_t len)
+/* The entry of (user_id, key), whose hash is h, or NULL. */
+static entry *find(const ow_cache *c, uint64_t h, int64_t user_id, const char *key, size_t len)
 {
-    entry **p = &c->buckets[h & (c->n_buckets - 1)];
+    ow_htab_walk w = OW_HTAB_START;
+    uintptr_t v;
 
-    while (*p != NULL) {
-        entry *e = *p;
+    while (ow_htab_next(&c->index, h, &w, &v)) {
+        entry *e = (entry *)v;
 
-        if (e->hash == h && e->user_id == user_id && e->key_len == len &&
-            memcmp(e->data, key, len) == 0)
-            return p;
-        p = &e->chain;
+        if (e->user_id == user_id && e->key_len == len && memcmp(e->data, key, len) == 0)
+            return e;
     }
-    return p;
+    return NULL;
 }
 
 static void lru_unlink(ow_cache *c, entry *e)
@@ -132,40 +131,37 @@ static void lru_push(ow_cache *c, entry *e)
         c->oldest = e;
 }
 
-/* Unlinks *slot (an entry of the table) and frees it. */
-static void remove_at(ow_cache *c, entry **slot)
+/* Takes e out of the table and the list and frees it. */
+static void remove_entry(ow_cache *c, entry *e)
 {
-    entry *e = *slot;
-
-    *slot = e->chain;
+    ow_htab_remove(&c->index, e->hash, (uintptr_t)e);
     lru_unlink(c, e);
     c->bytes -= entry_bytes(e);
     c->entries--;
     free(e);
 }
 
-static void remove_entry(ow_cache *c, entry *e)
+/* Evicts the least recently used entries, never keep, while what the
+ * cache holds and extra more bytes exceed the bound. */
+static void evict(ow_cache *c, size_t extra, const entry *keep)
 {
-    remove_at(c, find_slot(c, e->hash, e->user_id, e->data, e->key_len));
+    while (c->oldest != NULL && c->oldest != keep && held(c) + extra > c->max_bytes)
+        remove_entry(c, c->oldest);
 }
 
 int ow_cache_get(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
                  const unsigned char digest[OW_DIGEST_LEN], int64_t now_ms, ow_result_code *code,
                  ow_buf *body)
 {
-    uint64_t h;
-    entry **slot;
     entry *e;
 
     if (c == NULL)
         return 0;
-    h = key_hash(user_id, key, key_len);
-    slot = find_slot(c, h, user_id, key, key_len);
-    e = *slot;
+    e = find(c, ow_cache_key_hash(user_id, key, key_len), user_id, key, key_len);
     if (e == NULL)
         return 0;
     if (now_ms - e->stored_ms >= c->ttl_ms) {
-        remove_at(c, slot);
+        remove_entry(c, e);
         return 0;
     }
     if (memcmp(e->digest, digest, OW_DIGEST_LEN) != 0)
@@ -184,23 +180,25 @@ int ow_cache_put(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
                  size_t body_len, int64_t now_ms)
 {
     uint64_t h;
-    entry **slot;
     entry *e;
     size_t need = sizeof(*e) + key_len + body_len + MALLOC_OVERHEAD;
 
     if (c == NULL || need > c->max_bytes / 4)
         return 0;
-    h = key_hash(user_id, key, key_len);
-    slot = find_slot(c, h, user_id, key, key_len);
-    if (*slot != NULL)
-        remove_at(c, slot);
-    while (c->oldest != NULL && c->bytes + need > c->max_bytes)
-        remove_entry(c, c->oldest);
-    if (c->bytes + need > c->max_bytes)
+    h = ow_cache_key_hash(user_id, key, key_len);
+    e = find(c, h, user_id, key, key_len);
+    if (e != NULL)
+        remove_entry(c, e);
+    evict(c, need, NULL);
+    if (held(c) + need > c->max_bytes)
         return 0;
     e = malloc(need - MALLOC_OVERHEAD);
     if (e == NULL)
         return 0;
+    if (ow_htab_put(&c->index, h, (uintptr_t)e) != OW_OK) {
+        free(e);
+        return 0;
+    }
     e->hash = h;
     e->user_id = user_id;
     e->stored_ms = now_ms;
@@ -210,19 +208,22 @@ int ow_cache_put(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
     memcpy(e->digest, digest, OW_DIGEST_LEN);
     memcpy(e->data, key, key_len);
     memcpy(e->data + key_len, body, body_len);
-    /* The slot may have moved while evicting: find it again. */
-    slot = find_slot(c, h, user_id, key, key_len);
-    e->chain = NULL;
-    *slot = e;
     lru_push(c, e);
     c->bytes += need;
     c->entries++;
+    /* The put may have grown the table past what the eviction left room
+     * for. */
+    evict(c, 0, e);
+    if (held(c) > c->max_bytes) {
+        remove_entry(c, e);
+        return 0;
+    }
     return 1;
 }
 
 size_t ow_cache_bytes(const ow_cache *c)
 {
-    return c != NULL ? c->bytes : 0;
+    return c != NULL ? held(c) : 0;
 }
 
 size_t ow_cache_entries(const ow_cache *c)

@@ -100,7 +100,12 @@ int ow_htab_put(ow_htab *t, uint64_t h, uintptr_t v)
 {
     size_t i;
 
-    if (2 * (t->used + t->removed + 1) > t->cap && rehash(t, cap_for(t->used + 1)) != OW_OK)
+    /* A rebuild leaves room for an eighth as many pairs again. Sized for
+     * the pairs alone, a table whose removals and puts keep it at a steady
+     * size just under a power of two would be rebuilt at every put that
+     * follows a removal; with the room, at most once per used / 8 of them. */
+    if (2 * (t->used + t->removed + 1) > t->cap &&
+        rehash(t, cap_for(t->used + 1 + (t->used + 1) / 8)) != OW_OK)
         return OW_ENOMEM;
     h = stored(h);
     i = free_slot(t, h);

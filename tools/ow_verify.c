@@ -24,45 +24,72 @@
 
 #include "kit.h"
 #include "ow/admin.h"
+#include "ow/error.h"
+#include "ow/htab.h"
 #include "ow/idgen.h"
 #include "ow/request.h"
 #include "ow/shard.h"
 #include "ow/store.h"
 #include "ow/util.h"
 
-/* --- A string-keyed index (open addressing) ------------------------------ */
+/* --- A string-keyed index ---------------------------------------------- */
+
+/* The keys are kept one after another in one buffer (each with its NUL),
+ * an entry per key says where its key is and holds its value, and the
+ * table files the entries' positions under the keys' hashes. */
+typedef struct {
+    size_t key; /* offset in keys */
+    size_t val;
+} ix_entry;
 
 typedef struct {
-    char **keys;
-    size_t *vals;
-    size_t cap;
-    size_t n;
+    ow_htab tab;
+    ow_buf keys;
+    ix_entry *e;
+    size_t n, cap;
 } index_t;
+
+static void out_of_memory(void)
+{
+    fprintf(stderr, "verify: out of memory\n");
+    exit(2);
+}
 
 static void ix_init(index_t *ix, size_t expect)
 {
-    ix->cap = 1024;
-    while (ix->cap < expect * 2)
-        ix->cap *= 2;
-    ix->keys = calloc(ix->cap, sizeof(*ix->keys));
-    ix->vals = calloc(ix->cap, sizeof(*ix->vals));
+    ix->cap = expect > 1024 ? expect : 1024;
+    ix->e = malloc(ix->cap * sizeof(*ix->e));
     ix->n = 0;
+    ow_buf_init(&ix->keys);
+    if (ix->e == NULL || ow_htab_init(&ix->tab, ix->cap) != OW_OK)
+        out_of_memory();
 }
 
+/* The value of key k, added (as 0) when create is set; NULL when k has
+ * none and create is not set. The pointer holds until the next add. */
 static size_t *ix_slot(index_t *ix, const char *k, int create)
 {
-    size_t i = (size_t)ow_hash64(k, strlen(k)) & (ix->cap - 1);
+    size_t len = strlen(k);
+    uint64_t h = ow_hash64(k, len);
+    ow_htab_walk w = OW_HTAB_START;
+    uintptr_t i;
 
-    while (ix->keys[i] != NULL) {
-        if (strcmp(ix->keys[i], k) == 0)
-            return &ix->vals[i];
-        i = (i + 1) & (ix->cap - 1);
+    while (ow_htab_next(&ix->tab, h, &w, &i)) {
+        if (strcmp(ix->keys.data + ix->e[i].key, k) == 0)
+            return &ix->e[i].val;
     }
     if (!create)
         return NULL;
-    ix->keys[i] = strdup(k);
-    ix->n++;
-    return &ix->vals[i];
+    if (ix->n == ix->cap) {
+        ix->cap *= 2;
+        ix->e = realloc(ix->e, ix->cap * sizeof(*ix->e));
+    }
+    if (ix->e == NULL || ow_htab_put(&ix->tab, h, ix->n) != OW_OK)
+        out_of_memory();
+    ix->e[ix->n] = (ix_entry){ix->keys.len, 0};
+    if (ow_buf_append(&ix->keys, k, len + 1) != OW_OK)
+        out_of_memory();
+    return &ix->e[ix->n++].val;
 }
 
 /* --- Inputs -------------------------------------------------------------- */

@@ -46,4 +46,9 @@ int ow_cache_put(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
 size_t ow_cache_bytes(const ow_cache *c); /* bytes counted against the bound */
 size_t ow_cache_entries(const ow_cache *c);
 
+/* The hash the cache files (user_id, key) under. Keys with one hash are
+ * told apart by their bytes; exposed so that the unit test can show it
+ * with two keys that share one. */
+uint64_t ow_cache_key_hash(int64_t user_id, const char *key, size_t len);
+
 #endif

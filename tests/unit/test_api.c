@@ -1,8 +1,9 @@
 /* The query service (issue 15): its path rules (segments are
  * percent-decoded one by one and checked with the message rules), its
- * client addresses, and a running service against a database that refuses
- * connections or never answers: the protocol, the request deadline, the
- * per-address limit and the lookup bound, none of which needs a real one. */
+ * client addresses, the rate limit's buckets, and a running service
+ * against a database that refuses connections or never answers: the
+ * protocol, the request deadline, the per-address limit and the lookup
+ * bound, none of which needs a real one. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -21,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "api_internal.h"
 #include "ow/api.h"
 #include "ow/error.h"
 #include "ow/util.h"
@@ -211,6 +213,86 @@ static void test_forwarded_client(void **state)
             fail_msg("case %zu (%s): client %s, want %s", i, n > 0 ? cases[i].lines[n - 1] : "-",
                      got, cases[i].client);
     }
+}
+
+/* 2001:db8::n, for n below 65536. */
+static ow_api_addr nth_addr(unsigned n)
+{
+    char text[32];
+
+    snprintf(text, sizeof(text), "2001:db8::%x", n);
+    return addr(text);
+}
+
+/* At 1 request/s, each of API_RATE_ADDRESSES addresses has one request
+ * and then none: every address keeps a bucket of its own. */
+static void test_rate_keeps_every_address_apart(void **state)
+{
+    api_rate *r = api_rate_new(1);
+    unsigned again = 0;
+
+    (void)state;
+    assert_non_null(r);
+    for (unsigned i = 0; i < API_RATE_ADDRESSES; i++) {
+        ow_api_addr a = nth_addr(i);
+
+        assert_int_equal(api_rate_take(r, &a, 1000), 1);
+    }
+    for (unsigned i = 0; i < API_RATE_ADDRESSES; i++) {
+        ow_api_addr a = nth_addr(i);
+
+        again += (unsigned)api_rate_take(r, &a, 1000);
+    }
+    assert_int_equal(again, 0);
+    api_rate_free(&r);
+    assert_null(r);
+}
+
+/* Three buckets of 2 requests/s. A new address drops the bucket that will
+ * be full soonest, not the least recently used one. */
+static void test_rate_full_table_drops_the_fullest_bucket(void **state)
+{
+    api_rate *r = api_rate_new_with(2, 3, api_addr_hash);
+    ow_api_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3), d = nth_addr(4);
+
+    (void)state;
+    assert_int_equal(api_rate_take(r, &a, 0), 1);
+    assert_int_equal(api_rate_take(r, &a, 0), 1);   /* empty, full at 1000 */
+    assert_int_equal(api_rate_take(r, &b, 100), 1); /* one left, full at 600 */
+    assert_int_equal(api_rate_take(r, &c, 200), 1);
+    assert_int_equal(api_rate_take(r, &c, 200), 1); /* empty, full at 1200 */
+    assert_int_equal(api_rate_take(r, &d, 300), 1); /* drops b's bucket */
+    /* a kept its bucket (0.6 of a request), the oldest though it is. */
+    assert_int_equal(api_rate_take(r, &a, 300), 0);
+    /* b starts again with a full bucket: two requests, not 1.4. */
+    assert_int_equal(api_rate_take(r, &b, 300), 1);
+    assert_int_equal(api_rate_take(r, &b, 300), 1);
+    api_rate_free(&r);
+}
+
+static uint64_t one_hash(const ow_api_addr *a)
+{
+    (void)a;
+    return 7;
+}
+
+/* Addresses under one hash are told apart by their bytes, also when one
+ * of them is dropped for another. */
+static void test_rate_addresses_under_one_hash(void **state)
+{
+    api_rate *r = api_rate_new_with(1, 2, one_hash);
+    ow_api_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3);
+
+    (void)state;
+    assert_int_equal(api_rate_take(r, &a, 0), 1);
+    assert_int_equal(api_rate_take(r, &b, 10), 1);
+    assert_int_equal(api_rate_take(r, &a, 10), 0);
+    assert_int_equal(api_rate_take(r, &b, 10), 0);
+    assert_int_equal(api_rate_take(r, &c, 20), 1); /* drops a's, full soonest */
+    assert_int_equal(api_rate_take(r, &b, 20), 0);
+    assert_int_equal(api_rate_take(r, &c, 20), 0);
+    assert_int_equal(api_rate_take(r, &a, 20), 1);
+    api_rate_free(&r);
 }
 
 /* --- A running service --------------------------------------------------- */
@@ -625,6 +707,9 @@ int main(void)
         cmocka_unit_test(test_bad_segments),
         cmocka_unit_test(test_trusted_proxies_list),
         cmocka_unit_test(test_forwarded_client),
+        cmocka_unit_test(test_rate_keeps_every_address_apart),
+        cmocka_unit_test(test_rate_full_table_drops_the_fullest_bucket),
+        cmocka_unit_test(test_rate_addresses_under_one_hash),
         cmocka_unit_test(test_methods_and_bodies_are_answered),
         cmocka_unit_test(test_wrong_tokens_cost_no_rate),
         cmocka_unit_test(test_forwarded_clients_have_their_own_buckets),

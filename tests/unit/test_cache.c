@@ -1,5 +1,6 @@
 /* The retry cache (issue 12): hits need the same digest, entries expire,
- * the byte bound holds, and 0 disables it. */
+ * the byte bound holds, 0 disables it, and two keys under one hash are
+ * told apart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +148,39 @@ static void test_replace_and_oversize(void **state)
     ow_buf_cleanup(&b);
 }
 
+/* The user id seeds the key's hash by XOR before its first byte, so
+ * (u, "i...") and (u ^ ('i' ^ 'j'), "j...") share one hash. */
+static void test_two_keys_under_one_hash(void **state)
+{
+    const int64_t u1 = 42, u2 = 42 ^ ('i' ^ 'j');
+    ow_cache *c = ow_cache_new(1 << 20, 5000);
+    ow_buf b;
+
+    (void)state;
+    ow_buf_init(&b);
+    assert_int_equal(ow_cache_key_hash(u1, "idem-1", 6), ow_cache_key_hash(u2, "jdem-1", 6));
+    assert_int_equal(put(c, u1, "idem-1", 7, "{\"a\":1}", 1000), 1);
+    assert_int_equal(get(c, u2, "jdem-1", 7, 1001, &b), 0);
+    assert_int_equal(put(c, u2, "jdem-1", 7, "{\"b\":2}", 2000), 1);
+    assert_int_equal(ow_cache_entries(c), 2);
+    assert_int_equal(get(c, u1, "idem-1", 7, 2001, &b), 1);
+    assert_memory_equal(b.data, "{\"a\":1}", b.len);
+    assert_int_equal(get(c, u2, "jdem-1", 7, 2002, &b), 1);
+    assert_memory_equal(b.data, "{\"b\":2}", b.len);
+    /* Replacing one leaves the other. */
+    assert_int_equal(put(c, u2, "jdem-1", 7, "{\"b\":3}", 3000), 1);
+    assert_int_equal(ow_cache_entries(c), 2);
+    assert_int_equal(get(c, u1, "idem-1", 7, 3001, &b), 1);
+    assert_memory_equal(b.data, "{\"a\":1}", b.len);
+    /* The first expires (TTL 5 s); the second stays. */
+    assert_int_equal(get(c, u1, "idem-1", 7, 6000, &b), 0);
+    assert_int_equal(ow_cache_entries(c), 1);
+    assert_int_equal(get(c, u2, "jdem-1", 7, 6001, &b), 1);
+    assert_memory_equal(b.data, "{\"b\":3}", b.len);
+    ow_cache_free(&c);
+    ow_buf_cleanup(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_bound_evicts_least_recent),
         cmocka_unit_test(test_replace_and_oversize),
+        cmocka_unit_test(test_two_keys_under_one_hash),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* The small hash table: values found by hash, two keys under one hash,
  * the hashes the table reserves for itself, removal and reuse, growth,
- * and a long random run against a plain array. */
+ * a long random run against a plain array, and a steady churn of
+ * removals and puts that must not rebuild the table at every step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,12 +113,44 @@ static void test_random_against_array(void **state)
     ow_htab_free(&t);
 }
 
+/* A table kept at one size by a removal and a put each step, at the size
+ * where it is exactly half full: it is rebuilt (its arrays move) at most
+ * once per used / 8 steps, not at every step. */
+static void test_steady_churn_is_not_rebuilt_each_step(void **state)
+{
+    const uintptr_t n = 4096;
+    const uintptr_t steps = 20000;
+    ow_htab t;
+    const uint64_t *arrays;
+    unsigned rebuilds = 0;
+
+    (void)state;
+    assert_int_equal(ow_htab_init(&t, n), OW_OK);
+    for (uintptr_t v = 0; v < n; v++)
+        assert_int_equal(ow_htab_put(&t, ow_hash64(&v, sizeof(v)), v), OW_OK);
+    arrays = t.hash;
+    for (uintptr_t v = 0; v < steps; v++) {
+        uintptr_t add = v + n;
+
+        assert_int_equal(ow_htab_remove(&t, ow_hash64(&v, sizeof(v)), v), 1);
+        assert_int_equal(ow_htab_put(&t, ow_hash64(&add, sizeof(add)), add), OW_OK);
+        rebuilds += t.hash != arrays;
+        arrays = t.hash;
+    }
+    assert_int_equal(t.used, n);
+    assert_true(rebuilds <= 8 * steps / n + 1);
+    for (uintptr_t v = steps; v < steps + n; v++)
+        assert_true(ow_htab_has(&t, ow_hash64(&v, sizeof(v))));
+    ow_htab_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_find_remove),
         cmocka_unit_test(test_reserved_hashes),
         cmocka_unit_test(test_random_against_array),
+        cmocka_unit_test(test_steady_churn_is_not_rebuilt_each_step),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
