@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
-# Requests/s of the query service (`order-worker serve`, issue 15) for a
-# found and a not-found lookup, measured with ApacheBench (`ab`, package
-# apache2-utils) over loopback with keep-alive. Short and bounded: each run
-# is at most N requests (default 20000) and 30 s.
+# Lookups/s and latency (p50, p99) of the query service (`order-worker
+# serve`, issue 15) for a found and a not-found lookup, measured with
+# ApacheBench (`ab`, package apache2-utils) over loopback with keep-alive.
+# Short and bounded: each run is at most N requests (default 20000) and 30 s.
 #
-# usage: scripts/bench-serve.sh [N] [CONCURRENCY]
+# usage: scripts/bench-serve.sh [--old-build DIR | --old BIN] [N] [CONCURRENCY]
+#
+# With --old-build DIR (DIR/order-worker) or --old BIN, that binary's serve
+# is measured too, on the same database, each lookup old then new, and the
+# last line compares the found lookup:
+#   serve: lookups/s old = X new = Y (new/old = R); p50/p99 old = a/b ms new = c/d ms
+# (an earlier line compares the not-found lookup the same way). p50 and
+# p99 are ab's percentiles of the time per request (its -e table).
+#
 # Needs the services of scripts/services.sh running (OW_RUN_DIR, default
-# <repo>/.run) and a built tree (OW_BUILD_DIR, default <repo>/build). It
-# makes its own database (10,001 request records) and stops what it starts.
+# <repo>/.run) and a built tree (OW_BUILD_DIR, default <repo>/build), whose
+# order-worker is the new binary. It makes its own database (10,001 request
+# records) and stops what it starts.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
 export OW_RUN_DIR="${OW_RUN_DIR:-$ROOT/.run}"
+OLD=""
+while (($# > 0)); do
+  case $1 in
+    --old-build) [[ $# -ge 2 ]] || { echo "bench-serve: --old-build needs a build directory" >&2; exit 2; }
+      OLD=$2/order-worker; shift ;;
+    --old) [[ $# -ge 2 ]] || { echo "bench-serve: --old needs a binary" >&2; exit 2; }
+      OLD=$2; shift ;;
+    *) break ;;
+  esac
+  shift
+done
 N=${1:-20000}
 C=${2:-16}
+[[ $N =~ ^[0-9]+$ && $C =~ ^[0-9]+$ ]] || { echo "bench-serve: N and CONCURRENCY are integers" >&2; exit 2; }
+NEW="$BUILD/order-worker"
+for bin in "$NEW" ${OLD:+"$OLD"}; do
+  [[ -x $bin ]] || { echo "bench-serve: $bin is not an executable" >&2; exit 2; }
+done
 # shellcheck disable=SC1091
 source "$OW_RUN_DIR/services.env"
 DB="bench_serve_$$"
@@ -24,8 +49,15 @@ PW="b-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 PORT=$((20000 + RANDOM % 10000))
 pid=""
 
+stop_serve() {
+  if [[ -n $pid ]]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+  fi
+}
 cleanup() {
-  [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  stop_serve
   mysql_root -e "DROP DATABASE IF EXISTS $DB; DROP USER IF EXISTS 'ow_bench_api'@'%'" || true
   rm -rf "$WORK"
 }
@@ -34,7 +66,7 @@ mysql_root() { mariadb -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
 
 mysql_root -e "CREATE DATABASE $DB"
 ORDER_WORKER_MYSQL_PORT=$OW_MYSQL_PORT ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_DATABASE=$DB \
-  "$BUILD/order-worker" migrate >/dev/null
+  "$NEW" migrate >/dev/null
 mysql_root -e "SET @api_user='ow_bench_api', @api_host='%', @api_password='$PW',
                @api_database='$DB'; SOURCE $ROOT/sql/api_user.sql;"
 # One looked-up record among 10,000 others, with a body of the usual size.
@@ -61,22 +93,55 @@ api.token_file = $WORK/token
 api.rate_limit = 0
 log.level = warn
 CONF
-"$BUILD/order-worker" serve --config "$WORK/serve.conf" 2>"$WORK/serve.log" &
-pid=$!
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
 
-measure() {  # NAME PATH EXPECTED_STATUS
-  local out rps
+start_serve() {  # BIN
+  "$1" serve --config "$WORK/serve.conf" 2>>"$WORK/serve.log" &
+  pid=$!
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && return 0; sleep 0.1; done
+  echo "bench-serve: $1 serve did not answer /healthz within 5 s:" >&2
+  tail -n 5 "$WORK/serve.log" >&2
+  exit 1
+}
+
+# measure NAME PATH EXPECTED_STATUS: one ab run against the serve running;
+# prints its line and sets RPS, P50 and P99 (ms).
+measure() {
+  local out
   curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
     "http://127.0.0.1:$PORT$2" | grep -qx "$3" || { echo "bench-serve: $2 is not $3"; exit 1; }
-  out="$(ab -k -q -t 30 -n "$N" -c "$C" -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT$2" 2>&1)"
-  rps="$(awk '/^Requests per second/ {print $4}' <<<"$out")"
-  printf 'bench-serve: %-9s %s requests/s (%s requests, %s failed, %s non-2xx, concurrency %s; %s)\n' \
-    "$1" "$rps" "$(awk '/^Complete requests/ {print $3}' <<<"$out")" \
+  out="$(ab -k -q -t 30 -n "$N" -c "$C" -e "$WORK/pct.csv" -H "Authorization: Bearer $TOKEN" \
+    "http://127.0.0.1:$PORT$2" 2>&1)"
+  RPS="$(awk '/^Requests per second/ {print $4}' <<<"$out")"
+  P50="$(awk -F, '$1 == "50" {print $2}' "$WORK/pct.csv")"
+  P99="$(awk -F, '$1 == "99" {print $2}' "$WORK/pct.csv")"
+  printf 'bench-serve: %-9s %s lookups/s, p50/p99 %s/%s ms (%s requests, %s failed, %s non-2xx, concurrency %s)\n' \
+    "$1" "$RPS" "$P50" "$P99" "$(awk '/^Complete requests/ {print $3}' <<<"$out")" \
     "$(awk '/^Failed requests/ {print $3}' <<<"$out")" \
-    "$(awk '/^Non-2xx responses/ {print $3}' <<<"$out" | grep . || echo 0)" "$C" \
-    "$(awk '/^Time per request.*mean\)$/ {print $4 " ms mean"}' <<<"$out")"
+    "$(awk '/^Non-2xx responses/ {print $3}' <<<"$out" | grep . || echo 0)" "$C"
 }
-echo "bench-serve: $(nproc) cores, api.threads 4, ab $(ab -V | awk 'NR==1 {print $5}') with keep-alive, loopback"
-measure found /v1/requests/42/bench-found 201
-measure not-found /v1/requests/42/bench-missing 404
+
+echo "bench-serve: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), api.threads 4, ab $(ab -V | awk 'NR==1 {print $5}') with keep-alive, loopback"
+if [[ -z $OLD ]]; then
+  start_serve "$NEW"
+  measure found /v1/requests/42/bench-found 201
+  measure not-found /v1/requests/42/bench-missing 404
+  exit 0
+fi
+
+# compare NAME PATH STATUS PREFIX: the old binary's serve, then the new one's.
+compare() {
+  local o_rps o_p50 o_p99
+  start_serve "$OLD"
+  measure "$1 (old)" "$2" "$3"
+  o_rps=$RPS o_p50=$P50 o_p99=$P99
+  stop_serve
+  start_serve "$NEW"
+  measure "$1 (new)" "$2" "$3"
+  stop_serve
+  printf '%s: lookups/s old = %s new = %s (new/old = %s); p50/p99 old = %s/%s ms new = %s/%s ms\n' \
+    "$4" "$o_rps" "$RPS" "$(awk -v a="$o_rps" -v b="$RPS" 'BEGIN { printf "%.2f", (a > 0 ? b / a : 0) }')" \
+    "$o_p50" "$o_p99" "$P50" "$P99"
+}
+echo "bench-serve: old $OLD, new $NEW"
+compare not-found /v1/requests/42/bench-missing 404 "serve (not-found)"
+compare found /v1/requests/42/bench-found 201 serve

@@ -41,6 +41,10 @@
 #   scripts/bench.sh --shards [--quick]  deciding throughput over 1, 2 and 3 user shards
 #                                     with each mariadbd's CPU (issue 14); see
 #                                     scripts/bench-shards.sh
+#   scripts/bench.sh --cost [--quick]  CPU per batch of the worker, mariadbd and the broker
+#                                     (decide, replay, tuned) and the worker's instructions
+#                                     per message (callgrind over ow-path); --build DIR
+#                                     measures another build: see scripts/bench-cost.sh
 #
 # Any other option goes to ow-bench (`build/ow-bench --help` lists them),
 # e.g. -n 20000, --naive-prefix 500, --tuned-lanes 8, --lanes 1,4,
@@ -71,6 +75,7 @@ export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
 case " $* " in
   *" --growth "* | *" --purge "*) exec "$ROOT/scripts/bench-growth.sh" "$@" ;;
   *" --shards "*) exec "$ROOT/scripts/bench-shards.sh" "$@" ;;
+  *" --cost "*) exec "$ROOT/scripts/bench-cost.sh" "$@" ;;
 esac
 
 OUT="" QUICK=0 VERIFY=0 SWEEP=0 BROKER_CPUS="" BROKER_NICE="" RATE="" PASS=()

@@ -18,7 +18,7 @@ static void describe_errors(ow_job *job, const ow_field_errors *errs)
 }
 
 /* An invalid message keeps its original bytes for the dead-letter topic. */
-static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_message_t *m,
+static int make_invalid(ow_job *job, const ow_job_limits *lim, const ow_job_input *m,
                         const ow_field_errors *errs, int key_ok)
 {
     job->valid = 0;
@@ -26,7 +26,7 @@ static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_me
     job->raw_original_len = m->len;
     /* An empty value keeps a non-NULL pointer: producing NULL would turn it
      * into a null value (a tombstone) in the dead-letter topic. */
-    if (m->payload != NULL) {
+    if (m->value != NULL) {
         /* A copy larger than the producer and the topic accept would never
          * be acknowledged and would stall the partition: keep what fits
          * beside the (cut) key and say so. */
@@ -36,7 +36,7 @@ static int make_invalid(ow_job *job, const ow_job_limits *lim, const rd_kafka_me
         job->raw = malloc(keep > 0 ? keep : 1);
         if (job->raw == NULL)
             return OW_ENOMEM;
-        memcpy(job->raw, m->payload, keep);
+        memcpy(job->raw, m->value, keep);
         job->raw_len = keep;
     }
     job->has_user = job->req.user_id > 0;
@@ -84,6 +84,19 @@ ow_job *ow_job_of_tag(ow_output_tag *tag)
 
 ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m)
 {
+    ow_job_input in = {.partition = m->partition,
+                       .offset = m->offset,
+                       .timestamp_ms = rd_kafka_message_timestamp(m, NULL),
+                       .key = m->key,
+                       .key_len = m->key_len,
+                       .value = m->payload,
+                       .len = m->len};
+
+    return ow_job_from_input(lim, &in);
+}
+
+ow_job *ow_job_from_input(const ow_job_limits *lim, const ow_job_input *m)
+{
     ow_job *job = ow_job_new();
     ow_field_errors errs;
     int key_ok;
@@ -93,7 +106,7 @@ ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *
         return NULL;
     job->t.partition = m->partition; /* for the logs; ow_ledger_track fills the ticket */
     job->t.offset = m->offset;
-    job->timestamp_ms = rd_kafka_message_timestamp(m, NULL);
+    job->timestamp_ms = m->timestamp_ms;
     if (m->key != NULL) {
         job->key = malloc(m->key_len + 1);
         if (job->key == NULL)
@@ -106,7 +119,7 @@ ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *
     job->key_hash = ow_hash64(job->key != NULL ? job->key : "", job->key_len);
     ow_field_errors_init(&errs);
     key_ok = ow_request_check_key(job->key, job->key_len, &errs) == OW_OK;
-    rc = ow_request_parse(m->payload, m->len, &lim->request, &job->req, &errs);
+    rc = ow_request_parse(m->value, m->len, &lim->request, &job->req, &errs);
     if (rc == OW_ENOMEM)
         goto fail;
     if (rc == OW_OK && key_ok) {

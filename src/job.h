@@ -74,9 +74,23 @@ typedef struct {
 ow_job *ow_job_new(void);
 /* The job whose tag a delivery report carries. */
 ow_job *ow_job_of_tag(ow_output_tag *tag);
+/* What a job is made of: the parts of a consumed message it reads. */
+typedef struct {
+    int32_t partition;
+    int64_t offset;
+    int64_t timestamp_ms;
+    const void *key; /* NULL when the message had none */
+    size_t key_len;
+    const void *value; /* NULL for a null value */
+    size_t len;
+} ow_job_input;
+
 /* A job for a message, parsed and validated; its ticket is not tracked
  * yet (ow_ledger_track on job->t). NULL when out of memory. */
 ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m);
+/* The same from the message's parts, for a caller that has no librdkafka
+ * message (tools/ow_path.c measures this path over a fixed corpus). */
+ow_job *ow_job_from_input(const ow_job_limits *lim, const ow_job_input *in);
 void ow_job_free(ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, ticket and acknowledgement count). */

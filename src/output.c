@@ -259,8 +259,7 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
     }
 }
 
-static int publish_result(ow_output *o, ow_job *job, ow_output_kind kind, const void *body,
-                          size_t len, int replayed)
+rd_kafka_headers_t *ow_output_result_headers(const ow_output *o, const ow_job *job, int replayed)
 {
     rd_kafka_headers_t *h = rd_kafka_headers_new(6);
 
@@ -268,10 +267,10 @@ static int publish_result(ow_output *o, ow_job *job, ow_output_kind kind, const 
         ow_kafka_header_int(h, "user-id", job->req.user_id);
     rd_kafka_header_add(h, "replayed", -1, replayed ? "true" : "false", -1);
     source_headers(h, o, job);
-    return produce(o, o->cfg->topic_results, job, kind, body, len, h);
+    return h;
 }
 
-static int publish_dead_letter(ow_output *o, ow_job *job)
+rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_job *job)
 {
     rd_kafka_headers_t *h = rd_kafka_headers_new(9);
 
@@ -282,7 +281,20 @@ static int publish_dead_letter(ow_output *o, ow_job *job)
     ow_kafka_header_int(h, "source-timestamp", job->timestamp_ms);
     if (job->raw_len < job->raw_original_len)
         ow_kafka_header_int(h, "dlq-truncated-from", (long long)job->raw_original_len);
-    return produce(o, o->cfg->topic_dlq, job, OW_OUT_DEAD_LETTER, job->raw, job->raw_len, h);
+    return h;
+}
+
+static int publish_result(ow_output *o, ow_job *job, ow_output_kind kind, const void *body,
+                          size_t len, int replayed)
+{
+    return produce(o, o->cfg->topic_results, job, kind, body, len,
+                   ow_output_result_headers(o, job, replayed));
+}
+
+static int publish_dead_letter(ow_output *o, ow_job *job)
+{
+    return produce(o, o->cfg->topic_dlq, job, OW_OUT_DEAD_LETTER, job->raw, job->raw_len,
+                   ow_output_dead_letter_headers(o, job));
 }
 
 /* --- Outputs refused for their size ------------------------------------- */

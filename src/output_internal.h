@@ -56,6 +56,11 @@ void ow_output_destroy(ow_output *o);
 int ow_output_check_topics(ow_output *o, const char *const *keys, const char *const *topics,
                            size_t n, ow_error *err);
 
+/* The headers of a job's result and of an invalid job's dead-letter copy:
+ * a new list, which the caller owns until the producer takes it. */
+rd_kafka_headers_t *ow_output_result_headers(const ow_output *o, const ow_job *job, int replayed);
+rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_job *job);
+
 /* Produces a decided or invalid job's outputs (its result, and the
  * dead-letter copy of an invalid message) and releases the caller's hold
  * on the job; the last acknowledgement ends it. The job's payload is freed

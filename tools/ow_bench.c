@@ -40,6 +40,11 @@
  *           (cache.max_bytes=0); prints
  *           storm: cache on X batches/s, cache off Y batches/s, on/off = Z
  *
+ * Every run appends its CPU per batch to cost.csv in --out: the worker's
+ * (user + sys over its whole life, from wait4) and each --watch process's
+ * from the worker's start until every input was done (scripts/bench-cost.sh
+ * reads it).
+ *
  * Exit status: 0 when every run completed without losing a message, 1 when
  * one did not, 2 for bad arguments or a setup failure. Timings are never
  * judged. scripts/bench.sh starts the services and runs this.
@@ -442,6 +447,7 @@ static int run_one(const options *o, const bm_spec *s, const bm_data *d, size_t 
     int rc = bm_run(&o->env, s, d, count, r);
 
     bm_report_details(stdout, r);
+    bm_report_cost(o->env.out_dir, r);
     /* For scripts/bench.sh --verify: what ow-verify needs to find the run. */
     if (rc == 0 && r->complete && o->env.keep_databases)
         printf("run-names: %s %s %s %s %s %s\n", r->name, r->database, r->group, r->input,
@@ -574,6 +580,7 @@ static int run_on_topic(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resu
     int rc = bm_run_topic(e, s, in, r);
 
     bm_report_details(stdout, r);
+    bm_report_cost(e->out_dir, r);
     fflush(stdout);
     return rc;
 }

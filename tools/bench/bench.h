@@ -170,6 +170,11 @@ typedef struct {
     double bps_min, bps_max; /* over repeated runs of this configuration (--repeat) */
     int repeats;
     char log_note[256]; /* retries, warnings and errors in the worker's log */
+    /* CPU seconds of each watched process (--watch) from the worker's start
+     * until every input was done; -1 when it could not be read. */
+    int n_watched;
+    char watched_name[8][24];
+    double watched_cpu_s[8];
     /* With bm_spec.capture_bodies (issue 12, --replay): per input, the
      * SHA-256 of its first definitive result's body, and BM_BODY_SEEN | code << 2.
      * Allocated by bm_results_read; the caller frees them. */
@@ -294,6 +299,10 @@ void bm_progress_end(bm_progress *p);
 void bm_report_table(FILE *out, const bm_result *r, size_t n, const bm_dblimit *dbl);
 void bm_report_details(FILE *out, const bm_result *r);
 int bm_report_csv(const char *path, const bm_result *r, size_t n);
+/* Appends a run's CPU per batch to <dir>/cost.csv, one row per process:
+ *   run,batches,process,cpu_s,us_per_batch
+ * the worker's whole life (wait4) and each watched process over the run. */
+int bm_report_cost(const char *dir, const bm_result *r);
 /* r: one (median) result per grid point, with bps_min/bps_max/repeats. */
 int bm_report_sweep(const char *dir, const bm_result *r, size_t n, const int *batches,
                     size_t n_batches);

@@ -126,6 +126,32 @@ int bm_report_csv(const char *path, const bm_result *r, size_t n)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+static void cost_row(FILE *f, const bm_result *r, const char *process, double cpu_s)
+{
+    double per = r->done > 0 && cpu_s >= 0 ? 1e6 * cpu_s / (double)r->done : -1;
+
+    fprintf(f, "%s,%zu,%s,%.6f,%.1f\n", r->name, r->done, process, cpu_s, per);
+}
+
+int bm_report_cost(const char *dir, const bm_result *r)
+{
+    char path[600];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/cost.csv", dir);
+    f = fopen(path, "a");
+    if (f == NULL) {
+        bm_log("cannot write %s", path);
+        return -1;
+    }
+    if (ftell(f) == 0)
+        fputs("run,batches,process,cpu_s,us_per_batch\n", f);
+    cost_row(f, r, "worker", r->cpu_s);
+    for (int i = 0; i < r->n_watched; i++)
+        cost_row(f, r, r->watched_name[i], r->watched_cpu_s[i]);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 /* gnuplot data: one block per batch size (lanes, batches/s), for `index`. */
 static int write_dat(const char *path, const bm_result *r, size_t n, const int *batches,
                      size_t n_batches)

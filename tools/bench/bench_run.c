@@ -470,6 +470,17 @@ static int start_producer(const bm_env *e, const bm_spec *s, watcher *w, bm_topi
     return 0;
 }
 
+/* Each watched process's CPU seconds between the two samples. */
+static void watched_cpu(const bm_cpu_sample *a, const bm_cpu_sample *b, bm_result *r)
+{
+    r->n_watched = a->n_watched < b->n_watched ? a->n_watched : b->n_watched;
+    for (int i = 0; i < r->n_watched; i++) {
+        snprintf(r->watched_name[i], sizeof(r->watched_name[i]), "%s", a->names[i]);
+        r->watched_cpu_s[i] =
+            a->watched[i] >= 0 && b->watched[i] >= 0 ? b->watched[i] - a->watched[i] : -1;
+    }
+}
+
 /* After the watch: CPU and memory, stop, and the verdict on the outputs. */
 static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_state *ws,
                   double spawn_wall, const bm_cpu_sample *c0, bm_result *r)
@@ -478,6 +489,7 @@ static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_st
 
     bm_cpu_sample_take(e, ch->pid, &c1);
     r->other_cores = bm_cpu_describe(c0, &c1, r->cpu_note, sizeof(r->cpu_note));
+    watched_cpu(c0, &c1, r);
     r->rss_end_kib = bm_proc_rss_kib(ch->pid);
     r->hwm_kib = bm_proc_status_kib(ch->pid, "VmHWM:");
     r->stop_s = bm_now();

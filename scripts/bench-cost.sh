@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# What a message costs. Run through scripts/bench.sh --cost [--quick]; not
+# part of CI. Starts its own MariaDB and Apache Kafka under .run/bench, as
+# scripts/bench.sh does, and stops them again.
+#
+# CPU per batch of the worker, MariaDB (mariadbd) and the broker (the Kafka
+# JVM), in three phases of N batches each (100,000; --quick: 5,000):
+#   decide  every batch new (no retries, reused keys, clashes or invalid
+#           messages): each one decided in a transaction
+#   replay  a cold worker in a new consumer group re-reads the decide phase's
+#           topic against the same database, so every input is a replay
+#           (ow-bench --replay)
+#   tuned   the default run of scripts/bench.sh: the worker's defaults on the
+#           benchmark's mix (10 % retries, 1 % reused keys, 1 % clashes)
+# ow-bench writes the figures to cost.csv in each phase's directory: the
+# worker's user + sys time over its whole life (wait4: its start and stop
+# are in it, spread over the phase's batches), mariadbd's and the broker's
+# from /proc/PID/stat between the worker's start and the last input done.
+# The machine may be shared: the load average is printed beside them.
+#
+# Instructions per message of the worker's in-process path: ow-path
+# (tools/ow_path.c: per message the job, i.e. key check, parse, validation,
+# key hash and digest, then the decision's body and the output headers) over
+# its fixed corpus of 1,000 generated messages, counted by valgrind's
+# callgrind for R1 = 1 and R2 = 5 rounds (--quick: 3):
+#   (Ir(R2) - Ir(R1)) / (messages(R2) - messages(R1))
+# so the start-up both runs share cancels out. Each run has an empty
+# environment, its own directory and the tool copied there as ./ow-path, so
+# the same binary gives the same count every time (the count moves by a few
+# hundred instructions when only the environment's size changes).
+#
+# The last line is
+#   cost: worker us/batch decide = A replay = B; instructions/message = C
+#
+# Options:
+#   --quick          5,000 batches a phase, R2 = 3 rounds
+#   --build DIR      measure DIR/order-worker and DIR/ow-path, built from
+#                    another tree (DIR is not rebuilt)
+#   --worker BIN     the worker to measure (default: this tree's build)
+#   --path-tool BIN  the ow-path to count (default: this tree's build)
+#   --no-cpu         only the instruction count: no services, a few seconds
+#   --out DIR        results in DIR (default .run/bench/cost-<time>)
+# The harness (ow-bench, ow-kit) is always this tree's build
+# (OW_BUILD_DIR, default build/), built first.
+#
+# Two builds, interleaved so that a change in the machine's load hits both:
+#   git worktree add /tmp/ow-old <commit>
+#   cmake -S /tmp/ow-old -B /tmp/ow-old/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+#   cmake --build /tmp/ow-old/build --target order-worker ow-path
+#   for b in /tmp/ow-old/build build /tmp/ow-old/build build; do
+#     scripts/bench.sh --cost --quick --build "$b"; done
+# Instruction counts compare exactly (same machine, same valgrind); the
+# us/batch figures only as far as the load averages beside them agree.
+#
+# Bounds: each phase's ow-bench at most 900 s (--quick) or 3,600 s, and
+# gives up after 60 s without a commit; each callgrind run at most 600 s.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+export OW_RUN_DIR="$ROOT/.run/bench"
+export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
+T_START=$SECONDS
+
+say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
+die() { say "ERROR: $*"; exit 2; }
+
+QUICK=0 CPU=1 OUT="" WORKER="" PATH_TOOL=""
+while (($# > 0)); do
+  case $1 in
+    --cost) ;;
+    --quick) QUICK=1 ;;
+    --no-cpu) CPU=0 ;;
+    --build) [[ $# -ge 2 ]] || die "--build needs a build directory"
+      WORKER=$2/order-worker PATH_TOOL=$2/ow-path; shift ;;
+    --worker) [[ $# -ge 2 ]] || die "--worker needs a binary"; WORKER=$2; shift ;;
+    --path-tool) [[ $# -ge 2 ]] || die "--path-tool needs a binary"; PATH_TOOL=$2; shift ;;
+    --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (with --cost: --quick, --build DIR, --worker BIN, --path-tool BIN, --no-cpu, --out DIR)" ;;
+  esac
+  shift
+done
+if ((QUICK)); then N=5000 R2=3 LIMIT=900; else N=100000 R2=5 LIMIT=3600; fi
+R1=1
+
+# The harness, and what is measured when nothing else is named.
+if [[ ! -f $BUILD/build.ninja ]]; then
+  say "configuring $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$BUILD" --target order-worker ow-bench ow-kit ow-path >/dev/null || die "build failed"
+WORKER="${WORKER:-$BUILD/order-worker}"
+PATH_TOOL="${PATH_TOOL:-$BUILD/ow-path}"
+[[ -x $WORKER ]] || die "$WORKER is not an executable (build the order-worker target there)"
+[[ -x $PATH_TOOL ]] || die "$PATH_TOOL is not an executable (build the ow-path target there)"
+command -v valgrind >/dev/null || die "valgrind is missing: run scripts/deps.sh"
+
+OUT="${OUT:-$OW_RUN_DIR/cost-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd -P)"
+
+services_up=0 child="" scratch=""
+cleanup() {
+  set +e
+  if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
+  if ((services_up)); then "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1; fi
+  if [[ -n $scratch ]]; then rm -rf "$scratch"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# run_bounded SECONDS CMD...: CMD under timeout, in the background so that
+# an interrupt reaches it through cleanup.
+run_bounded() {
+  local secs=$1 status=0
+  shift
+  timeout --kill-after=30 "$secs" "$@" &
+  child=$!
+  wait "$child" || status=$?
+  child=""
+  return "$status"
+}
+
+# --- Instructions per message ------------------------------------------------
+
+# count ROUNDS: sets IR, MSGS and SUM (the outputs' checksum) for one
+# callgrind run of the path tool.
+count() {
+  local dir="$scratch/r$1" status=0
+  mkdir -p "$dir"
+  cp "$PATH_TOOL" "$dir/ow-path"
+  run_bounded 600 env -i -C "$dir" PATH=/usr/bin:/bin valgrind --tool=callgrind \
+    --callgrind-out-file=callgrind.out ./ow-path --rounds "$1" >"$dir/path.txt" \
+    2>"$dir/callgrind.log" || status=$?
+  cp "$dir/callgrind.log" "$OUT/callgrind-r$1.log"
+  cp "$dir/path.txt" "$OUT/path-r$1.txt"
+  ((status == 0)) || die "callgrind over ow-path --rounds $1 failed (see $OUT/callgrind-r$1.log)"
+  IR=$(sed -n 's/^totals: \([0-9]*\)$/\1/p' "$dir/callgrind.out")
+  MSGS=$(sed -n 's/^path: .* = \([0-9]*\) messages (.*/\1/p' "$dir/path.txt")
+  SUM=$(sed -n 's/^path: .*, outputs \(0x[0-9a-f]*\)$/\1/p' "$dir/path.txt")
+  [[ $IR =~ ^[0-9]+$ && $MSGS =~ ^[0-9]+$ && -n $SUM ]] ||
+    die "no instruction, message or output count from ow-path --rounds $1 (see $OUT/path-r$1.txt)"
+}
+
+scratch="$(mktemp -d)"
+say "counting instructions: $PATH_TOOL under callgrind, $R1 and $R2 rounds"
+count "$R1"
+IR1=$IR M1=$MSGS SUM1=$SUM
+count "$R2"
+IR2=$IR M2=$MSGS
+# Both runs start with the same first round: other outputs mean the path
+# depends on something besides the binary and the corpus.
+[[ $SUM == "$SUM1" ]] || die "ow-path's first round gave other outputs in the second run ($SUM1, then $SUM)"
+IPM=$("$BUILD/ow-path" --per-message "$IR1" "$M1" "$IR2" "$M2") || die "ow-path --per-message refused the counts"
+PATH_LINE=$(sed 's/^path: [0-9]* rounds x [0-9]* messages = //' "$OUT/path-r$R1.txt")
+
+{
+  echo "cost: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  echo "cost: worker $WORKER (sha256 $(sha256sum "$WORKER" | cut -c1-12)), path tool $PATH_TOOL (sha256 $(sha256sum "$PATH_TOOL" | cut -c1-12))"
+  echo "cost: ow-path corpus $PATH_LINE"
+  echo "cost: callgrind Ir $IR1 for $M1 messages, $IR2 for $M2 messages: $IPM instructions/message"
+} | tee "$OUT/cost.txt"
+
+# --- CPU per batch -------------------------------------------------------------
+
+# us PHASE_DIR RUN PROCESS: that process's microseconds per batch in the run.
+us() {
+  awk -F, -v run="$2" -v p="$3" '$1 == run && $3 == p { v = $5 }
+    END { if (v == "" || v < 0) exit 1; print v }' "$1/cost.csv" ||
+    die "no CPU figure for $3 in run $2 (see $1/bench.txt)"
+}
+
+if ((CPU)); then
+  OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >&2
+  services_up=1
+  # shellcheck disable=SC1091
+  source "$OW_RUN_DIR/services.env"
+  [[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start (got the $OW_BROKER_KIND broker); run scripts/deps.sh"
+  WATCH="mariadbd=$(cat "$OW_RUN_DIR/mariadb.pid"),kafka=$(cat "$OW_RUN_DIR/kafka.pid")"
+  # shellcheck source=scripts/bench-warmup.sh
+  source "$ROOT/scripts/bench-warmup.sh"
+  warm_broker_jvm
+
+  phase() {  # DIR ARGS...: one ow-bench run against the services, bounded
+    local dir=$1
+    shift
+    mkdir -p "$dir"
+    say "$(basename "$dir"): ow-bench $*"
+    run_bounded "$LIMIT" "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" \
+      --mysql-host 127.0.0.1 --mysql-port "$OW_MYSQL_PORT" --mysql-user root \
+      --worker "$WORKER" --out "$dir" --watch "$WATCH" --stall-timeout 60 "$@" \
+      >"$dir/bench.txt" || die "a run did not complete (see $dir/bench.txt)"
+  }
+  phase "$OUT/replay" --replay -n "$N" --retry 0 --reuse 0 --clash 0 --invalid 0
+  phase "$OUT/tuned" -n "$N" --no-naive --no-serial --no-db-limit
+
+  table="$(printf 'cost: %-7s %8s %16s %18s %16s' phase batches "worker us/batch" "mariadbd us/batch" "broker us/batch")"
+  for p in decide:replay replay:replay tuned:tuned; do
+    run=${p%%:*} dir=$OUT/${p#*:}
+    batches=$(awk -F, -v run="$run" '$1 == run && $3 == "worker" { print $2 }' "$dir/cost.csv")
+    w=$(us "$dir" "$run" worker)
+    m=$(us "$dir" "$run" mariadbd)
+    k=$(us "$dir" "$run" kafka)
+    table+=$'\n'"$(printf 'cost: %-7s %8s %16s %18s %16s' "$run" "$batches" "$w" "$m" "$k")"
+  done
+  {
+    echo "$table"
+    echo "cost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; details in $OUT/{replay,tuned}/bench.txt"
+  } | tee -a "$OUT/cost.txt"
+  A=$(us "$OUT/replay" decide worker)
+  B=$(us "$OUT/replay" replay worker)
+else
+  A="-" B="-"
+fi
+
+echo "cost: worker us/batch decide = $A replay = $B; instructions/message = $IPM" | tee -a "$OUT/cost.txt"
+say "took $((SECONDS - T_START)) s; results in $OUT"
