@@ -2,7 +2,7 @@
 # Fails if SQL text could be built from message data. Rules, for src/:
 #   A. The client library's text entry points (mysql_query, mysql_real_query,
 #      mysql_send_query, mysql_stmt_prepare) are called only inside
-#      ow_store_exec_static and ow_store_prepare in src/store.c.
+#      ow_store_exec_static and ow_store_prepare in src/store/store.c.
 #   B. ow_store_exec_static is always called with a string literal.
 #   C. ow_store_prepare is called with a string literal, a `sql_*` constant
 #      initialised with a literal in the same file, or at a reviewed site
@@ -28,18 +28,18 @@ check() {  # DIR
     lineno=${rest%%:*}
     local fn
     fn=$(awk -v n="$lineno" 'NR<=n && /^[a-z].*\(/ {f=$0} NR==n {print f}' "$file")
-    if [[ $file != */store.c || ! ( $fn == *ow_store_exec_static* || $fn == *ow_store_prepare* ) ]]; then
+    if [[ $file != */store/store.c || ! ( $fn == *ow_store_exec_static* || $fn == *ow_store_prepare* ) ]]; then
       echo "check-sql: $file:$lineno: raw query call outside ow_store_exec_static/ow_store_prepare" >&2
       bad=1
     fi
-  done < <(grep -nE '\b(mysql_query|mysql_real_query|mysql_send_query|mysql_stmt_prepare)\s*\(' "$dir"/*.c || true)
+  done < <(grep -nE '\b(mysql_query|mysql_real_query|mysql_send_query|mysql_stmt_prepare)\s*\(' "$dir"/*/*.c || true)
   # B
   while IFS= read -r line; do
     if ! grep -qE 'ow_store_exec_static\([^,]+,\s*"' <<<"$line"; then
       echo "check-sql: ${line%%:*}: ow_store_exec_static without a string literal: ${line#*:}" >&2
       bad=1
     fi
-  done < <(grep -nHE 'ow_store_exec_static\(' "$dir"/*.c | grep -vE '^[^:]+:[0-9]+:(int|static int) ow_store_exec_static' || true)
+  done < <(grep -nHE 'ow_store_exec_static\(' "$dir"/*/*.c | grep -vE '^[^:]+:[0-9]+:(int|static int) ow_store_exec_static' || true)
   # C
   while IFS= read -r line; do
     local file=${line%%:*} arg
@@ -57,7 +57,7 @@ check() {  # DIR
       *) echo "check-sql: ${line%%:*}: ow_store_prepare with SQL that is neither a literal nor a reviewed site: ${line#*:}" >&2
          bad=1 ;;
     esac
-  done < <(grep -nHE 'ow_store_prepare\(' "$dir"/*.c | grep -vE ':[0-9]+:(int|static int) ow_store_prepare' || true)
+  done < <(grep -nHE 'ow_store_prepare\(' "$dir"/*/*.c | grep -vE ':[0-9]+:(int|static int) ow_store_prepare' || true)
   # D
   # The appended argument must start with a literal (possibly continued on the
   # next lines), be a literal-only ternary, or be one of the reviewed names.
@@ -75,8 +75,8 @@ check() {  # DIR
         break
       fi
     done
-  done < <(grep -nHE 'ow_buf_append[fsc]?\((&?sql|b),' "$dir"/store*.c | grep -vE "ow_buf_appendc\((&?sql|b), '.'\)" || true)
-  if grep -nHE 'snprintf\((sql|b)\b' "$dir"/store*.c; then
+  done < <(grep -nHE 'ow_buf_append[fsc]?\((&?sql|b),' "$dir"/store/store*.c | grep -vE "ow_buf_appendc\((&?sql|b), '.'\)" || true)
+  if grep -nHE 'snprintf\((sql|b)\b' "$dir"/store/store*.c; then
     echo "check-sql: formatted output into an SQL buffer" >&2
     bad=1
   fi
@@ -84,7 +84,7 @@ check() {  # DIR
   # A statement shape (ow_sql_shape) is a slot number and string literals.
   local residue
   residue=$(awk '/static const ow_sql_shape [a-z_]+ = \{/ {f = 1} f {print} f && /\};/ {f = 0}' \
-              "$dir"/*.c |
+              "$dir"/*/*.c |
             sed -E 's/"([^"\\]|\\.)*"//g; s/static const ow_sql_shape [a-z_]+ = \{//; s/OW_SLOT_[A-Z]+ *\+//g; s/[0-9]+//g; s/[{},;[:space:]]//g')
   if [[ -n $residue ]]; then
     echo "check-sql: a statement shape holds something other than literals: $residue" >&2
@@ -106,7 +106,7 @@ if [[ ${1:-} == --self-test ]]; then
       's/"DELETE FROM idempotency_requests WHERE id IN (", "?", ")"};/head, "?", ")"};/' \
       's/rc = ow_store_prepare(s, sql_cutoff, \&st, err);/rc = ow_store_prepare(s, user_text, \&st, err);/' ; do
     rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
-    sed -i "$plant" "$tmp/src"/*.c
+    sed -i "$plant" "$tmp/src"/*/*.c
     if diff -rq "$ROOT/src" "$tmp/src" >/dev/null; then
       echo "check-sql: self-test could not plant: $plant" >&2; exit 1
     fi
@@ -116,7 +116,7 @@ if [[ ${1:-} == --self-test ]]; then
   done
   # A raw query outside the store.
   rm -rf "$tmp/src"; cp -r "$ROOT/src" "$tmp/src"
-  printf 'void f(void *db, const char *k) { mysql_query(db, k); }\n' >>"$tmp/src/lane.c"
+  printf 'void f(void *db, const char *k) { mysql_query(db, k); }\n' >>"$tmp/src/pipeline/lane.c"
   if check "$tmp/src" 2>/dev/null; then echo "check-sql: self-test FAILED on a raw query" >&2; exit 1; fi
   echo "check-sql: self-test passed (9 planted violations caught)"
   exit 0

@@ -293,7 +293,7 @@ negative db-wrong-ca "$RUN/n.conf" db_tls_failed '"ssl_mode":"verify_identity".*
 new_case; mtls_conf $GROUP | sed -e "s#^mysql.ssl_cert = .*#mysql.ssl_cert = $C/expired.crt#" \
   -e "s#^mysql.ssl_key = .*#mysql.ssl_key = $C/expired.key#" >"$RUN/n.conf"
 # TLS 1.3: the server's alert arrives either during the handshake ("certificate
-# expired") or as the lost connection right after it (src/store_tls.c).
+# expired") or as the lost connection right after it (src/store/store_tls.c).
 negative db-expired-client-cert "$RUN/n.conf" db_tls_failed 'certificate expired|handshake three times'
 
 # MariaDB 10.11 refuses a plaintext login with 1045 "Access denied" and does

@@ -65,12 +65,14 @@ static_checks() {
   say "static checks"
   "$ROOT/scripts/check-sql.sh"
   "$ROOT/scripts/check-sql.sh" --self-test
-  if ! clang-format --dry-run --Werror "$ROOT"/src/*.[ch] "$ROOT"/include/ow/*.h \
+  "$ROOT/scripts/check-layers.sh"
+  "$ROOT/scripts/check-layers.sh" --self-test
+  if ! clang-format --dry-run --Werror "$ROOT"/src/*/*.[ch] "$ROOT"/include/*/ow/*.h \
     "$ROOT"/tools/*.c "$ROOT"/tools/*/*.[ch]; then
     say "src/, include/ or tools/ is not formatted: run clang-format -i on the files above"
     exit 1
   fi
-  if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*.c; then
+  if grep -nE '\b(atoi|atol|sprintf|strcpy|strcat|strtok|gets)\s*\(' "$ROOT"/src/*/*.c; then
     say "unchecked or unbounded calls in src/ (use the checked helpers)"
     exit 1
   fi

@@ -5,7 +5,7 @@
  *   ow-growth-gen FIRST COUNT REQUESTS.tsv ORDERS.tsv
  *
  * Writes request records FIRST+1 .. FIRST+COUNT with the worker's row
- * shapes: a time-ordered id (the layout of src/idgen.c, node 1023, which no
+ * shapes: a time-ordered id (the layout of src/base/idgen.c, node 1023, which no
  * worker uses by default), user 1..1000, a key "bench-<16 hex digits>" made
  * exactly like ow-bench --random-keys makes its keys (from numbers below
  * ow-bench's --first-number, so never the same key), so that the keys the

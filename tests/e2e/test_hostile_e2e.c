@@ -39,7 +39,7 @@
 
 #define PARTITIONS 4
 #define WAIT_S 120
-#define OUTPUT_KEY_MAX 1024       /* src/pipeline_internal.h */
+#define OUTPUT_KEY_MAX 1024       /* src/pipeline/job.h */
 #define PRODUCER_LIMIT 1000000    /* the worker producer's message.max.bytes */
 
 /* A row as produced, and where it landed in the input topic. */

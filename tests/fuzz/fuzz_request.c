@@ -1,5 +1,5 @@
 /*
- * Fuzz target: what the worker does with one consumed message (src/job.c),
+ * Fuzz target: what the worker does with one consumed message (src/pipeline/job.c),
  * with the invariants checked and a failure turned into abort():
  *
  *   - the key check agrees with an independent reading of contract section 2;
@@ -98,7 +98,7 @@ static int key_byte_ok(unsigned char c)
            c == '-' || c == '_' || c == '.' || c == ':';
 }
 
-/* Contract section 2, read independently of src/request.c. */
+/* Contract section 2, read independently of src/base/request.c. */
 static int key_valid(const unsigned char *key, size_t len)
 {
     if (key == NULL || len == 0 || len > OW_KEY_MAX)

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kit.h"
+#include "kit_proc.h"
 
 const char *testcli_bin(void)
 {

@@ -1,6 +1,6 @@
 /*
  * The hostile input table (tests/hostile/hostile_cases.c) through the same
- * calls the worker makes for a consumed message (src/job.c): the key check,
+ * calls the worker makes for a consumed message (src/pipeline/job.c): the key check,
  * the request parse, and for a rejected message the 400 body. One cmocka
  * test per row. Values are copied into buffers of exactly their length, so
  * a read past the end shows up under AddressSanitizer.
@@ -23,7 +23,7 @@
 
 static const ow_request_limits limits = {HOSTILE_MAX_BYTES, HOSTILE_MAX_ORDERS};
 
-/* The outcome of one message, as src/job.c computes it. */
+/* The outcome of one message, as src/pipeline/job.c computes it. */
 typedef struct {
     int key_ok;
     int rc;
@@ -59,7 +59,7 @@ static void check_valid(const hostile_case *c, verdict *v)
 }
 
 /* The 400 body must be JSON naming the field, and carry the key only when
- * the key itself was valid (src/job.c passes NULL otherwise). */
+ * the key itself was valid (src/pipeline/job.c passes NULL otherwise). */
 static void check_body(const hostile_case *c, verdict *v)
 {
     ow_buf body;

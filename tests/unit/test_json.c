@@ -1,5 +1,5 @@
 /*
- * Unit tests for the strict JSON parser (src/json.c).
+ * Unit tests for the strict JSON parser (src/base/json.c).
  *
  * The accept/reject table runs as one cmocka test per row.  Every input is
  * copied into a buffer of exactly its length, so a read past len shows up

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "lane_internal.h"
+#include "lane.h"
 #include "ow/digest.h"
 #include "ow/error.h"
 #include "ow/metrics.h"

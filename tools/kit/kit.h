@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kit_proc.h"
+
 /* --- Kafka --------------------------------------------------------------- */
 
 typedef struct {
@@ -64,23 +66,6 @@ int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int
 /* Committed offsets of a group; RD_KAFKA_OFFSET_INVALID (-1001) where nothing is committed. */
 int kit_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
                   int64_t *out);
-
-/* --- Processes ----------------------------------------------------------- */
-
-/* The parent's environment for a child: its variables, except those env
- * sets, then env's "NAME=value" entries. env holds n_env entries or ends
- * earlier at a NULL (SIZE_MAX: a NULL-terminated list). The array is
- * allocated (free() it); the strings are borrowed. Build it before fork():
- * after fork, a child of a multi-threaded parent (librdkafka threads) may
- * only call async-signal-safe functions, so it must not allocate. NULL when
- * memory runs out. */
-char **kit_env_merge(const char *const env[], size_t n_env);
-/* Starts argv with extra environment ("NAME=value", NULL-terminated);
- * stderr goes to log_path (appended) when not NULL. The child gets SIGKILL
- * when the calling thread ends (PR_SET_PDEATHSIG). Returns the pid or -1. */
-pid_t kit_spawn(char *const argv[], char *const env[], const char *log_path);
-/* Waits up to timeout_ms; returns the exit status (or 128+signal), -1 on timeout. */
-int kit_wait(pid_t pid, int timeout_ms);
 
 /* --- Generator ----------------------------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kit.h"
+#include "kit_proc.h"
 
 extern char **environ;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "job.h"
-#include "output_internal.h"
+#include "output.h"
 #include "ow/config.h"
 #include "ow/idgen.h"
 #include "ow/log.h"
@@ -161,7 +161,7 @@ static int created(pt_ctx *x, ow_job *job, const ow_response_ctx *ctx)
 }
 
 /* The body the deciding transaction would give a valid message of this
- * kind (src/store_orders.c, src/store_decide.c). */
+ * kind (src/store/store_orders.c, src/store/store_decide.c). */
 static int decide_body(pt_ctx *x, ow_job *job, kit_kind kind)
 {
     static const ow_conflict clash = {0, OW_DIFF_AMOUNT}; /* the generator's clash */

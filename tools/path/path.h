@@ -4,15 +4,15 @@
  * happens to a message between the consumer and the producer, less the
  * database and Kafka themselves. Per message:
  *
- *   - the job (src/job.c): key copy and check, parse and validation, the
+ *   - the job (src/pipeline/job.c): key copy and check, parse and validation, the
  *     key hash and the request digest, or, for an invalid message, its 400
  *     body and its dead-letter copy;
  *   - the decision's body as the deciding transaction builds it
- *     (src/store_orders.c): a new batch gets its order ids and numbers and
+ *     (src/store/store_orders.c): a new batch gets its order ids and numbers and
  *     a 201 body, a clash a 409 ORDER_ALREADY_EXISTS, a reused key a 409
  *     IDEMPOTENCY_KEY_REUSED; a retry publishes the stored body, which the
  *     database returns, so nothing is built for it;
- *   - the headers of its outputs (src/output.c);
+ *   - the headers of its outputs (src/pipeline/output.c);
  *   - freeing the job.
  *
  * Single-threaded, no I/O, no clock (the id generator reads a fixed one)

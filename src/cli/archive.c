@@ -1,0 +1,328 @@
+/* The purge archive: durable gzip JSON-lines files (archive.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "archive.h"
+
+#define ARCHIVE_PREFIX "requests-"
+#define ARCHIVE_SUFFIX ".jsonl.gz"
+
+static int fail(char err[OW_ARCHIVE_ERR_MAX], const char *what, const char *path)
+{
+    snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: %s %s: %s", what, path, strerror(errno));
+    return -1;
+}
+
+int ow_archive_check_dir(const char *dir, char err[OW_ARCHIVE_ERR_MAX])
+{
+    struct stat st;
+    const char *why = NULL;
+
+    if (stat(dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (why == NULL)
+        return 0;
+    snprintf(err, OW_ARCHIVE_ERR_MAX, "--archive: cannot write archive files to %s: %s", dir, why);
+    return -1;
+}
+
+static int put(json_t *obj, const char *name, json_t *value)
+{
+    return value == NULL || json_object_set_new(obj, name, value) != 0;
+}
+
+/* The body as a JSON string; bytes that are not UTF-8 (the worker never
+ * stores such) go out as response_body_hex instead, so nothing is lost. */
+static int put_body(json_t *j, const ow_buf *body)
+{
+    json_t *s = json_stringn(body->data != NULL ? body->data : "", body->len);
+    char *hex;
+    int bad;
+
+    if (s != NULL)
+        return json_object_set_new(j, "response_body", s) != 0;
+    hex = malloc(body->len * 2 + 1);
+    if (hex == NULL)
+        return 1;
+    ow_hex((const unsigned char *)body->data, body->len, hex);
+    bad = put(j, "response_body_hex", json_string(hex));
+    free(hex);
+    return bad;
+}
+
+static json_t *orders_json(const ow_admin_record *r)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && i < r->n_orders; i++) {
+        json_t *o = json_object();
+        int bad = o == NULL || put(o, "id", json_integer(r->orders[i].id)) ||
+                  put(o, "order_no", json_string(r->orders[i].order_no));
+
+        if (bad || json_array_append_new(a, o) != 0) {
+            if (bad)
+                json_decref(o);
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static json_t *record_json(const ow_admin_record *r)
+{
+    char created[OW_TIMESTAMP_TEXT_MAX];
+    json_t *j = json_object();
+    int bad = j == NULL;
+
+    if (bad)
+        return NULL;
+    ow_timestamp_format(&r->created_at, created);
+    bad |= put(j, "id", json_integer(r->id));
+    bad |= put(j, "user_id", json_integer(r->user_id));
+    bad |= put(j, "idempotency_key", json_stringn(r->key, r->key_len));
+    bad |= put(j, "request_digest", json_string(r->digest_hex));
+    bad |= put(j, "status", json_string(r->status));
+    bad |= put(j, "response_status", json_integer(r->response_status));
+    bad |= put_body(j, &r->response);
+    bad |= put(j, "created_at", json_string(created));
+    bad |= put(j, "orders", orders_json(r));
+    if (bad)
+        json_decref(j);
+    return bad ? NULL : j;
+}
+
+static int write_lines(gzFile gz, const ow_purge_chunk *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        json_t *j = record_json(&c->records[i]);
+        char *line = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+        size_t len = line != NULL ? strlen(line) : 0;
+        int ok = line != NULL && gzwrite(gz, line, (unsigned)len) == (int)len &&
+                 gzputc(gz, '\n') == '\n';
+
+        free(line);
+        json_decref(j);
+        if (!ok)
+            return -1;
+    }
+    return 0;
+}
+
+/* Writes the compressed chunk to tmp and fsyncs it. */
+static int write_tmp(const char *tmp, const ow_purge_chunk *c, char err[OW_ARCHIVE_ERR_MAX])
+{
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    int gzfd;
+    gzFile gz;
+    int rc;
+
+    if (fd < 0)
+        return fail(err, "cannot create", tmp);
+    gzfd = dup(fd);
+    gz = gzfd >= 0 ? gzdopen(gzfd, "wb6") : NULL;
+    if (gz == NULL) {
+        if (gzfd >= 0)
+            close(gzfd);
+        close(fd);
+        return fail(err, "cannot start compressing", tmp);
+    }
+    rc = write_lines(gz, c);
+    if (gzclose(gz) != Z_OK)
+        rc = -1;
+    if (rc != 0) {
+        close(fd);
+        return fail(err, "cannot write", tmp);
+    }
+    if (fsync(fd) != 0) {
+        close(fd);
+        return fail(err, "cannot fsync", tmp);
+    }
+    return close(fd) == 0 ? 0 : fail(err, "cannot close", tmp);
+}
+
+static int fsync_dir(const char *dir, char err[OW_ARCHIVE_ERR_MAX])
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc;
+
+    if (fd < 0)
+        return fail(err, "cannot open", dir);
+    rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? 0 : fail(err, "cannot fsync", dir);
+}
+
+int ow_archive_write(const char *dir, const ow_purge_chunk *c, char err[OW_ARCHIVE_ERR_MAX])
+{
+    char name[96], path[4096], tmp[4096];
+
+    if (c->n == 0)
+        return 0;
+    snprintf(name, sizeof(name), ARCHIVE_PREFIX "%019lld-%019lld" ARCHIVE_SUFFIX, c->ids[0],
+             c->ids[c->n - 1]);
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path) ||
+        snprintf(tmp, sizeof(tmp), "%s/.tmp-%s.%ld", dir, name, (long)getpid()) >=
+            (int)sizeof(tmp)) {
+        snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: the path %s is too long", dir);
+        return -1;
+    }
+    unlink(tmp); /* a previous process with our pid that crashed */
+    if (write_tmp(tmp, c, err) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    /* The same name again: the chunk was archived by a run that crashed
+     * before its delete committed, so none of that file's records were
+     * deleted; the new file holds the same records or more. */
+    if (rename(tmp, path) != 0) {
+        fail(err, "cannot rename into place", path);
+        unlink(tmp);
+        return -1;
+    }
+    return fsync_dir(dir, err);
+}
+
+/* --- Reading ------------------------------------------------------------- */
+
+/* One line of gz into *buf (grown as needed); 1 line, 0 end, -1 error. */
+static int read_line(gzFile gz, char **buf, size_t *cap)
+{
+    size_t len = 0;
+
+    for (;;) {
+        if (*cap - len < 2) {
+            size_t ncap = *cap ? *cap * 2 : 65536;
+            char *p = realloc(*buf, ncap);
+
+            if (p == NULL)
+                return -1;
+            *buf = p;
+            *cap = ncap;
+        }
+        if (gzgets(gz, *buf + len, (int)(*cap - len)) == NULL) {
+            int zerr = 0;
+
+            gzerror(gz, &zerr);
+            if (zerr != Z_OK && zerr != Z_STREAM_END)
+                return -1;
+            return len > 0 ? 1 : 0;
+        }
+        len += strlen(*buf + len);
+        if (len > 0 && (*buf)[len - 1] == '\n')
+            return 1;
+    }
+}
+
+static int record_matches(const json_t *j, int64_t user, const char *key)
+{
+    json_t *u = json_object_get(j, "user_id");
+    json_t *k = json_object_get(j, "idempotency_key");
+
+    return json_is_integer(u) && json_integer_value(u) == user && json_is_string(k) &&
+           strcmp(json_string_value(k), key) == 0;
+}
+
+typedef struct {
+    int64_t user;
+    const char *key;
+    json_t *found;
+    int copies;
+    char *file;
+    size_t file_size;
+} search;
+
+/* Scans one file; a line that does not parse is an error (files are
+ * complete once renamed). */
+static int search_file(const char *dir, const char *name, search *s, char err[OW_ARCHIVE_ERR_MAX])
+{
+    char path[4096];
+    char *line = NULL;
+    size_t cap = 0;
+    gzFile gz;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gz = gzopen(path, "rb");
+    if (gz == NULL)
+        return fail(err, "cannot open", path);
+    while ((rc = read_line(gz, &line, &cap)) == 1) {
+        json_error_t jerr;
+        json_t *j = json_loads(line, 0, &jerr);
+
+        if (j == NULL) {
+            snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: %s: a line is not JSON (%s)", path,
+                     jerr.text);
+            rc = -1;
+            break;
+        }
+        if (record_matches(j, s->user, s->key)) {
+            s->copies++;
+            json_decref(s->found);
+            s->found = json_incref(j);
+            snprintf(s->file, s->file_size, "%s", path);
+        }
+        json_decref(j);
+    }
+    if (rc < 0 && err[0] == '\0')
+        snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: cannot read %s", path);
+    free(line);
+    gzclose(gz);
+    return rc < 0 ? -1 : 0;
+}
+
+static int is_archive_name(const char *name)
+{
+    size_t n = strlen(name), p = strlen(ARCHIVE_PREFIX), x = strlen(ARCHIVE_SUFFIX);
+
+    return n > p + x && strncmp(name, ARCHIVE_PREFIX, p) == 0 &&
+           strcmp(name + n - x, ARCHIVE_SUFFIX) == 0;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int archive_filter(const struct dirent *d)
+{
+    return is_archive_name(d->d_name);
+}
+
+int ow_archive_find(const char *dir, int64_t user, const char *key, json_t **found, char *file,
+                    size_t file_size, int *copies, char err[OW_ARCHIVE_ERR_MAX])
+{
+    struct dirent **names = NULL;
+    search s = {user, key, NULL, 0, file, file_size};
+    int n = scandir(dir, &names, archive_filter, by_name);
+    int rc = 0;
+
+    err[0] = '\0';
+    if (n < 0)
+        return fail(err, "cannot list", dir);
+    /* Oldest file first, so that the newest copy of a duplicate wins. */
+    for (int i = 0; i < n; i++) {
+        if (rc == 0)
+            rc = search_file(dir, names[i]->d_name, &s, err);
+        free(names[i]);
+    }
+    free(names);
+    *copies = s.copies;
+    if (rc != 0) {
+        json_decref(s.found);
+        return -1;
+    }
+    *found = s.found;
+    return s.found != NULL ? 1 : 0;
+}

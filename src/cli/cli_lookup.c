@@ -1,0 +1,230 @@
+/* order-worker lookup: one request record and its orders as JSON. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "archive.h"
+#include "ow/admin.h"
+#include "cli.h"
+
+void ow_help_lookup(void)
+{
+    puts("usage: order-worker lookup --user U --key K [--config FILE]\n"
+         "       order-worker lookup --archive DIR --user U --key K\n"
+         "\n"
+         "Prints the stored request record of user U and idempotency key K as JSON on\n"
+         "stdout: id, user_id, idempotency_key, status, request_digest,\n"
+         "response_status, created_at and updated_at (the database's time zone),\n"
+         "the orders this request created (an order an earlier request had already\n"
+         "created is listed in the response, not here), and the stored response\n"
+         "body embedded as JSON. With mysql.shards set, it reads the user's shard\n"
+         "(docs/contract.md, \"Shard routing\").\n"
+         "\n"
+         "With --archive DIR it reads no database: it searches the files that\n"
+         "`order-worker purge --archive DIR` wrote and prints the archived record\n"
+         "(id, user_id, idempotency_key, request_digest, status, response_status,\n"
+         "response_body as the stored string, created_at, orders' id and order_no),\n"
+         "plus archive_file (the newest file holding it) and archive_copies (a\n"
+         "record archived again after a crash is there more than once).\n"
+         "\n"
+         "Exit status: 0 found, 3 no such record, 1 database error, 2 bad arguments\n"
+         "or configuration.");
+}
+
+/* Adds value under name; a NULL value (jansson out of memory) counts as a failure. */
+static int put(json_t *obj, const char *name, json_t *value)
+{
+    return value == NULL || json_object_set_new(obj, name, value) != 0;
+}
+
+static json_t *order_json(const ow_admin_order *o)
+{
+    json_t *j = json_object();
+    int bad = j == NULL;
+
+    if (bad)
+        return NULL;
+    bad |= put(j, "order_id", json_integer(o->id));
+    bad |= put(j, "order_no", json_string(o->order_no));
+    bad |= put(j, "external_order_no", json_stringn(o->external_order_no, o->ext_len));
+    bad |= put(j, "amount", json_string(o->amount));
+    bad |= put(j, "product_id", o->product_id > 0 ? json_integer(o->product_id) : json_null());
+    bad |= put(j, "quantity", json_integer(o->quantity));
+    if (bad)
+        json_decref(j);
+    return bad ? NULL : j;
+}
+
+static json_t *orders_json(const ow_admin_record *r)
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a != NULL && i < r->n_orders; i++) {
+        if (json_array_append_new(a, order_json(&r->orders[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+/* The stored body as embedded JSON; null when it does not parse (it always
+ * should: the worker stores what it built). */
+static json_t *response_json(const ow_admin_record *r)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(r->response.data, r->response.len, 0, &jerr);
+
+    if (j == NULL) {
+        fprintf(stderr, "order-worker lookup: the stored response body is not valid JSON (%s)\n",
+                jerr.text);
+        j = json_null();
+    }
+    return j;
+}
+
+static json_t *record_json(const ow_admin_record *r)
+{
+    char created[OW_TIMESTAMP_TEXT_MAX], updated[OW_TIMESTAMP_TEXT_MAX];
+    json_t *j = json_object();
+    int bad = j == NULL;
+
+    if (bad)
+        return NULL;
+    ow_timestamp_format(&r->created_at, created);
+    ow_timestamp_format(&r->updated_at, updated);
+    bad |= put(j, "id", json_integer(r->id));
+    bad |= put(j, "user_id", json_integer(r->user_id));
+    bad |= put(j, "idempotency_key", json_stringn(r->key, r->key_len));
+    bad |= put(j, "status", json_string(r->status));
+    bad |= put(j, "request_digest", json_string(r->digest_hex));
+    bad |= put(j, "response_status", json_integer(r->response_status));
+    bad |= put(j, "created_at", json_string(created));
+    bad |= put(j, "updated_at", json_string(updated));
+    bad |= put(j, "orders", orders_json(r));
+    bad |= put(j, "response", response_json(r));
+    if (bad)
+        json_decref(j);
+    return bad ? NULL : j;
+}
+
+static int print_record(const ow_admin_record *r)
+{
+    json_t *j = record_json(r);
+    int rc = -1;
+
+    if (j != NULL && json_dumpf(j, stdout, JSON_INDENT(2)) == 0 && fputc('\n', stdout) != EOF)
+        rc = 0;
+    json_decref(j);
+    return rc;
+}
+
+/* Validates --user and --key; returns OW_EXIT_OK or OW_EXIT_USAGE. */
+static int lookup_args(int argc, char **argv, int64_t *user, const char **key)
+{
+    static const char *const known[] = {"--config", "--user", "--key", "--archive", NULL};
+    ow_field_errors errs;
+
+    if (ow_cli_args(argc, argv, known, "lookup", NULL, 0) < 0 ||
+        ow_cli_user(argc, argv, "lookup", user) != 0)
+        return OW_EXIT_USAGE;
+    *key = ow_cli_required(argc, argv, "--key", "lookup");
+    if (*key == NULL)
+        return OW_EXIT_USAGE;
+    ow_field_errors_init(&errs);
+    if (ow_request_check_key(*key, strlen(*key), &errs) != OW_OK) {
+        fprintf(stderr, "order-worker lookup: --key: %s\n",
+                errs.count > 0 ? errs.items[0].message : "not a valid idempotency key");
+        return OW_EXIT_USAGE;
+    }
+    return OW_EXIT_OK;
+}
+
+static int lookup_print(ow_store *s, int64_t user, const char *key)
+{
+    ow_admin_record rec;
+    ow_error err;
+    int code = OW_EXIT_OK;
+    int rc;
+
+    ow_admin_record_init(&rec);
+    rc = ow_admin_lookup(s, user, key, strlen(key), &rec, &err);
+    if (rc == OW_ENOTFOUND) {
+        fprintf(stderr, "order-worker lookup: no request for user %lld with key %s\n",
+                (long long)user, key);
+        code = OW_EXIT_NOT_FOUND;
+    } else if (rc != OW_OK) {
+        fprintf(stderr, "order-worker lookup: %s\n", err.msg);
+        code = OW_EXIT_FAILURE;
+    } else if (print_record(&rec) != 0) {
+        fprintf(stderr, "order-worker lookup: cannot write the record\n");
+        code = OW_EXIT_FAILURE;
+    }
+    ow_admin_record_cleanup(&rec);
+    return code;
+}
+
+/* --archive DIR: the record from the purge archive. */
+static int lookup_archive(const char *dir, int64_t user, const char *key)
+{
+    char err[OW_ARCHIVE_ERR_MAX], file[4096];
+    json_t *found = NULL;
+    int copies = 0;
+    int rc = ow_archive_find(dir, user, key, &found, file, sizeof(file), &copies, err);
+
+    if (rc < 0) {
+        fprintf(stderr, "order-worker lookup: %s\n", err);
+        return OW_EXIT_FAILURE;
+    }
+    if (rc == 0) {
+        fprintf(stderr,
+                "order-worker lookup: no archived request for user %lld with key %s in %s\n",
+                (long long)user, key, dir);
+        return OW_EXIT_NOT_FOUND;
+    }
+    rc = json_object_set_new(found, "archive_file", json_string(file)) != 0 ||
+         json_object_set_new(found, "archive_copies", json_integer(copies)) != 0 ||
+         json_dumpf(found, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF;
+    json_decref(found);
+    if (rc != 0) {
+        fprintf(stderr, "order-worker lookup: cannot write the record\n");
+        return OW_EXIT_FAILURE;
+    }
+    return OW_EXIT_OK;
+}
+
+int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
+{
+    ow_config cfg;
+    ow_idgen ids;
+    ow_store *s;
+    const char *key = NULL;
+    int64_t user = 0;
+    int code;
+
+    (void)stop;
+    code = lookup_args(argc, argv, &user, &key);
+    if (code == OW_EXIT_OK && ow_cli_opt(argc, argv, "--archive") != NULL)
+        return lookup_archive(ow_cli_opt(argc, argv, "--archive"), user, key);
+    if (code == OW_EXIT_OK)
+        code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    if (code != OW_EXIT_OK)
+        return code;
+    code = ow_cli_check_shard_maps(&cfg, "lookup");
+    if (code != OW_EXIT_OK) {
+        ow_config_cleanup(&cfg);
+        return code;
+    }
+    /* The user's shard; shard 0 is mysql.host when unsharded. */
+    s = ow_cli_shard_store_new(
+        &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);
+    if (s == NULL) {
+        fprintf(stderr, "order-worker lookup: out of memory\n");
+        code = OW_EXIT_FAILURE;
+    } else {
+        code = lookup_print(s, user, key);
+    }
+    ow_store_free(&s);
+    ow_config_cleanup(&cfg);
+    return code;
+}

@@ -1,0 +1,298 @@
+/* order-worker purge: retention of request records, in bounded batches. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "archive.h"
+#include "ow/admin.h"
+#include "cli.h"
+
+#define PURGE_ATTEMPTS 10 /* tries of one batch before giving up */
+
+void ow_help_purge(void)
+{
+    puts("usage: order-worker purge --older-than DURATION [--batch N] [--max-rate R]\n"
+         "                          [--archive DIR] [--dry-run] [--config FILE]\n"
+         "\n"
+         "Deletes the request records (idempotency_requests) created more than\n"
+         "DURATION ago: 30d, 12h, 90m or 3600s. The cutoff is computed once, from the\n"
+         "database's clock, when the command starts. Orders are kept: their\n"
+         "request_id becomes NULL, which means \"the request that created it expired\".\n"
+         "After a record is purged its key is forgotten: a redelivered message with\n"
+         "that key is decided again as a new request.\n"
+         "\n"
+         "Works in chunks of N records (default 1000, at most 100000), oldest first,\n"
+         "walking the creation-time index from where the last chunk ended. A chunk is\n"
+         "read without locks, then deleted by primary key in one short transaction\n"
+         "that locks only its own rows, so a worker deciding beside it waits at most\n"
+         "one chunk's transaction, and only when it touches one of those records or\n"
+         "their orders (a late retry). A purge can be interrupted (SIGINT or SIGTERM\n"
+         "stops it between chunks) or killed, and run again: it continues with the\n"
+         "oldest records left. A chunk that fails with a\n"
+         "transient error (deadlock, lost connection) is retried with backoff, up to\n"
+         "10 times. Progress goes to stderr, the summary to stdout. The database user\n"
+         "needs SELECT and DELETE on idempotency_requests and SELECT, UPDATE on orders.\n"
+         "\n"
+         "  --max-rate R   delete at most R records per second (default: no limit)\n"
+         "  --archive DIR  before a chunk is deleted, write its records with their\n"
+         "                 orders' ids and numbers to DIR/requests-<first id>-<last id>\n"
+         "                 .jsonl.gz (gzip, one JSON object per line), fsync it and\n"
+         "                 rename it into place. A crash between that and the delete\n"
+         "                 archives the chunk again on the next run: a record may be in\n"
+         "                 the archive twice, never deleted without being in it.\n"
+         "                 `order-worker lookup --archive DIR` reads it back.\n"
+         "  --dry-run      only count the records that would be deleted\n"
+         "\n"
+         "With mysql.shards set, each shard is purged in turn (same cutoff rule, its\n"
+         "own clock), each report under a line naming the shard.\n"
+         "\n"
+         "Exit status: 0 done, 1 database error or interrupted, 2 bad arguments or\n"
+         "configuration.");
+}
+
+typedef struct {
+    ow_store *s;
+    const ow_config *cfg;
+    const volatile sig_atomic_t *stop;
+    ow_timestamp cutoff;
+    char cutoff_text[OW_TIMESTAMP_TEXT_MAX];
+    size_t batch;
+    int64_t max_rate;    /* records per second; 0: no limit */
+    const char *archive; /* NULL: no archive */
+    int64_t estimate;    /* old records counted at the start */
+    int64_t deleted;
+    int64_t detached;
+    int64_t started_us;
+    char archive_err[OW_ARCHIVE_ERR_MAX];
+    ow_purge_pos pos;
+    ow_purge_chunk chunk;
+    int tty;
+    uint64_t seed;
+} purge_run;
+
+static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
+{
+    static const char *const known[] = {"--config",  "--older-than", "--batch", "--max-rate",
+                                        "--archive", "--dry-run!",   NULL};
+    const char *v;
+    const char *why = NULL;
+    int64_t n = OW_PURGE_BATCH_DEFAULT;
+
+    if (ow_cli_args(argc, argv, known, "purge", NULL, 0) < 0)
+        return OW_EXIT_USAGE;
+    v = ow_cli_required(argc, argv, "--older-than", "purge");
+    if (v == NULL)
+        return OW_EXIT_USAGE;
+    if (ow_duration_parse(v, older_than, &why) != OW_OK) {
+        fprintf(stderr, "order-worker purge: --older-than: \"%s\" %s\n", v, why);
+        return OW_EXIT_USAGE;
+    }
+    v = ow_cli_opt(argc, argv, "--batch");
+    if (v != NULL && (ow_parse_int64(v, &n) != OW_OK || n < 1 || n > OW_PURGE_BATCH_MAX)) {
+        fprintf(stderr,
+                "order-worker purge: --batch: must be an integer from 1 to %d, got \"%s\"\n",
+                OW_PURGE_BATCH_MAX, v);
+        return OW_EXIT_USAGE;
+    }
+    p->batch = (size_t)n;
+    v = ow_cli_opt(argc, argv, "--max-rate");
+    if (v != NULL && (ow_parse_int64(v, &p->max_rate) != OW_OK || p->max_rate < 1)) {
+        fprintf(stderr,
+                "order-worker purge: --max-rate: must be a positive integer (records per "
+                "second), got \"%s\"\n",
+                v);
+        return OW_EXIT_USAGE;
+    }
+    p->archive = ow_cli_opt(argc, argv, "--archive");
+    if (p->archive != NULL && ow_archive_check_dir(p->archive, p->archive_err) != 0) {
+        fprintf(stderr, "order-worker purge: %s\n", p->archive_err);
+        return OW_EXIT_USAGE;
+    }
+    return OW_EXIT_OK;
+}
+
+static void progress(purge_run *p)
+{
+    fprintf(stderr, "purge: deleted %lld of ~%lld records...%s", (long long)p->deleted,
+            (long long)p->estimate, p->tty ? "\r" : "\n");
+    fflush(stderr);
+}
+
+/* One step of a chunk: select (with the archive's columns when archiving)
+ * or delete. */
+static int chunk_step(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+{
+    if (step == 0)
+        return ow_admin_purge_select(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL,
+                                     &p->chunk, err);
+    return ow_admin_purge_delete(p->s, &p->chunk, &p->pos, b, err);
+}
+
+/* A step, retried with backoff while its errors are transient. */
+static int retried(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+{
+    for (unsigned attempt = 0;; attempt++) {
+        int64_t delay;
+        int rc = chunk_step(p, step, b, err);
+
+        if (rc == OW_OK || err->cls != OW_ERRCLASS_RETRIABLE || attempt + 1 >= PURGE_ATTEMPTS)
+            return rc;
+        delay = ow_backoff_ms(p->cfg->retry_backoff_ms, p->cfg->retry_backoff_max_ms, attempt,
+                              &p->seed);
+        fprintf(stderr, "%spurge: chunk failed (%s); retrying in %lld ms\n", p->tty ? "\n" : "",
+                err->msg, (long long)delay);
+        ow_sleep_ms(delay, p->stop);
+        if (*p->stop)
+            return rc;
+    }
+}
+
+/* Sleeps until deleting p->deleted records has taken 1 / max_rate s each. */
+static void throttle(purge_run *p)
+{
+    int64_t due_us, now_us;
+
+    if (p->max_rate <= 0)
+        return;
+    due_us = p->started_us + p->deleted * 1000000 / p->max_rate;
+    now_us = ow_clock_mono_us();
+    if (due_us > now_us)
+        ow_sleep_ms((due_us - now_us + 999) / 1000, p->stop);
+}
+
+/* Select, archive, delete: one chunk. *last set when no chunk follows. */
+static int purge_chunk(purge_run *p, int *last, ow_error *err)
+{
+    ow_purge_batch b;
+    int rc = retried(p, 0, &b, err);
+
+    *last = 1;
+    if (rc != OW_OK || p->chunk.n == 0)
+        return rc;
+    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
+                            p->archive_err);
+    }
+    rc = retried(p, 1, &b, err);
+    if (rc != OW_OK)
+        return rc;
+    p->deleted += b.requests_deleted;
+    p->detached += b.orders_detached;
+    progress(p);
+    *last = p->chunk.n < p->batch;
+    return OW_OK;
+}
+
+/* Runs chunks until none is left, a stop is requested, or an error. */
+static int purge_loop(purge_run *p, ow_error *err)
+{
+    int rc = OW_OK;
+    int last = 0;
+
+    p->started_us = ow_clock_mono_us();
+    while (rc == OW_OK && !last && !*p->stop) {
+        rc = purge_chunk(p, &last, err);
+        if (rc == OW_OK && !last)
+            throttle(p);
+    }
+    if (p->tty && p->deleted > 0)
+        fputc('\n', stderr);
+    return rc;
+}
+
+static int purge_report(purge_run *p, int rc, const ow_error *err)
+{
+    printf("purge: deleted %lld request records created before %s; %lld orders kept with "
+           "request_id NULL\n",
+           (long long)p->deleted, p->cutoff_text, (long long)p->detached);
+    if (rc != OW_OK) {
+        fprintf(stderr, "order-worker purge: %s\n", err->msg);
+        return OW_EXIT_FAILURE;
+    }
+    if (*p->stop) {
+        fprintf(stderr, "order-worker purge: interrupted; run it again to finish\n");
+        return OW_EXIT_FAILURE;
+    }
+    return OW_EXIT_OK;
+}
+
+static int purge_run_all(purge_run *p, int64_t older_than, int dry_run)
+{
+    ow_error err;
+    int rc = ow_admin_purge_cutoff(p->s, older_than, &p->cutoff, &err);
+
+    if (rc == OW_OK)
+        rc = ow_admin_purge_count(p->s, &p->cutoff, &p->estimate, &err);
+    if (rc != OW_OK) {
+        fprintf(stderr, "order-worker purge: %s\n", err.msg);
+        return OW_EXIT_FAILURE;
+    }
+    ow_timestamp_format(&p->cutoff, p->cutoff_text);
+    if (dry_run) {
+        printf("purge: dry run: %lld request records created before %s would be deleted\n",
+               (long long)p->estimate, p->cutoff_text);
+        return OW_EXIT_OK;
+    }
+    rc = purge_loop(p, &err);
+    return purge_report(p, rc, &err);
+}
+
+/* Purges one shard with the run's options; p's counters start afresh. */
+static int purge_one(purge_run *p, unsigned shard, int64_t older_than, int dry_run)
+{
+    ow_idgen ids;
+    int code;
+
+    ow_cli_shard_header(p->cfg, shard, "purge");
+    memset(&p->pos, 0, sizeof(p->pos));
+    p->deleted = p->detached = p->estimate = 0;
+    p->s = ow_cli_shard_store_new(p->cfg, shard, &ids);
+    if (p->s == NULL) {
+        fprintf(stderr, "order-worker purge: out of memory\n");
+        code = OW_EXIT_FAILURE;
+    } else {
+        code = purge_run_all(p, older_than, dry_run);
+    }
+    ow_store_free(&p->s);
+    return code;
+}
+
+int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
+{
+    purge_run p = {0};
+    ow_config cfg;
+    int64_t older_than = 0;
+    int code = purge_args(argc, argv, &older_than, &p);
+
+    if (code == OW_EXIT_OK)
+        code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    if (code != OW_EXIT_OK)
+        return code;
+    /* Issue 12: a worker's retry cache answers for records up to
+     * cache.ttl_s old; a purge horizon must lie beyond that. */
+    if (older_than <= cfg.cache_ttl_s) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than cache.ttl_s (%lld s), "
+                "for which a worker's retry cache may still answer; purge older records or lower "
+                "cache.ttl_s\n",
+                (long long)older_than, (long long)cfg.cache_ttl_s);
+        ow_config_cleanup(&cfg);
+        return OW_EXIT_USAGE;
+    }
+    code = ow_cli_check_shard_maps(&cfg, "purge");
+    if (code != OW_EXIT_OK) {
+        ow_config_cleanup(&cfg);
+        return code;
+    }
+    p.cfg = &cfg;
+    p.stop = stop;
+    p.tty = isatty(fileno(stderr));
+    p.seed = (uint64_t)ow_clock_mono_us() | 1;
+    for (unsigned i = 0; i < ow_cli_shards(&cfg) && !*stop; i++) {
+        if (purge_one(&p, i, older_than, ow_cli_flag(argc, argv, "--dry-run")) != OW_EXIT_OK)
+            code = OW_EXIT_FAILURE;
+    }
+    ow_purge_chunk_cleanup(&p.chunk);
+    ow_config_cleanup(&cfg);
+    return code;
+}

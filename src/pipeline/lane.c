@@ -1,0 +1,592 @@
+/*
+ * A lane: one thread, one connection to one database, a FIFO of the jobs
+ * whose user lives on that database and whose key hashes to the lane. It
+ * takes a micro-batch from its queue, decides it in one transaction, and
+ * produces the results in queue order.
+ *
+ * Batch rules keep per-key order and keep a batch free of internal races:
+ * a job is skipped (and its key blocked for this round) when its key is
+ * already in the batch or blocked, when one of its orders is already in
+ * the batch, or when it waits for a retry (REQUEST_IN_PROGRESS).
+ *
+ * While the lane's database does not answer (its watch says so), only the
+ * jobs that need no database leave: invalid messages and retries its cache
+ * answers. The others wait in the queue, in order, and their keys with
+ * them. Lanes of other databases are not held up: a database that hangs
+ * costs only its own lanes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lane.h"
+#include "ow/htab.h"
+#include "ow/shard.h"
+#include "ow/log.h"
+#include "ow/metrics.h"
+
+#define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
+#define BATCH_MAX_ORDERS 4096 /* orders per transaction */
+#define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
+
+static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
+{
+    return ow_order_hash(user_id, o->external_order_no, o->ext_len);
+}
+
+typedef struct {
+    ow_job **jobs;
+    size_t n;
+    size_t cap;
+    size_t orders;
+    ow_store_item *items;
+    ow_job **valid;
+    ow_htab keys; /* keys in the batch or blocked this round */
+    ow_htab orders_set;
+} batch;
+
+static int batch_init(batch *b, size_t cap)
+{
+    memset(b, 0, sizeof(*b));
+    b->cap = cap;
+    /* Room for the retries the cache answers beside cap decided jobs. */
+    b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
+    b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
+    b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
+    if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
+        ow_htab_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
+        ow_htab_init(&b->orders_set, BATCH_MAX_ORDERS * 2) != OW_OK)
+        return OW_ENOMEM;
+    return OW_OK;
+}
+
+static void batch_free(batch *b)
+{
+    free(b->jobs);
+    free(b->items);
+    free(b->valid);
+    ow_htab_free(&b->keys);
+    ow_htab_free(&b->orders_set);
+}
+
+/* Whether a valid job's orders collide with the batch's, and if asked,
+ * records them. */
+static int orders_collide(batch *b, const ow_job *job)
+{
+    for (size_t i = 0; i < job->req.n_orders; i++) {
+        if (ow_htab_has(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i])))
+            return 1;
+    }
+    return 0;
+}
+
+/* Records a job's orders; 0 when memory runs out (the caller stops). */
+static int orders_add(batch *b, const ow_job *job)
+{
+    for (size_t i = 0; i < job->req.n_orders; i++) {
+        uint64_t h = order_hash(job->req.user_id, &job->req.orders[i]);
+
+        if (!ow_htab_has(&b->orders_set, h) && ow_htab_put(&b->orders_set, h, 0) != OW_OK)
+            return 0;
+    }
+    return 1;
+}
+
+/* The lane's queue length changed by delta; mu held. */
+static void count_queued(ow_lane *l, long delta)
+{
+    l->queued = (size_t)((long)l->queued + delta);
+    atomic_fetch_add(&ow_stats.shard_waiting[l->shard], delta);
+}
+
+static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
+{
+    if (prev == NULL)
+        l->head = job->next;
+    else
+        prev->next = job->next;
+    if (l->tail == job)
+        l->tail = prev;
+    job->next = NULL;
+    count_queued(l, -1);
+}
+
+/* Whether a job can be answered now: a valid job needs its database unless
+ * the lane's cache answers it (it then rides along without counting
+ * against the batch). */
+typedef enum { TAKE_NO = 0, TAKE_COUNTED, TAKE_FREE } take_kind;
+
+static take_kind how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *db_wait)
+{
+    if (!job->valid)
+        return TAKE_COUNTED;
+    if (ow_lane_cache_answer(l->cache, job))
+        return TAKE_FREE;
+    if (!db_up) {
+        *db_wait = 1;
+        return TAKE_NO;
+    }
+    if (orders_collide(b, job) || (b->n > 0 && b->orders + job->req.n_orders > BATCH_MAX_ORDERS))
+        return TAKE_NO;
+    if (l->cache != NULL)
+        OW_COUNT(cache_misses, 1);
+    return TAKE_COUNTED;
+}
+
+static int db_answers(ow_lane *l)
+{
+    ow_watch_state st = l->watch != NULL ? ow_store_watch_state(l->watch, NULL) : OW_WATCH_UP;
+
+    return st == OW_WATCH_UP || st == OW_WATCH_UNKNOWN;
+}
+
+/* Moves eligible jobs from the queue into b. Called with l->mu held.
+ * Returns the earliest time a skipped job may be taken, or 0. */
+static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
+{
+    size_t max = (size_t)l->env->cfg->batch_max_messages;
+    size_t scanned = 0, counted = 0;
+    int64_t now = ow_clock_mono_ms();
+    int64_t wake = 0;
+    int db_up = db_answers(l), db_wait = 0;
+    ow_job *prev = NULL;
+    ow_job *job = l->head;
+
+    b->n = 0;
+    b->orders = 0;
+    ow_htab_clear(&b->keys);
+    ow_htab_clear(&b->orders_set);
+    while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
+        ow_job *next = job->next;
+        take_kind take = TAKE_NO;
+
+        if (ow_ledger_stale(l->env->ledger, &job->t)) {
+            unlink_job(l, prev, job);
+            job->next = *stale;
+            *stale = job;
+            job = next;
+            continue;
+        }
+        if (job->not_before_ms > now) {
+            if (wake == 0 || job->not_before_ms < wake)
+                wake = job->not_before_ms;
+        } else if (!ow_htab_has(&b->keys, job->key_hash)) {
+            take = how_to_take(l, b, job, db_up, &db_wait);
+        }
+        if (!ow_htab_has(&b->keys, job->key_hash) &&
+            ow_htab_put(&b->keys, job->key_hash, 0) != OW_OK)
+            break;
+        /* A skipped job keeps its orders for itself too: a later job with
+         * one of them must not be decided before it. */
+        if (job->valid && !orders_add(b, job))
+            break;
+        if (take != TAKE_NO) {
+            unlink_job(l, prev, job);
+            b->jobs[b->n++] = job;
+            counted += take == TAKE_COUNTED;
+            b->orders += take == TAKE_COUNTED && job->valid ? job->req.n_orders : 0;
+        } else {
+            prev = job;
+        }
+        job = next;
+    }
+    if (db_wait && (wake == 0 || wake > now + DB_WAIT_POLL_MS))
+        wake = now + DB_WAIT_POLL_MS;
+    return wake;
+}
+
+/* --- Deciding ----------------------------------------------------------- */
+
+/* Drops the batch's valid jobs that went stale while the batch was retried. */
+static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < nv; i++) {
+        if (ow_ledger_stale(l->env->ledger, &b->valid[i]->t)) {
+            b->valid[i]->item = b->items[i];
+            b->valid[i]->dropped = 1;
+            continue;
+        }
+        b->valid[k] = b->valid[i];
+        b->items[k] = b->items[i];
+        k++;
+    }
+    return k;
+}
+
+/* Logs a database event of a lane, naming the shard when there are shards. */
+static void log_db(const ow_lane *l, int level, const char *event, unsigned attempt,
+                   const ow_error *err)
+{
+    if (l->env->cfg->shards.n == 0)
+        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("attempt", attempt + 1),
+               OW_F_INT("code", err->code), OW_F_STR("error", err->msg));
+    else
+        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", l->shard),
+               OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
+               OW_F_STR("error", err->msg));
+}
+
+/* One deciding attempt of items[0..n), timed from t0_us. OW_OK: decided.
+ * OW_ERETRY: a transient failure worth another attempt. OW_EFATAL: abandon
+ * the batch, for an error retrying cannot fix (logged; the worker stops),
+ * a stop, or a call the stop cancelled. */
+static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned attempt,
+                          int64_t t0_us, ow_error *err)
+{
+    ow_runstate *rs = l->env->rs;
+    uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
+    int rc = ow_store_decide(l->store, items, n, err);
+
+    if (rc == OW_OK) {
+        ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0_us);
+        OW_COUNT(transactions, 1);
+        OW_COUNT(shard_transactions[l->shard], 1);
+        return OW_OK;
+    }
+    OW_COUNT(retries[err->cls < 4 ? err->cls : 0], 1);
+    OW_COUNT(deadlocks, ow_store_get_stats(l->store)->deadlocks - deadlocks);
+    /* A call the stop cancelled can fail in any class: it is abandoned. */
+    if (atomic_load(&l->cancelled))
+        return OW_EFATAL;
+    if (err->cls != OW_ERRCLASS_RETRIABLE) {
+        log_db(l, OW_LOG_ERROR, "db_fatal", attempt, err);
+        ow_runstate_fail(rs, err, "database error that retrying cannot fix");
+        return OW_EFATAL;
+    }
+    /* Stopping: abandon the batch now; it is redelivered later. */
+    if (atomic_load(&rs->stopping))
+        return OW_EFATAL;
+    return OW_ERETRY;
+}
+
+/* Logs the retry and waits its backoff, or, while the database does not
+ * answer, until it does (at most retry.backoff_max_ms); 1 when the worker
+ * gives up meanwhile. */
+static int backoff(ow_lane *l, unsigned attempt, const ow_error *err)
+{
+    const ow_config *cfg = l->env->cfg;
+    ow_runstate *rs = l->env->rs;
+    int64_t delay =
+        ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng);
+
+    log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", attempt, err);
+    if (l->watch != NULL && !db_answers(l))
+        ow_store_watch_wait_up(l->watch, ow_clock_mono_ms() + cfg->retry_backoff_max_ms,
+                               &rs->stop_sleep);
+    else
+        ow_sleep_ms(delay, &rs->stop_sleep);
+    return ow_runstate_give_up(rs);
+}
+
+/* Decides the batch's valid jobs, retrying transient failures until they
+ * succeed, the worker stops, or a fatal error. Which failures are
+ * transient, and how a retry runs (one message at a time after a race),
+ * is the store's business: the lane only backs off. Returns 0 when
+ * decided. */
+static int decide(ow_lane *l, batch *b, size_t *nv)
+{
+    int64_t t0 = ow_clock_mono_us();
+
+    for (unsigned attempt = 0;; attempt++) {
+        ow_error err;
+        int rc = attempt_decide(l, b->items, *nv, attempt, t0, &err);
+
+        if (rc != OW_ERETRY)
+            return rc;
+        if (backoff(l, attempt, &err))
+            return OW_EFATAL;
+        *nv = drop_stale(l, b, *nv);
+        if (*nv == 0)
+            return OW_OK;
+    }
+}
+
+/* Puts jobs back at the front of the queue in their original order. */
+static void requeue_front(ow_lane *l, ow_job *first, ow_job *last, size_t n)
+{
+    if (first == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    last->next = l->head;
+    l->head = first;
+    if (l->tail == NULL)
+        l->tail = last;
+    count_queued(l, (long)n);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void publish_batch(ow_lane *l, batch *b, int decided)
+{
+    ow_job *rq_first = NULL, *rq_last = NULL;
+    size_t rq_n = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        ow_job *job = b->jobs[i];
+
+        if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
+            ow_job_settle(l->env->ledger, job, 0);
+            continue;
+        }
+        if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
+            /* Tell the sender, then retry; the offset stays uncommitted. */
+            ow_output_in_progress(l->env->out, job);
+            /* A revoked partition's next owner retries it instead. */
+            if (ow_ledger_stale(l->env->ledger, &job->t)) {
+                ow_job_settle(l->env->ledger, job, 0);
+                continue;
+            }
+            job->in_progress_rounds++;
+            job->not_before_ms = ow_clock_mono_ms() + l->env->cfg->retry_backoff_ms;
+            OW_LOG(OW_LOG_INFO, "request_in_progress", OW_F_KEY("key", job->key, job->key_len),
+                   OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
+                   OW_F_INT("rounds", job->in_progress_rounds));
+            if (rq_last == NULL)
+                rq_first = job;
+            else
+                rq_last->next = job;
+            rq_last = job;
+            job->next = NULL;
+            rq_n++;
+            continue;
+        }
+        if (job->valid && job->item.decision == OW_DECISION_KEY_REUSED)
+            ow_job_log_key_reused(job); /* a security event */
+        OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
+               OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
+               OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)
+                                           : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
+               OW_F_INT("replayed", job->valid && job->item.replayed),
+               OW_F_STR("error", job->valid ? NULL : job->first_error));
+        ow_output_publish(l->env->out, job);
+    }
+    requeue_front(l, rq_first, rq_last, rq_n);
+}
+
+static void run_batch(ow_lane *l, batch *b)
+{
+    size_t nv = 0;
+    int decided = 1;
+
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->jobs[i]->valid && b->jobs[i]->item.decision != OW_DECISION_REPLAY) {
+            b->valid[nv] = b->jobs[i];
+            b->items[nv] = b->jobs[i]->item;
+            nv++;
+        }
+    }
+    if (nv > 0) {
+        size_t n = nv;
+        int64_t since = ow_clock_mono_ms();
+
+        decided = decide(l, b, &n) == OW_OK;
+        if (decided)
+            ow_lane_cache_fill(l->cache, b->items, n, since);
+        for (size_t i = 0; i < n; i++)
+            b->valid[i]->item = b->items[i];
+    }
+    publish_batch(l, b, decided);
+}
+
+/* --- Thread -------------------------------------------------------------- */
+
+static void finish_list(ow_ledger *ledger, ow_job *job)
+{
+    while (job != NULL) {
+        ow_job *next = job->next;
+
+        ow_job_settle(ledger, job, 0);
+        job = next;
+    }
+}
+
+/* Waits for work; returns 0 when the lane should stop. Called with mu held. */
+static int wait_for_work(ow_lane *l, int64_t wake_ms)
+{
+    struct timespec ts;
+    int64_t wait_ms = 200;
+
+    if (l->stop)
+        return 0;
+    if (wake_ms > 0) {
+        int64_t d = wake_ms - ow_clock_mono_ms();
+
+        wait_ms = d < 1 ? 1 : d < wait_ms ? d : wait_ms;
+    } else if (l->queued > 0) {
+        return 1;
+    }
+    ow_deadline_after_ms(wait_ms, &ts);
+    pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    return !l->stop;
+}
+
+/* When a batch could grow, give producers batch.max_wait_ms to add to it. */
+static void linger(ow_lane *l)
+{
+    int64_t wait = l->env->cfg->batch_max_wait_ms;
+
+    if (wait <= 0 || l->queued >= (size_t)l->env->cfg->batch_max_messages)
+        return;
+    pthread_mutex_unlock(&l->mu);
+    ow_sleep_ms(wait, NULL);
+    pthread_mutex_lock(&l->mu);
+}
+
+static void *lane_main(void *arg)
+{
+    ow_lane *l = arg;
+    batch b;
+    int64_t wake = 0;
+
+    if (batch_init(&b, (size_t)l->env->cfg->batch_max_messages) != OW_OK) {
+        ow_runstate_set_fatal(l->env->rs, "out of memory");
+        batch_free(&b);
+        return NULL;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (wait_for_work(l, wake)) {
+        ow_job *stale = NULL;
+
+        if (l->queued == 0) {
+            wake = 0;
+            continue;
+        }
+        linger(l);
+        wake = take_batch(l, &b, &stale);
+        pthread_mutex_unlock(&l->mu);
+        finish_list(l->env->ledger, stale);
+        if (b.n > 0) {
+            run_batch(l, &b);
+            wake = 0;
+        }
+        pthread_mutex_lock(&l->mu);
+        if (b.n == 0 && wake == 0 && l->queued > 0)
+            wake = ow_clock_mono_ms() + 1;
+    }
+    /* Stopping: what was never started is abandoned and redelivered later. */
+    {
+        ow_job *rest = l->head;
+
+        l->head = l->tail = NULL;
+        count_queued(l, -(long)l->queued);
+        l->exited = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        finish_list(l->env->ledger, rest);
+    }
+    batch_free(&b);
+    return NULL;
+}
+
+size_t ow_lane_route(const ow_config *cfg, size_t per_db, const ow_job *job)
+{
+    unsigned db = 0;
+
+    if ((job->valid || job->has_user) && cfg->shards.n > 0)
+        db = ow_shard_of_user(job->req.user_id, (uint32_t)cfg->mysql_shard_buckets, cfg->shards.n);
+    return db * per_db + job->key_hash % per_db;
+}
+
+int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned shard,
+                  ow_store_watch *watch, ow_error *err)
+{
+    ow_store_params p;
+    int no_memory = 0;
+
+    ow_store_params_for_shard(env->cfg, shard, &p); /* mysql.host unless sharded */
+    memset(l, 0, sizeof(*l));
+    l->env = env;
+    l->index = index;
+    l->shard = shard;
+    l->watch = watch;
+    l->rng = (uint64_t)ow_clock_mono_us() * 2654435761u + index + 1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->store = ow_store_new(&p, env->ids);
+    l->cache = ow_lane_cache_new(env->cfg, env->n_lanes, &no_memory);
+    if (l->store == NULL || no_memory)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    if (watch != NULL)
+        ow_store_use_watch(l->store, watch);
+    if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start lane %u", index);
+    l->started = 1;
+    return OW_OK;
+}
+
+void ow_lane_enqueue(ow_lane *l, ow_job *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&l->mu);
+    if (l->tail == NULL)
+        l->head = job;
+    else
+        l->tail->next = job;
+    l->tail = job;
+    count_queued(l, 1);
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void ow_lane_drop_partition(ow_lane *l, int32_t partition)
+{
+    ow_job *dropped = NULL;
+    ow_job *prev = NULL;
+
+    pthread_mutex_lock(&l->mu);
+    for (ow_job *job = l->head; job != NULL;) {
+        ow_job *next = job->next;
+
+        if (job->t.partition == partition) {
+            unlink_job(l, prev, job);
+            job->next = dropped;
+            dropped = job;
+        } else {
+            prev = job;
+        }
+        job = next;
+    }
+    pthread_mutex_unlock(&l->mu);
+    finish_list(l->env->ledger, dropped);
+}
+
+void ow_lane_stop(ow_lane *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void ow_lane_join(ow_lane *l, int64_t deadline_ms)
+{
+    int exited;
+
+    pthread_mutex_lock(&l->mu);
+    while (l->started && !l->exited && ow_clock_mono_ms() < deadline_ms) {
+        struct timespec ts;
+
+        ow_deadline_after_ms(deadline_ms - ow_clock_mono_ms(), &ts);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    exited = l->exited;
+    pthread_mutex_unlock(&l->mu);
+    if (l->started && !exited) {
+        OW_LOG(OW_LOG_WARN, "lane_cancelled", OW_F_INT("lane", l->index),
+               OW_F_STR("reason", "still in a database call at its share of the stop deadline; "
+                                  "its batch is rolled back and redelivered"));
+        atomic_store(&l->cancelled, 1);
+        ow_store_cancel(l->store);
+    }
+    if (l->started)
+        pthread_join(l->thread, NULL);
+    l->started = 0;
+    ow_store_free(&l->store);
+    ow_cache_free(&l->cache);
+}
+
+void ow_lane_destroy(ow_lane *l)
+{
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+}
