@@ -1,5 +1,5 @@
 /* Who a query-service request is counted for, and its rate limit
- * (serve_parts.h, ow/serve.h). */
+ * (serve_client.h). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -8,7 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "serve_parts.h"
+#include "serve_client.h"
+#include "ow/error.h"
 #include "ow/htab.h"
 #include "ow/util.h"
 
@@ -16,7 +17,7 @@
 
 static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
-int ow_serve_addr_parse(const char *s, size_t n, ow_serve_addr *out)
+int serve_addr_parse(const char *s, size_t n, serve_addr *out)
 {
     char text[INET6_ADDRSTRLEN];
     struct in_addr v4;
@@ -33,7 +34,7 @@ int ow_serve_addr_parse(const char *s, size_t n, ow_serve_addr *out)
     return inet_pton(AF_INET6, text, out->b) == 1 ? OW_OK : OW_EINVAL;
 }
 
-void ow_serve_addr_format(const ow_serve_addr *a, char *out, size_t size)
+void serve_addr_format(const serve_addr *a, char *out, size_t size)
 {
     if (memcmp(a->b, v4_mapped, sizeof(v4_mapped)) == 0)
         inet_ntop(AF_INET, a->b + 12, out, (socklen_t)size);
@@ -41,7 +42,7 @@ void ow_serve_addr_format(const ow_serve_addr *a, char *out, size_t size)
         inet_ntop(AF_INET6, a->b, out, (socklen_t)size);
 }
 
-uint64_t serve_addr_hash(const ow_serve_addr *a)
+uint64_t serve_addr_hash(const serve_addr *a)
 {
     return ow_hash64(a->b, sizeof(a->b));
 }
@@ -68,7 +69,7 @@ static void next_entry(const char *s, size_t n, size_t *pos, const char **entry,
     *len = end - start;
 }
 
-int ow_serve_parse_proxies(const char *list, ow_serve_proxies *out, char *why, size_t why_size)
+int serve_parse_proxies(const char *list, serve_proxies *out, char *why, size_t why_size)
 {
     size_t n = strlen(list);
     size_t pos = 0;
@@ -79,12 +80,12 @@ int ow_serve_parse_proxies(const char *list, ow_serve_proxies *out, char *why, s
         size_t len;
 
         next_entry(list, n, &pos, &e, &len);
-        if (out->n == OW_API_PROXIES_MAX) {
+        if (out->n == OW_SERVE_PROXIES_MAX) {
             snprintf(why, why_size, "api.trusted_proxies: more than %d addresses",
-                     OW_API_PROXIES_MAX);
+                     OW_SERVE_PROXIES_MAX);
             return OW_EINVAL;
         }
-        if (ow_serve_addr_parse(e, len, &out->addr[out->n]) != OW_OK) {
+        if (serve_addr_parse(e, len, &out->addr[out->n]) != OW_OK) {
             snprintf(why, why_size, "api.trusted_proxies: \"%.*s\" is not an IPv4 or IPv6 address",
                      (int)(len < 64 ? len : 64), e);
             return OW_EINVAL;
@@ -94,7 +95,7 @@ int ow_serve_parse_proxies(const char *list, ow_serve_proxies *out, char *why, s
     return OW_OK;
 }
 
-int ow_serve_proxies_has(const ow_serve_proxies *p, const ow_serve_addr *a)
+int serve_proxies_has(const serve_proxies *p, const serve_addr *a)
 {
     for (size_t i = 0; i < p->n; i++) {
         if (memcmp(p->addr[i].b, a->b, sizeof(a->b)) == 0)
@@ -105,7 +106,7 @@ int ow_serve_proxies_has(const ow_serve_proxies *p, const ow_serve_addr *a)
 
 /* Walks one X-Forwarded-For line from its right end. Returns 1 when the
  * walk is over (*client is the answer), 0 to go on with the line before. */
-static int walk_line(const ow_serve_proxies *p, const char *line, ow_serve_addr *client)
+static int walk_line(const serve_proxies *p, const char *line, serve_addr *client)
 {
     size_t end = strlen(line);
 
@@ -114,16 +115,16 @@ static int walk_line(const ow_serve_proxies *p, const char *line, ow_serve_addr 
         size_t pos;
         const char *e;
         size_t len;
-        ow_serve_addr hop;
+        serve_addr hop;
 
         while (start > 0 && line[start - 1] != ',')
             start--;
         pos = start;
         next_entry(line, end, &pos, &e, &len);
-        if (ow_serve_addr_parse(e, len, &hop) != OW_OK)
+        if (serve_addr_parse(e, len, &hop) != OW_OK)
             return 1; /* not an address: the hop to its right stands */
         *client = hop;
-        if (!ow_serve_proxies_has(p, &hop))
+        if (!serve_proxies_has(p, &hop))
             return 1;
         if (start == 0)
             return 0;
@@ -131,8 +132,8 @@ static int walk_line(const ow_serve_proxies *p, const char *line, ow_serve_addr 
     }
 }
 
-void ow_serve_forwarded_client(const ow_serve_proxies *p, const char *const *xff, size_t n,
-                               ow_serve_addr *client)
+void serve_forwarded_client(const serve_proxies *p, const char *const *xff, size_t n,
+                            serve_addr *client)
 {
     for (size_t i = n; i > 0; i--) {
         if (walk_line(p, xff[i - 1], client))
@@ -142,7 +143,7 @@ void ow_serve_forwarded_client(const ow_serve_proxies *p, const char *const *xff
 
 /* --- The client of a request ---------------------------------------------- */
 
-void serve_client_peer(struct MHD_Connection *c, ow_serve_addr *out)
+void serve_client_peer(struct MHD_Connection *c, serve_addr *out)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -158,7 +159,7 @@ void serve_client_peer(struct MHD_Connection *c, ow_serve_addr *out)
 }
 
 typedef struct {
-    const char *lines[OW_API_XFF_LINES_MAX];
+    const char *lines[OW_SERVE_XFF_LINES_MAX];
     size_t n;
     int too_many;
 } xff_lines;
@@ -171,7 +172,7 @@ static enum MHD_Result collect_xff(void *cls, enum MHD_ValueKind kind, const cha
     (void)kind;
     if (strcasecmp(key, "X-Forwarded-For") != 0 || value == NULL)
         return MHD_YES;
-    if (x->n == OW_API_XFF_LINES_MAX) {
+    if (x->n == OW_SERVE_XFF_LINES_MAX) {
         x->too_many = 1;
         return MHD_NO;
     }
@@ -179,24 +180,24 @@ static enum MHD_Result collect_xff(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
-void serve_client_of(struct MHD_Connection *c, const serve_conn *conn,
-                     const ow_serve_proxies *trusted, ow_serve_addr *out)
+void serve_client_of(struct MHD_Connection *c, const serve_addr *peer, int peer_trusted,
+                     const serve_proxies *trusted, serve_addr *out)
 {
     xff_lines x;
 
-    *out = conn->peer;
-    if (!conn->trusted)
+    *out = *peer;
+    if (!peer_trusted)
         return;
     x.n = 0;
     x.too_many = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect_xff, &x);
     if (!x.too_many)
-        ow_serve_forwarded_client(trusted, x.lines, x.n, out);
+        serve_forwarded_client(trusted, x.lines, x.n, out);
 }
 
 /* --- The rate limit ------------------------------------------------------- */
 
-/* A token bucket per client address, API_RATE_ADDRESSES of them at most.
+/* A token bucket per client address, OW_SERVE_RATE_ADDRESSES of them at most.
  * When a new address finds them all taken, the bucket that has been full
  * longest, or will be full soonest, is dropped for it: a full bucket is
  * what a new address starts with, so dropping one changes nothing, and
@@ -204,7 +205,7 @@ void serve_client_of(struct MHD_Connection *c, const serve_conn *conn,
  * can only loosen its limit, never refuse a request wrongly. */
 
 typedef struct {
-    ow_serve_addr addr;
+    serve_addr addr;
     uint64_t hash;
     double tokens; /* at last_ms */
     int64_t last_ms;
@@ -212,7 +213,7 @@ typedef struct {
 
 struct serve_rate {
     unsigned per_s;
-    uint64_t (*hash)(const ow_serve_addr *);
+    uint64_t (*hash)(const serve_addr *);
     pthread_mutex_t lock;
     ow_htab index; /* address hash -> position in buckets */
     rate_bucket *buckets;
@@ -223,7 +224,7 @@ struct serve_rate {
 };
 
 serve_rate *serve_rate_new_with(unsigned per_s, size_t max_addresses,
-                                uint64_t (*hash)(const ow_serve_addr *))
+                                uint64_t (*hash)(const serve_addr *))
 {
     serve_rate *r = calloc(1, sizeof(*r));
 
@@ -247,7 +248,7 @@ serve_rate *serve_rate_new_with(unsigned per_s, size_t max_addresses,
 
 serve_rate *serve_rate_new(unsigned per_s)
 {
-    return serve_rate_new_with(per_s, API_RATE_ADDRESSES, serve_addr_hash);
+    return serve_rate_new_with(per_s, OW_SERVE_RATE_ADDRESSES, serve_addr_hash);
 }
 
 void serve_rate_free(serve_rate **rate)
@@ -281,8 +282,7 @@ static size_t fullest(const serve_rate *r)
 /* A bucket for client, whose hash is h: its own, or a new full one as of
  * now_ms. NULL when the table could not grow (out of memory); nothing
  * changed then. */
-static rate_bucket *bucket_of(serve_rate *r, const ow_serve_addr *client, uint64_t h,
-                              int64_t now_ms)
+static rate_bucket *bucket_of(serve_rate *r, const serve_addr *client, uint64_t h, int64_t now_ms)
 {
     ow_htab_walk w = OW_HTAB_START;
     uintptr_t v;
@@ -306,7 +306,7 @@ static rate_bucket *bucket_of(serve_rate *r, const ow_serve_addr *client, uint64
     return &r->buckets[i];
 }
 
-int serve_rate_take(serve_rate *r, const ow_serve_addr *client, int64_t now_ms)
+int serve_rate_take(serve_rate *r, const serve_addr *client, int64_t now_ms)
 {
     uint64_t h;
     rate_bucket *b;

@@ -1,4 +1,4 @@
-/* The query service's connections (serve_parts.h): how many one address
+/* The query service's connections (serve_conn.h): how many one address
  * holds, and the deadline by which each request must have arrived whole.
  *
  * libmicrohttpd's own timeout counts inactivity, so a client that sends a
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "serve_parts.h"
+#include "serve_conn.h"
 #include "ow/error.h"
 #include "ow/htab.h"
 #include "ow/log.h"
@@ -32,17 +32,17 @@ struct serve_conns {
     pthread_mutex_t lock;
     unsigned timeout_ms;
     unsigned max_per_address;
-    ow_serve_proxies trusted;
+    serve_proxies trusted;
     serve_conn *head;
     ow_htab by_addr; /* address hash -> connection */
     /* Since the last log line. */
     uint64_t cut_slow, refused;
-    ow_serve_addr last_refused;
+    serve_addr last_refused;
     int64_t logged_ms;
 };
 
 serve_conns *serve_conns_new(unsigned timeout_s, unsigned max_per_address,
-                             const ow_serve_proxies *trusted)
+                             const serve_proxies *trusted)
 {
     serve_conns *cs = calloc(1, sizeof(*cs));
 
@@ -133,7 +133,7 @@ serve_conn *serve_conns_add(serve_conns *cs, struct MHD_Connection *c)
     }
     conn->fd = socket_of(c);
     serve_client_peer(c, &conn->peer);
-    conn->trusted = ow_serve_proxies_has(&cs->trusted, &conn->peer);
+    conn->trusted = serve_proxies_has(&cs->trusted, &conn->peer);
     pthread_mutex_lock(&cs->lock);
     conn->deadline_ms = ow_clock_mono_ms() + cs->timeout_ms;
     if (cs->max_per_address > 0 && !conn->trusted &&
@@ -191,7 +191,7 @@ static void log_closed(serve_conns *cs, int64_t now_ms)
         OW_LOG(OW_LOG_WARN, "api_slow_requests_closed", OW_F_INT("count", cs->cut_slow),
                OW_F_INT("timeout_ms", cs->timeout_ms));
     if (cs->refused > 0) {
-        ow_serve_addr_format(&cs->last_refused, addr, sizeof(addr));
+        serve_addr_format(&cs->last_refused, addr, sizeof(addr));
         OW_LOG(OW_LOG_WARN, "api_connections_refused", OW_F_INT("count", cs->refused),
                OW_F_INT("limit", cs->max_per_address), OW_F_STR("last_address", addr));
     }

@@ -1,4 +1,4 @@
-/* The query service's database threads (serve_parts.h).
+/* The query service's database threads (serve_lookup.h).
  *
  * Each shard has api.threads threads, each with a connection of its own,
  * and a queue of lookups. A serving thread suspends the connection, queues
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve_parts.h"
+#include "serve_lookup.h"
 #include "ow/log.h"
 #include "ow/shard.h"
 #include "ow/util.h"
@@ -24,7 +24,7 @@ typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_ANSWERED } job_state;
 struct serve_job {
     serve_job *next; /* in its shard's queue */
     struct MHD_Connection *conn;
-    ow_route route;
+    serve_route route;
     unsigned shard;
     int64_t deadline_ms;
     job_state state;
@@ -92,12 +92,13 @@ static serve_reply late_reply(const serve_lookups *l, job_state state)
                  "no database connection of this user's shard was free within %u ms; retry after "
                  "the Retry-After delay",
                  l->timeout_ms);
-        return serve_reply_error(503, "BUSY", msg, "Retry-After", OW_API_RETRY_AFTER_S);
+        return serve_reply_error(503, "BUSY", msg, "Retry-After", OW_SERVE_RETRY_AFTER_S);
     }
     snprintf(msg, sizeof(msg),
              "the database did not answer within %u ms; retry after the Retry-After delay",
              l->timeout_ms);
-    return serve_reply_error(503, "DATABASE_UNAVAILABLE", msg, "Retry-After", OW_API_RETRY_AFTER_S);
+    return serve_reply_error(503, "DATABASE_UNAVAILABLE", msg, "Retry-After",
+                             OW_SERVE_RETRY_AFTER_S);
 }
 
 static void answer_late_locked(serve_lookups *l, serve_job *job)
@@ -114,7 +115,7 @@ static void answer_late_locked(serve_lookups *l, serve_job *job)
 
 /* --- The database threads ------------------------------------------------- */
 
-static serve_reply lookup_request(ow_store *s, const ow_route *route)
+static serve_reply lookup_request(ow_store *s, const serve_route *route)
 {
     ow_admin_record rec;
     ow_error err;
@@ -136,7 +137,7 @@ static serve_reply lookup_request(ow_store *s, const ow_route *route)
     return rep;
 }
 
-static serve_reply lookup_order(ow_store *s, const ow_route *route)
+static serve_reply lookup_order(ow_store *s, const serve_route *route)
 {
     ow_admin_order o;
     ow_error err;
@@ -185,7 +186,7 @@ static void *worker_main(void *arg)
 
 /* --- Submitting and answering --------------------------------------------- */
 
-int serve_lookups_submit(serve_lookups *l, struct MHD_Connection *c, const ow_route *route,
+int serve_lookups_submit(serve_lookups *l, struct MHD_Connection *c, const serve_route *route,
                          serve_job **out)
 {
     serve_job *job = calloc(1, sizeof(*job));
@@ -335,7 +336,7 @@ static int start_threads(serve_lookups *l, ow_error *err)
     return OW_OK;
 }
 
-int serve_lookups_new(const ow_serve_params *p, serve_lookups **out, ow_error *err)
+int serve_lookups_new(const serve_lookup_params *p, serve_lookups **out, ow_error *err)
 {
     serve_lookups *l = calloc(1, sizeof(*l));
     unsigned n = p->n_shards > 0 ? p->n_shards : 1;

@@ -1,10 +1,10 @@
-/* The query service's responses (serve_parts.h). They are built wherever
+/* The query service's responses (serve_reply.h). They are built wherever
  * the answer is known, a database thread included, and queued by the
  * connection's serving thread: libmicrohttpd lets only that thread queue. */
 #include <stdint.h>
 #include <string.h>
 
-#include "serve_parts.h"
+#include "serve_reply.h"
 #include "ow/log.h"
 #include "ow/response.h"
 #include "ow/util.h"
@@ -104,7 +104,7 @@ serve_reply serve_reply_store_error(const ow_error *err)
         return serve_reply_error(
             503, "DATABASE_UNAVAILABLE",
             "the database cannot be reached; retry after the Retry-After delay", "Retry-After",
-            OW_API_RETRY_AFTER_S);
+            OW_SERVE_RETRY_AFTER_S);
     return serve_reply_error(500, "INTERNAL_ERROR", "the lookup failed; see the service's log",
                              NULL, NULL);
 }
@@ -114,7 +114,7 @@ serve_reply serve_reply_stopping(void)
     return serve_reply_error(503, "STOPPING",
                              "the service is stopping; retry after the Retry-After delay, another "
                              "replica may answer",
-                             "Retry-After", OW_API_RETRY_AFTER_S);
+                             "Retry-After", OW_SERVE_RETRY_AFTER_S);
 }
 
 enum MHD_Result serve_reply_send(struct MHD_Connection *c, serve_reply rep)

@@ -1,4 +1,4 @@
-/* The query service (issue 15): its path rules (segments are
+/* The query service: its path rules (segments are
  * percent-decoded one by one and checked with the message rules), its
  * client addresses, the rate limit's buckets, and a running service
  * against a database that refuses connections or never answers: the
@@ -22,36 +22,37 @@
 
 #include <cmocka.h>
 
-#include "serve_parts.h"
 #include "ow/serve.h"
+#include "serve_client.h"
+#include "serve_route.h"
 #include "ow/error.h"
 #include "ow/util.h"
 
 static void test_request_route(void **state)
 {
-    ow_route r;
+    serve_route r;
     char why[200];
 
     (void)state;
-    assert_int_equal(ow_serve_parse_path("/v1/requests/42/idem_2026:a.b-c", &r, why, sizeof(why)),
+    assert_int_equal(serve_parse_path("/v1/requests/42/idem_2026:a.b-c", &r, why, sizeof(why)),
                      OW_OK);
     assert_int_equal(r.kind, OW_ROUTE_REQUEST);
     assert_int_equal(r.user_id, 42);
     assert_int_equal(r.segment_len, 15);
     assert_string_equal(r.segment, "idem_2026:a.b-c");
     assert_int_equal(
-        ow_serve_parse_path("/v1/requests/9223372036854775807/k%41", &r, why, sizeof(why)), OW_OK);
+        serve_parse_path("/v1/requests/9223372036854775807/k%41", &r, why, sizeof(why)), OW_OK);
     assert_int_equal(r.user_id, INT64_MAX);
     assert_string_equal(r.segment, "kA");
 }
 
 static void test_order_route_decodes_its_segment(void **state)
 {
-    ow_route r;
+    serve_route r;
     char why[200];
 
     (void)state;
-    assert_int_equal(ow_serve_parse_path("/v1/orders/7/A%2FB%20c", &r, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_path("/v1/orders/7/A%2FB%20c", &r, why, sizeof(why)), OW_OK);
     assert_int_equal(r.kind, OW_ROUTE_ORDER);
     assert_int_equal(r.user_id, 7);
     assert_string_equal(r.segment, "A/B c");
@@ -59,24 +60,24 @@ static void test_order_route_decodes_its_segment(void **state)
 
 static void test_other_paths(void **state)
 {
-    ow_route r;
+    serve_route r;
     char why[200];
 
     (void)state;
-    assert_int_equal(ow_serve_parse_path("/healthz", &r, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_path("/healthz", &r, why, sizeof(why)), OW_OK);
     assert_int_equal(r.kind, OW_ROUTE_HEALTH);
-    assert_int_equal(ow_serve_parse_path("/v1/requestsX/1/k", &r, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_path("/v1/requestsX/1/k", &r, why, sizeof(why)), OW_OK);
     assert_int_equal(r.kind, OW_ROUTE_NONE);
-    assert_int_equal(ow_serve_parse_path("/", &r, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_path("/", &r, why, sizeof(why)), OW_OK);
     assert_int_equal(r.kind, OW_ROUTE_NONE);
 }
 
 static void expect_bad(const char *url, const char *why_prefix)
 {
-    ow_route r;
+    serve_route r;
     char why[200] = "";
 
-    if (ow_serve_parse_path(url, &r, why, sizeof(why)) != OW_EINVAL)
+    if (serve_parse_path(url, &r, why, sizeof(why)) != OW_EINVAL)
         fail_msg("%s: accepted", url);
     if (strncmp(why, why_prefix, strlen(why_prefix)) != 0)
         fail_msg("%s: \"%s\" does not start with \"%s\"", url, why, why_prefix);
@@ -117,11 +118,11 @@ static void test_bad_segments(void **state)
 
 /* --- Client addresses ---------------------------------------------------- */
 
-static ow_serve_addr addr(const char *text)
+static serve_addr addr(const char *text)
 {
-    ow_serve_addr a;
+    serve_addr a;
 
-    if (ow_serve_addr_parse(text, strlen(text), &a) != OW_OK)
+    if (serve_addr_parse(text, strlen(text), &a) != OW_OK)
         fail_msg("%s: not an address", text);
     return a;
 }
@@ -141,14 +142,14 @@ static void test_trusted_proxies_list(void **state)
         {"10.0.0.0/8", "api.trusted_proxies: \"10.0.0.0/8\" is not"},
         {"10.0.0.1:8080", "api.trusted_proxies: \"10.0.0.1:8080\" is not"},
     };
-    ow_serve_proxies p;
-    ow_serve_addr v6, other;
+    serve_proxies p;
+    serve_addr v6, other;
     char why[200];
     char many[33 * 16] = "";
 
     (void)state;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int rc = ow_serve_parse_proxies(cases[i].list, &p, why, sizeof(why));
+        int rc = serve_parse_proxies(cases[i].list, &p, why, sizeof(why));
 
         if (cases[i].why == NULL && rc != OW_OK)
             fail_msg("\"%s\": refused: %s", cases[i].list, why);
@@ -157,12 +158,12 @@ static void test_trusted_proxies_list(void **state)
             fail_msg("\"%s\": got \"%s\", want \"%s\"", cases[i].list, rc == OW_OK ? "" : why,
                      cases[i].why);
     }
-    assert_int_equal(ow_serve_parse_proxies(" 10.0.0.1 ,\t::1", &p, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_proxies(" 10.0.0.1 ,\t::1", &p, why, sizeof(why)), OW_OK);
     assert_int_equal(p.n, 2);
     v6 = addr("::1");
     other = addr("10.0.0.2");
-    assert_true(ow_serve_proxies_has(&p, &v6));
-    assert_false(ow_serve_proxies_has(&p, &other));
+    assert_true(serve_proxies_has(&p, &v6));
+    assert_false(serve_proxies_has(&p, &other));
     /* IPv4 is kept mapped into IPv6, so that it cannot collide with an
      * IPv6 address of the same first four bytes. */
     v6 = addr("a00:1::");
@@ -170,7 +171,7 @@ static void test_trusted_proxies_list(void **state)
     assert_memory_not_equal(other.b, v6.b, 16);
     for (int i = 0; i < 33; i++)
         snprintf(many + strlen(many), sizeof(many) - strlen(many), "10.0.0.%d,", i + 1);
-    assert_int_equal(ow_serve_parse_proxies(many, &p, why, sizeof(why)), OW_EINVAL);
+    assert_int_equal(serve_parse_proxies(many, &p, why, sizeof(why)), OW_EINVAL);
     assert_string_equal(why, "api.trusted_proxies: more than 32 addresses");
 }
 
@@ -194,21 +195,21 @@ static void test_forwarded_client(void **state)
         {{""}, "127.0.0.1"},
         {{"2001:db8::5, 10.0.0.1"}, "2001:db8::5"},
     };
-    ow_serve_proxies p;
+    serve_proxies p;
     char why[200];
     char got[64];
 
     (void)state;
-    assert_int_equal(ow_serve_parse_proxies("127.0.0.1,10.0.0.1", &p, why, sizeof(why)), OW_OK);
+    assert_int_equal(serve_parse_proxies("127.0.0.1,10.0.0.1", &p, why, sizeof(why)), OW_OK);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ow_serve_addr client = addr("127.0.0.1");
-        ow_serve_addr want = addr(cases[i].client);
+        serve_addr client = addr("127.0.0.1");
+        serve_addr want = addr(cases[i].client);
         size_t n = 0;
 
         while (n < 3 && cases[i].lines[n] != NULL)
             n++;
-        ow_serve_forwarded_client(&p, cases[i].lines, n, &client);
-        ow_serve_addr_format(&client, got, sizeof(got));
+        serve_forwarded_client(&p, cases[i].lines, n, &client);
+        serve_addr_format(&client, got, sizeof(got));
         if (memcmp(client.b, want.b, 16) != 0)
             fail_msg("case %zu (%s): client %s, want %s", i, n > 0 ? cases[i].lines[n - 1] : "-",
                      got, cases[i].client);
@@ -216,7 +217,7 @@ static void test_forwarded_client(void **state)
 }
 
 /* 2001:db8::n, for n below 65536. */
-static ow_serve_addr nth_addr(unsigned n)
+static serve_addr nth_addr(unsigned n)
 {
     char text[32];
 
@@ -224,7 +225,7 @@ static ow_serve_addr nth_addr(unsigned n)
     return addr(text);
 }
 
-/* At 1 request/s, each of API_RATE_ADDRESSES addresses has one request
+/* At 1 request/s, each of OW_SERVE_RATE_ADDRESSES addresses has one request
  * and then none: every address keeps a bucket of its own. */
 static void test_rate_keeps_every_address_apart(void **state)
 {
@@ -233,13 +234,13 @@ static void test_rate_keeps_every_address_apart(void **state)
 
     (void)state;
     assert_non_null(r);
-    for (unsigned i = 0; i < API_RATE_ADDRESSES; i++) {
-        ow_serve_addr a = nth_addr(i);
+    for (unsigned i = 0; i < OW_SERVE_RATE_ADDRESSES; i++) {
+        serve_addr a = nth_addr(i);
 
         assert_int_equal(serve_rate_take(r, &a, 1000), 1);
     }
-    for (unsigned i = 0; i < API_RATE_ADDRESSES; i++) {
-        ow_serve_addr a = nth_addr(i);
+    for (unsigned i = 0; i < OW_SERVE_RATE_ADDRESSES; i++) {
+        serve_addr a = nth_addr(i);
 
         again += (unsigned)serve_rate_take(r, &a, 1000);
     }
@@ -253,7 +254,7 @@ static void test_rate_keeps_every_address_apart(void **state)
 static void test_rate_full_table_drops_the_fullest_bucket(void **state)
 {
     serve_rate *r = serve_rate_new_with(2, 3, serve_addr_hash);
-    ow_serve_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3), d = nth_addr(4);
+    serve_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3), d = nth_addr(4);
 
     (void)state;
     assert_int_equal(serve_rate_take(r, &a, 0), 1);
@@ -270,7 +271,7 @@ static void test_rate_full_table_drops_the_fullest_bucket(void **state)
     serve_rate_free(&r);
 }
 
-static uint64_t one_hash(const ow_serve_addr *a)
+static uint64_t one_hash(const serve_addr *a)
 {
     (void)a;
     return 7;
@@ -281,7 +282,7 @@ static uint64_t one_hash(const ow_serve_addr *a)
 static void test_rate_addresses_under_one_hash(void **state)
 {
     serve_rate *r = serve_rate_new_with(1, 2, one_hash);
-    ow_serve_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3);
+    serve_addr a = nth_addr(1), b = nth_addr(2), c = nth_addr(3);
 
     (void)state;
     assert_int_equal(serve_rate_take(r, &a, 0), 1);
