@@ -331,6 +331,40 @@ int ow_config_set(ow_config *cfg, const char *key, const char *value, ow_config_
     return OW_OK;
 }
 
+const char *ow_config_string(const ow_config *cfg, const char *key)
+{
+    size_t index = 0;
+    const config_row *row = find_row(key, &index);
+
+    if (row == NULL || row->type != CT_STRING)
+        return NULL;
+    return *str_field((ow_config *)cfg, row);
+}
+
+ow_config_source ow_config_source_of(const ow_config *cfg, const char *key)
+{
+    size_t index = 0;
+
+    if (find_row(key, &index) == NULL)
+        return OW_SRC_DEFAULT;
+    return cfg->sources[index];
+}
+
+int ow_config_set_shard_password(ow_config *cfg, unsigned shard, const char *password)
+{
+    char *copy = NULL;
+
+    if (shard >= OW_SHARD_MAX)
+        return OW_EINVAL;
+    if (password != NULL && (copy = strdup(password)) == NULL)
+        return OW_ENOMEM;
+    if (cfg->shard_passwords[shard] != NULL)
+        memset(cfg->shard_passwords[shard], 0, strlen(cfg->shard_passwords[shard]));
+    free(cfg->shard_passwords[shard]);
+    cfg->shard_passwords[shard] = copy;
+    return OW_OK;
+}
+
 int ow_config_init(ow_config *cfg, ow_error *err)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -351,8 +385,6 @@ int ow_config_init(ow_config *cfg, ow_error *err)
     return OW_OK;
 }
 
-static void forget_shard_passwords(ow_config *cfg);
-
 void ow_config_cleanup(ow_config *cfg)
 {
     if (cfg->sources != NULL) {
@@ -367,7 +399,8 @@ void ow_config_cleanup(ow_config *cfg)
         free(cfg->passthrough[i].value);
         free(cfg->passthrough[i].where);
     }
-    forget_shard_passwords(cfg);
+    for (unsigned i = 0; i < OW_SHARD_MAX; i++)
+        ow_config_set_shard_password(cfg, i, NULL);
     free(cfg->sources);
     free(cfg->source_where);
     memset(cfg, 0, sizeof(*cfg));
@@ -472,40 +505,13 @@ int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, 
     return OW_OK;
 }
 
-static int read_file(const char *path, size_t max, ow_buf *out, ow_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    char chunk[4096];
-    size_t n;
-    int rc = OW_OK;
-
-    if (f == NULL)
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: cannot open: %s", path,
-                            strerror(errno));
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (out->len + n > max) {
-            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: larger than %zu bytes", path,
-                              max);
-            break;
-        }
-        if (ow_buf_append(out, chunk, n) != OW_OK) {
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-            break;
-        }
-    }
-    if (rc == OW_OK && ferror(f))
-        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: read error", path);
-    fclose(f);
-    return rc;
-}
-
 int ow_config_load_file(ow_config *cfg, const char *path, ow_error *err)
 {
     ow_buf text;
     int rc;
 
     ow_buf_init(&text);
-    rc = read_file(path, 1 << 20, &text, err);
+    rc = ow_read_file(path, 1 << 20, &text, err);
     if (rc == OW_OK) {
         if (memchr(text.data != NULL ? text.data : "", '\0', text.len) != NULL)
             rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: contains a NUL byte", path);
@@ -574,281 +580,6 @@ int ow_config_load_env(ow_config *cfg, char *const *envp, ow_error *err)
         if (rc != OW_OK)
             return rc;
     }
-    return OW_OK;
-}
-
-int ow_config_address_ok(const char *address)
-{
-    unsigned char addr[sizeof(struct in6_addr)];
-
-    return strcmp(address, "localhost") == 0 || inet_pton(AF_INET, address, addr) == 1 ||
-           inet_pton(AF_INET6, address, addr) == 1;
-}
-
-static int load_password_file(ow_config *cfg, ow_error *err)
-{
-    ow_buf text;
-    size_t index = 0;
-    int rc;
-
-    if (find_row("mysql.password", &index) != NULL && cfg->sources[index] != OW_SRC_DEFAULT &&
-        *cfg->mysql_password != '\0')
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.password_file: cannot be combined with a mysql.password");
-    ow_buf_init(&text);
-    rc = read_file(cfg->mysql_password_file, 4096, &text, err);
-    if (rc == OW_OK) {
-        char *pw = text.data != NULL ? text.data : "";
-
-        pw[strcspn(pw, "\r\n")] = '\0';
-        free(cfg->mysql_password);
-        cfg->mysql_password = strdup(pw);
-        /* config --print names the file the password came from. */
-        if (cfg->mysql_password == NULL ||
-            set_source(cfg, index, OW_SRC_FILE, cfg->mysql_password_file) != OW_OK)
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    } else if (err != NULL) {
-        char why[sizeof(err->msg)];
-
-        memcpy(why, err->msg, sizeof(why));
-        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "mysql.password_file: %s", why);
-    }
-    ow_buf_cleanup(&text);
-    return rc;
-}
-
-/* mysql.tls_version: a comma-separated list of the names MariaDB
- * Connector/C knows. The library looks each name up in the text and
- * ignores anything else without a word, so a typo would leave its default
- * versions in force while the configuration seemed to restrict them. */
-static int check_tls_versions(const char *list, ow_error *err)
-{
-    static const char *const known[] = {"TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
-    const char *p = list;
-
-    if (*list == '\0')
-        return OW_OK; /* the library's default */
-    for (;;) {
-        size_t n = strcspn(p, ",");
-        size_t k = 0;
-
-        while (n > 0 && (*p == ' ' || *p == '\t')) {
-            p++;
-            n--;
-        }
-        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-            n--;
-        while (k < sizeof(known) / sizeof(known[0]) &&
-               (strlen(known[k]) != n || strncmp(p, known[k], n) != 0))
-            k++;
-        if (k == sizeof(known) / sizeof(known[0]))
-            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                                "mysql.tls_version: \"%.*s\" is not one of TLSv1.0, TLSv1.1, "
-                                "TLSv1.2, TLSv1.3",
-                                (int)n, p);
-        p += strcspn(p, ",");
-        if (*p == '\0')
-            return OW_OK;
-        p++;
-    }
-}
-
-/* mysql.ssl_mode and the files it needs. */
-static int check_mysql_tls(const ow_config *cfg, ow_error *err)
-{
-    static const char *const modes[] = {"disabled", "preferred", "required", "verify_ca",
-                                        "verify_identity"};
-    size_t m = 0;
-
-    while (m < sizeof(modes) / sizeof(modes[0]) && strcmp(cfg->mysql_ssl_mode, modes[m]) != 0)
-        m++;
-    if (m == sizeof(modes) / sizeof(modes[0]))
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.ssl_mode: \"%s\" is not one of disabled, preferred, required, "
-                            "verify_ca, verify_identity",
-                            cfg->mysql_ssl_mode);
-    if (m >= 3 && *cfg->mysql_ssl_ca == '\0' && *cfg->mysql_ssl_capath == '\0')
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.ssl_mode: %s needs mysql.ssl_ca or mysql.ssl_capath",
-                            cfg->mysql_ssl_mode);
-    if ((*cfg->mysql_ssl_cert == '\0') != (*cfg->mysql_ssl_key == '\0'))
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together");
-    return check_tls_versions(cfg->mysql_tls_version, err);
-}
-
-/* Parses mysql.shards, fills each entry's defaults and refuses an entry
- * listed twice: two shard indexes on one database would route two users'
- * buckets to one place under two recorded maps. */
-static int load_shards(ow_config *cfg, ow_error *err)
-{
-    ow_shard_list *l = &cfg->shards;
-    int rc = ow_shard_list_parse(cfg->mysql_shards, l, err);
-
-    for (unsigned i = 0; rc == OW_OK && i < l->n; i++) {
-        if (l->addr[i].port == 0)
-            l->addr[i].port = (unsigned)cfg->mysql_port;
-        if (l->addr[i].database[0] == '\0') {
-            if (strlen(cfg->mysql_database) > OW_SHARD_DB_MAX)
-                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                                    "mysql.database: longer than %d bytes", OW_SHARD_DB_MAX);
-            memcpy(l->addr[i].database, cfg->mysql_database, strlen(cfg->mysql_database) + 1);
-        }
-        for (unsigned j = 0; j < i; j++) {
-            if (strcmp(l->addr[i].host, l->addr[j].host) == 0 &&
-                l->addr[i].port == l->addr[j].port &&
-                strcmp(l->addr[i].database, l->addr[j].database) == 0)
-                return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                                    "mysql.shards: entry %u names the same database as entry %u", i,
-                                    j);
-        }
-    }
-    return rc;
-}
-
-static void forget_shard_passwords(ow_config *cfg)
-{
-    for (unsigned i = 0; i < OW_SHARD_MAX; i++) {
-        if (cfg->shard_passwords[i] != NULL)
-            memset(cfg->shard_passwords[i], 0, strlen(cfg->shard_passwords[i]));
-        free(cfg->shard_passwords[i]);
-        cfg->shard_passwords[i] = NULL;
-    }
-}
-
-/* Reads entry i of mysql.shard_password_files (path[0..n), "" = none). */
-static int load_shard_password(ow_config *cfg, unsigned i, const char *path, size_t n,
-                               ow_error *err)
-{
-    char file[4096];
-    ow_buf text;
-    int rc;
-
-    if (n == 0)
-        return OW_OK;
-    if (n >= sizeof(file))
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "mysql.shard_password_files: entry %u: path too long", i);
-    memcpy(file, path, n);
-    file[n] = '\0';
-    ow_buf_init(&text);
-    rc = read_file(file, 4096, &text, err);
-    if (rc == OW_OK) {
-        char *pw = text.data != NULL ? text.data : "";
-
-        pw[strcspn(pw, "\r\n")] = '\0';
-        cfg->shard_passwords[i] = strdup(pw);
-        if (cfg->shard_passwords[i] == NULL)
-            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    } else if (err != NULL) {
-        char why[sizeof(err->msg)];
-
-        memcpy(why, err->msg, sizeof(why));
-        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                          "mysql.shard_password_files: entry %u: %s", i, why);
-    }
-    if (text.data != NULL)
-        memset(text.data, 0, text.len);
-    ow_buf_cleanup(&text);
-    return rc;
-}
-
-/* mysql.shard_password_files: one entry per shard. */
-static int load_shard_passwords(ow_config *cfg, ow_error *err)
-{
-    const char *p = cfg->mysql_shard_password_files;
-    unsigned i = 0;
-    int rc = OW_OK;
-
-    forget_shard_passwords(cfg);
-    if (*p == '\0')
-        return OW_OK;
-    while (rc == OW_OK) {
-        size_t n = strcspn(p, ",");
-
-        while (n > 0 && (*p == ' ' || *p == '\t')) {
-            p++;
-            n--;
-        }
-        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-            n--;
-        if (i < cfg->shards.n)
-            rc = load_shard_password(cfg, i, p, n, err);
-        i++;
-        p += strcspn(p, ",");
-        if (*p == '\0')
-            break;
-        p++;
-    }
-    if (rc == OW_OK && i != cfg->shards.n)
-        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                          "mysql.shard_password_files: %u entries for %u shards in mysql.shards", i,
-                          cfg->shards.n);
-    return rc;
-}
-
-int ow_config_finish(ow_config *cfg, ow_error *err)
-{
-    int rc;
-
-    static const char *const required[] = {"kafka.bootstrap.servers",
-                                           "kafka.group.id",
-                                           "topic.input",
-                                           "topic.results",
-                                           "topic.dlq",
-                                           "mysql.host",
-                                           "mysql.user",
-                                           "mysql.database"};
-
-    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
-        size_t index = 0;
-        const config_row *row = find_row(required[i], &index);
-
-        if (**str_field(cfg, row) == '\0')
-            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: must not be empty",
-                                row->name);
-    }
-    if (strcmp(cfg->topic_input, cfg->topic_results) == 0 ||
-        strcmp(cfg->topic_input, cfg->topic_dlq) == 0)
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "topic.input: must differ from topic.results and topic.dlq");
-    /* Results and dead-letter copies on one topic could not be told apart
-     * by a consumer of either. */
-    if (strcmp(cfg->topic_results, cfg->topic_dlq) == 0)
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "topic.results: must differ from topic.dlq");
-    if (!ow_config_address_ok(cfg->metrics_address))
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "metrics.address: \"%s\" is not an IPv4 or IPv6 address or localhost",
-                            cfg->metrics_address);
-    if (cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "retry.backoff_max_ms: must be at least retry.backoff_ms");
-    if (cfg->inflight_max_bytes < cfg->request_max_bytes)
-        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                            "inflight.max_bytes: must be at least request.max_bytes");
-    for (size_t i = 0; i < cfg->n_passthrough; i++) {
-        const char *full = cfg->passthrough[i].name;
-        const char *n = full;
-
-        if (strncmp(n, "consumer.", 9) == 0)
-            n += 9;
-        else if (strncmp(n, "producer.", 9) == 0)
-            n += 9;
-        if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
-            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
-            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
-                                "kafka.%s: is fixed by order-worker's delivery guarantees", full);
-    }
-    rc = check_mysql_tls(cfg, err);
-    if (rc == OW_OK)
-        rc = load_shards(cfg, err);
-    if (rc == OW_OK)
-        rc = load_shard_passwords(cfg, err);
-    if (rc != OW_OK)
-        return rc;
-    if (*cfg->mysql_password_file != '\0')
-        return load_password_file(cfg, err);
     return OW_OK;
 }
 

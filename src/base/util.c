@@ -308,3 +308,30 @@ int ow_duration_parse(const char *s, int64_t *seconds, const char **why)
     *seconds = n * unit;
     return OW_OK;
 }
+
+int ow_read_file(const char *path, size_t max, ow_buf *out, ow_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    char chunk[4096];
+    size_t n;
+    int rc = OW_OK;
+
+    if (f == NULL)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: cannot open: %s", path,
+                            strerror(errno));
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (out->len + n > max) {
+            rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: larger than %zu bytes", path,
+                              max);
+            break;
+        }
+        if (ow_buf_append(out, chunk, n) != OW_OK) {
+            rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+            break;
+        }
+    }
+    if (rc == OW_OK && ferror(f))
+        rc = ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: read error", path);
+    fclose(f);
+    return rc;
+}

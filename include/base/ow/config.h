@@ -120,6 +120,12 @@ int ow_config_load_string(ow_config *cfg, const char *text, const char *origin, 
 int ow_config_load_env(ow_config *cfg, char *const *envp, ow_error *err);
 /* Cross-key checks and the password file; call once after the loads. */
 int ow_config_finish(ow_config *cfg, ow_error *err);
+/* The value of string key key, or NULL for a key of another type or none. */
+const char *ow_config_string(const ow_config *cfg, const char *key);
+/* Where key's value came from (OW_SRC_DEFAULT for an unknown key). */
+ow_config_source ow_config_source_of(const ow_config *cfg, const char *key);
+/* Keeps a copy of shard's password (NULL: none), wiping the one it had. */
+int ow_config_set_shard_password(ow_config *cfg, unsigned shard, const char *password);
 
 /* Sets one key as if it came from src; where names the origin for errors. */
 int ow_config_set(ow_config *cfg, const char *key, const char *value, ow_config_source src,

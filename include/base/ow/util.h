@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ow/error.h"
+
 /* Parses a whole NUL-terminated decimal integer ("-12", "42"); no spaces, no
  * '+', no trailing bytes. Returns 0, or OW_EINVAL when s is not a number or
  * does not fit. */
@@ -42,6 +44,9 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...) __attribute__((format(printf
  * length (at most 20). */
 size_t ow_format_int(long long v, char out[21]);
 int ow_buf_append_int(ow_buf *b, long long v);
+/* Appends the contents of the file at path to out; a file larger than max
+ * bytes is refused. The error names the path. */
+int ow_read_file(const char *path, size_t max, ow_buf *out, ow_error *err);
 /* Grows the array *p of *cap elements of elem bytes to hold at least need
  * (doubling, from 16), keeping its contents. Returns 0 or OW_ENOMEM (the
  * array is unchanged). */
