@@ -186,15 +186,10 @@ const char *ow_log_level_name(int64_t level)
 
 const char *ow_config_source_name(ow_config_source src)
 {
-    switch (src) {
-    case OW_SRC_DEFAULT:
-        return "default";
-    case OW_SRC_FILE:
-        return "file";
-    case OW_SRC_ENV:
-        return "environment";
-    }
-    return "?";
+    static const char *const names[] = {
+        [OW_SRC_DEFAULT] = "default", [OW_SRC_FILE] = "file", [OW_SRC_ENV] = "environment"};
+
+    return (unsigned)src < sizeof(names) / sizeof(names[0]) ? names[src] : "?";
 }
 
 static char **str_field(ow_config *cfg, const config_row *row)

@@ -43,15 +43,10 @@ int ow_error_set(ow_error *err, ow_errclass cls, int code, const char *fmt, ...)
 
 const char *ow_errclass_name(ow_errclass cls)
 {
-    switch (cls) {
-    case OW_ERRCLASS_NONE:
-        return "none";
-    case OW_ERRCLASS_RETRIABLE:
-        return "retriable";
-    case OW_ERRCLASS_FATAL:
-        return "fatal";
-    case OW_ERRCLASS_INVALID_INPUT:
-        return "invalid_input";
-    }
-    return "unknown";
+    static const char *const names[] = {[OW_ERRCLASS_NONE] = "none",
+                                        [OW_ERRCLASS_RETRIABLE] = "retriable",
+                                        [OW_ERRCLASS_FATAL] = "fatal",
+                                        [OW_ERRCLASS_INVALID_INPUT] = "invalid_input"};
+
+    return (unsigned)cls < sizeof(names) / sizeof(names[0]) ? names[cls] : "unknown";
 }

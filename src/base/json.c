@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/util.h"
+
 #define OW_JSON_DEFAULT_DEPTH 64
 #define OW_JSON_BLOCK_MIN ((size_t)64 * 1024)
 #define OW_JSON_BLOCK_MAX ((size_t)1024 * 1024)
@@ -695,17 +697,8 @@ static int check_dups_small(ow_json_parser *p, const ow_json_node *obj)
 
 static int reserve_scratch(ow_json_parser *p, size_t count)
 {
-    const ow_json_inode **s;
-
-    if (count <= p->scratch_cap)
-        return 0;
-    if (count > SIZE_MAX / sizeof(*s))
+    if (ow_grow((void **)&p->scratch, &p->scratch_cap, count, sizeof(*p->scratch)) != OW_OK)
         return fail_nomem(p);
-    s = realloc(p->scratch, count * sizeof(*s));
-    if (s == NULL)
-        return fail_nomem(p);
-    p->scratch = s;
-    p->scratch_cap = count;
     return 0;
 }
 
@@ -872,51 +865,43 @@ static int parse_value(ow_json_parser *p, bool *want_value)
     return value_start_error(p);
 }
 
-static int after_array_value(ow_json_parser *p, bool *want_value)
-{
-    if (cur(p) == ']') {
-        *want_value = false;
-        return close_container(p);
-    }
-    if (cur(p) != ',')
-        return fail_unexpected(p, "expected ',' or ']' after array element");
-    p->pos++;
-    skip_ws(p);
-    if (!at_end(p) && cur(p) == ']')
-        return fail_syntax(p, p->pos, "trailing comma in array");
-    *want_value = true;
-    return 0;
-}
+/* The words a container's errors use: its closing byte and names. */
+typedef struct {
+    char close;
+    const char *unclosed; /* end of input inside it */
+    const char *expected; /* neither ',' nor the closing byte after a value */
+    const char *trailing; /* ',' right before the closing byte */
+} container_words;
 
-static int after_object_value(ow_json_parser *p, bool *want_value)
-{
-    if (cur(p) == '}') {
-        *want_value = false;
-        return close_container(p);
-    }
-    if (cur(p) != ',')
-        return fail_unexpected(p, "expected ',' or '}' after object member");
-    p->pos++;
-    skip_ws(p);
-    if (!at_end(p) && cur(p) == '}')
-        return fail_syntax(p, p->pos, "trailing comma in object");
-    *want_value = true;
-    return parse_key(p);
-}
+static const container_words array_words = {']', "unexpected end of input (unclosed array)",
+                                            "expected ',' or ']' after array element",
+                                            "trailing comma in array"};
+static const container_words object_words = {'}', "unexpected end of input (unclosed object)",
+                                             "expected ',' or '}' after object member",
+                                             "trailing comma in object"};
 
-/* Handles what follows a complete value inside the innermost container. */
+/* Handles what follows a complete value inside the innermost container:
+ * its end, or a comma and (in an object) the next member's key. */
 static int after_value(ow_json_parser *p, bool *want_value)
 {
     bool is_array = p->stack[p->depth - 1].node->type == OW_JSON_ARRAY;
+    const container_words *w = is_array ? &array_words : &object_words;
 
     skip_ws(p);
     if (at_end(p))
-        return fail_syntax(p, p->pos,
-                           is_array ? "unexpected end of input (unclosed array)"
-                                    : "unexpected end of input (unclosed object)");
-    if (is_array)
-        return after_array_value(p, want_value);
-    return after_object_value(p, want_value);
+        return fail_syntax(p, p->pos, w->unclosed);
+    if (cur(p) == w->close) {
+        *want_value = false;
+        return close_container(p);
+    }
+    if (cur(p) != ',')
+        return fail_unexpected(p, w->expected);
+    p->pos++;
+    skip_ws(p);
+    if (!at_end(p) && cur(p) == w->close)
+        return fail_syntax(p, p->pos, w->trailing);
+    *want_value = true;
+    return is_array ? 0 : parse_key(p);
 }
 
 static int parse_document(ow_json_parser *p)

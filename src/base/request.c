@@ -109,10 +109,24 @@ static int int_in_range(const ow_json_node *n, int64_t min, int64_t max, int64_t
     return OW_OK;
 }
 
+/* Reads decimal digits from s[*i..len) into *value; returns how many, or
+ * more than max when there are too many. */
+static size_t read_digits(const char *s, size_t len, size_t *i, size_t max, int64_t *value)
+{
+    size_t n = 0;
+
+    for (; *i < len && s[*i] >= '0' && s[*i] <= '9'; (*i)++) {
+        if (++n > max)
+            return n;
+        *value = *value * 10 + (s[*i] - '0');
+    }
+    return n;
+}
+
 int ow_amount_parse(const char *s, size_t len, int64_t *cents, const char **why)
 {
     size_t i = 0;
-    size_t int_digits = 0;
+    size_t int_digits;
     size_t frac_digits = 0;
     int64_t units = 0;
     int64_t frac = 0;
@@ -125,14 +139,10 @@ int ow_amount_parse(const char *s, size_t len, int64_t *cents, const char **why)
         *why = "must not be negative";
         return OW_EINVAL;
     }
-    while (i < len && s[i] >= '0' && s[i] <= '9') {
-        if (int_digits == 10) {
-            *why = "must be at most 9999999999.99";
-            return OW_EINVAL;
-        }
-        units = units * 10 + (s[i] - '0');
-        int_digits++;
-        i++;
+    int_digits = read_digits(s, len, &i, 10, &units);
+    if (int_digits > 10) {
+        *why = "must be at most 9999999999.99";
+        return OW_EINVAL;
     }
     if (int_digits == 0 || (int_digits > 1 && s[0] == '0')) {
         *why = "must be a decimal like 19.90";
@@ -140,14 +150,10 @@ int ow_amount_parse(const char *s, size_t len, int64_t *cents, const char **why)
     }
     if (i < len && s[i] == '.') {
         i++;
-        while (i < len && s[i] >= '0' && s[i] <= '9') {
-            if (frac_digits == 2) {
-                *why = "must have at most 2 decimals";
-                return OW_EINVAL;
-            }
-            frac = frac * 10 + (s[i] - '0');
-            frac_digits++;
-            i++;
+        frac_digits = read_digits(s, len, &i, 2, &frac);
+        if (frac_digits > 2) {
+            *why = "must have at most 2 decimals";
+            return OW_EINVAL;
         }
         if (frac_digits == 0) {
             *why = "must be a decimal like 19.90";

@@ -57,32 +57,29 @@ static int entry_error(ow_error *err, unsigned index, const char *text, size_t l
                         index, (int)(len > 80 ? 80 : len), text, why);
 }
 
-static int host_ok(const char *h, size_t n)
+/* 1 when s[0..n) is 1 to max letters, digits and bytes of extra. */
+static int name_ok(const char *s, size_t n, size_t max, const char *extra)
 {
-    if (n == 0 || n > OW_SHARD_HOST_MAX)
+    if (n == 0 || n > max)
         return 0;
     for (size_t i = 0; i < n; i++) {
-        char c = h[i];
+        char c = s[i];
 
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-' || c == '_' || c == ':'))
+              (c != '\0' && strchr(extra, c) != NULL)))
             return 0;
     }
     return 1;
 }
 
+static int host_ok(const char *h, size_t n)
+{
+    return name_ok(h, n, OW_SHARD_HOST_MAX, ".-_:");
+}
+
 static int db_ok(const char *d, size_t n)
 {
-    if (n == 0 || n > OW_SHARD_DB_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = d[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '$'))
-            return 0;
-    }
-    return 1;
+    return name_ok(d, n, OW_SHARD_DB_MAX, "_$");
 }
 
 /* Splits "host[:port]" (host possibly "[v6]") at its port. */

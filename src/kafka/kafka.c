@@ -58,92 +58,91 @@ static int has_passthrough(const ow_config *cfg, ow_kafka_role role, const char 
     return 0;
 }
 
-/* Defaults that the configuration may override. */
-static int set_default(rd_kafka_conf_t *conf, const ow_config *cfg, ow_kafka_role role,
-                       const char *name, const char *value, ow_error *err)
-{
-    if (has_passthrough(cfg, role, name))
-        return OW_OK;
-    return ow_kafka_conf_set(conf, name, value, err);
-}
+/* The clients' settings. A fixed one is part of order-worker's delivery
+ * guarantees (the configuration may not set it, ow_config_finish refuses
+ * it); the others are defaults that kafka.* keys override. */
+typedef struct {
+    ow_kafka_role role;
+    int fixed;
+    const char *name;
+    const char *value; /* NULL: from the configuration (setting_value) */
+} kafka_setting;
 
-static int consumer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_error *err)
-{
-    char interval[32];
-    char queued_kb[32];
-    int rc;
-
-    snprintf(interval, sizeof(interval), "%lld", (long long)cfg->commit_interval_ms);
+static const kafka_setting kafka_settings[] = {
+    {OW_KAFKA_CONSUMER, 0, "partition.assignment.strategy", "cooperative-sticky"},
+    {OW_KAFKA_CONSUMER, 0, "auto.offset.reset", "earliest"},
+    {OW_KAFKA_CONSUMER, 0, "enable.partition.eof", "false"},
     /* The local prefetch queue counts against memory too: it gets the
      * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
      * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),
      * so the queue must hold a second of the fastest consumption, or a
      * worker replaying a backlog sits idle for most of every second. */
-    snprintf(queued_kb, sizeof(queued_kb), "%lld", (long long)(cfg->inflight_max_bytes / 1024));
-    rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "partition.assignment.strategy",
-                         "cooperative-sticky", err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "auto.offset.reset", "earliest", err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "enable.partition.eof", "false", err);
-    if (rc == OW_OK)
-        rc =
-            set_default(conf, cfg, OW_KAFKA_CONSUMER, "queued.max.messages.kbytes", queued_kb, err);
+    {OW_KAFKA_CONSUMER, 0, "queued.max.messages.kbytes", NULL},
     /* Fewer, fuller fetches under load, and a resumed partition's fetcher
      * comes back within 10 ms instead of librdkafka's 500 ms long poll. A
      * fetch rarely reaches fetch.min.bytes at production rates, so this wait
      * is part of every batch's latency (docs/performance.md, "Knobs"). */
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.wait.max.ms", "10", err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.min.bytes", "65536", err);
+    {OW_KAFKA_CONSUMER, 0, "fetch.wait.max.ms", "10"},
+    {OW_KAFKA_CONSUMER, 0, "fetch.min.bytes", "65536"},
     /* Small responses, so that the queue overshoots its bound by little:
      * librdkafka's 1 MiB per partition allows up to 6 MiB per response over
-     * the budget. fetch.max.bytes may
-     * not be below message.max.bytes (1,000,000); one larger message is
-     * still fetched (librdkafka raises the partition size for it). */
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "fetch.max.bytes", "1048576", err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_CONSUMER, "max.partition.fetch.bytes", "262144", err);
-    if (rc == OW_OK)
-        rc = ow_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
-    if (rc == OW_OK)
-        rc = ow_kafka_conf_set(conf, "enable.auto.commit", "true", err);
-    if (rc == OW_OK)
-        rc = ow_kafka_conf_set(conf, "auto.commit.interval.ms", interval, err);
-    return rc;
-}
-
-static int producer_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_error *err)
-{
-    int rc = ow_kafka_conf_set(conf, "enable.idempotence", "true", err);
-
-    if (rc == OW_OK)
-        rc = ow_kafka_conf_set(conf, "acks", "all", err);
+     * the budget. fetch.max.bytes may not be below message.max.bytes
+     * (1,000,000); one larger message is still fetched (librdkafka raises
+     * the partition size for it). */
+    {OW_KAFKA_CONSUMER, 0, "fetch.max.bytes", "1048576"},
+    {OW_KAFKA_CONSUMER, 0, "max.partition.fetch.bytes", "262144"},
+    /* An offset is stored only once every output of its message and of the
+     * messages before it was acknowledged (the ledger). */
+    {OW_KAFKA_CONSUMER, 1, "enable.auto.offset.store", "false"},
+    {OW_KAFKA_CONSUMER, 1, "enable.auto.commit", "true"},
+    {OW_KAFKA_CONSUMER, 1, "auto.commit.interval.ms", NULL},
+    {OW_KAFKA_PRODUCER, 1, "enable.idempotence", "true"},
+    {OW_KAFKA_PRODUCER, 1, "acks", "all"},
     /* Results are never given up on: a result that cannot be delivered
      * blocks its offset, so the producer keeps retrying while the broker is
      * away (0 = no local timeout), and memory is bounded by backpressure. */
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "message.timeout.ms", "0", err);
+    {OW_KAFKA_PRODUCER, 0, "message.timeout.ms", "0"},
     /* librdkafka 2.0.2's broker thread polls without waiting while a
      * partition's lingered results wait behind its one request in flight
      * (the idempotence window counts messages, not requests). A longer
      * linger spends less of that CPU but adds its wait to every result's
      * latency, so latency decides (docs/performance.md, "Knobs"). */
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "linger.ms", "10", err);
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "queue.buffering.max.kbytes", "32768", err);
+    {OW_KAFKA_PRODUCER, 0, "linger.ms", "10"},
+    {OW_KAFKA_PRODUCER, 0, "queue.buffering.max.kbytes", "32768"},
     /* Results are JSON that repeats its field names in every order: lz4
      * makes them smaller for less CPU in the worker and the broker than
      * sending them whole (docs/performance.md, "Knobs"). The Java client and
      * librdkafka's read lz4 as they are; a consumer without the codec needs
      * kafka.producer.compression.type = none (docs/contract.md). */
-    if (rc == OW_OK)
-        rc = set_default(conf, cfg, OW_KAFKA_PRODUCER, "compression.type", "lz4", err);
+    {OW_KAFKA_PRODUCER, 0, "compression.type", "lz4"},
+};
+
+/* The value of a setting that comes from the configuration. */
+static const char *setting_value(const kafka_setting *k, const ow_config *cfg, char *buf,
+                                 size_t size)
+{
+    if (k->value != NULL)
+        return k->value;
+    if (strcmp(k->name, "queued.max.messages.kbytes") == 0)
+        snprintf(buf, size, "%lld", (long long)(cfg->inflight_max_bytes / 1024));
+    else
+        snprintf(buf, size, "%lld", (long long)cfg->commit_interval_ms);
+    return buf;
+}
+
+static int role_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_kafka_role role,
+                         ow_error *err)
+{
+    int rc = OW_OK;
+
+    for (size_t i = 0; rc == OW_OK && i < sizeof(kafka_settings) / sizeof(kafka_settings[0]); i++) {
+        const kafka_setting *k = &kafka_settings[i];
+        char buf[32];
+
+        if (k->role != role || (!k->fixed && has_passthrough(cfg, role, k->name)))
+            continue;
+        rc = ow_kafka_conf_set(conf, k->name, setting_value(k, cfg, buf, sizeof(buf)), err);
+    }
     return rc;
 }
 
@@ -169,8 +168,7 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
         rc = ow_kafka_conf_set(conf, name, cfg->passthrough[i].value, err);
     }
     if (rc == OW_OK)
-        rc = role == OW_KAFKA_CONSUMER ? consumer_settings(conf, cfg, err)
-                                       : producer_settings(conf, cfg, err);
+        rc = role_settings(conf, cfg, role, err);
     if (rc != OW_OK) {
         rd_kafka_conf_destroy(conf);
         return NULL;

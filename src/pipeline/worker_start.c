@@ -12,38 +12,43 @@
 
 /* --- Lifecycle ----------------------------------------------------------- */
 
+/* A client of the role's kind with the worker's callbacks; *out owns the
+ * configuration from then on. */
+static int new_client(ow_worker *w, ow_kafka_role role, rd_kafka_t **out, ow_error *err)
+{
+    int producer = role == OW_KAFKA_PRODUCER;
+    rd_kafka_conf_t *conf = ow_kafka_conf_new(w->cfg, role, err);
+    char errstr[512];
+
+    if (conf == NULL)
+        return OW_EINVAL;
+    rd_kafka_conf_set_opaque(conf, w);
+    rd_kafka_conf_set_error_cb(conf, ow_worker_on_error);
+    if (producer) {
+        rd_kafka_conf_set_dr_msg_cb(conf, ow_worker_on_delivery);
+    } else {
+        rd_kafka_conf_set_rebalance_cb(conf, ow_worker_on_rebalance);
+        rd_kafka_conf_set_offset_commit_cb(conf, ow_worker_on_periodic_commit);
+    }
+    *out = rd_kafka_new(producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER, conf, errstr,
+                        sizeof(errstr));
+    if (*out == NULL) {
+        rd_kafka_conf_destroy(conf);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: %s", producer ? "producer" : "consumer",
+                            errstr);
+    }
+    return OW_OK;
+}
+
 static int create_clients(ow_worker *w, ow_error *err)
 {
-    char errstr[512];
-    rd_kafka_conf_t *pc = ow_kafka_conf_new(w->cfg, OW_KAFKA_PRODUCER, err);
-    rd_kafka_conf_t *cc;
+    int rc = new_client(w, OW_KAFKA_PRODUCER, &w->producer, err);
 
-    if (pc == NULL)
-        return OW_EINVAL;
-    rd_kafka_conf_set_opaque(pc, w);
-    rd_kafka_conf_set_dr_msg_cb(pc, ow_worker_on_delivery);
-    rd_kafka_conf_set_error_cb(pc, ow_worker_on_error);
-    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, errstr, sizeof(errstr));
-    if (w->producer == NULL) {
-        rd_kafka_conf_destroy(pc);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "producer: %s", errstr);
-    }
-    pc = NULL; /* owned by the producer now */
-    cc = ow_kafka_conf_new(w->cfg, OW_KAFKA_CONSUMER, err);
-    if (cc == NULL)
-        return OW_EINVAL;
-    rd_kafka_conf_set_opaque(cc, w);
-    rd_kafka_conf_set_error_cb(cc, ow_worker_on_error);
-    rd_kafka_conf_set_rebalance_cb(cc, ow_worker_on_rebalance);
-    rd_kafka_conf_set_offset_commit_cb(cc, ow_worker_on_periodic_commit);
-    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr));
-    if (w->consumer == NULL) {
-        rd_kafka_conf_destroy(cc);
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "consumer: %s", errstr);
-    }
-    cc = NULL; /* owned by the consumer now */
-    rd_kafka_poll_set_consumer(w->consumer);
-    return OW_OK;
+    if (rc == OW_OK)
+        rc = new_client(w, OW_KAFKA_CONSUMER, &w->consumer, err);
+    if (rc == OW_OK)
+        rd_kafka_poll_set_consumer(w->consumer);
+    return rc;
 }
 
 static int subscribe(ow_worker *w, ow_error *err)

@@ -242,19 +242,29 @@ int ow_store_exec_static(ow_store *s, const char *sql, ow_error *err)
     return OW_OK;
 }
 
+ow_params *ow_store_params_for(ow_store *s, size_t n, ow_error *err)
+{
+    ow_params_reset(&s->params);
+    if (ow_params_reserve(&s->params, n) != OW_OK) {
+        ow_store_oom(err);
+        return NULL;
+    }
+    return &s->params;
+}
+
 static int set_lock_wait(ow_store *s, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     int rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", &st, err);
 
     if (rc == OW_OK) {
-        ow_params_reset(&s->params);
-        rc = ow_params_reserve(&s->params, 1);
-        if (rc == OW_OK) {
-            ow_param_int(&s->params, s->lock_wait_timeout_s);
-            rc = ow_store_execute(s, st, &s->params, "set lock wait timeout", err);
+        ow_params *p = ow_store_params_for(s, 1, err);
+
+        if (p != NULL) {
+            ow_param_int(p, s->lock_wait_timeout_s);
+            rc = ow_store_execute(s, st, p, "set lock wait timeout", err);
         } else {
-            rc = ow_store_oom(err);
+            rc = OW_EFATAL;
         }
     }
     if (st != NULL)

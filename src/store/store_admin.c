@@ -52,18 +52,6 @@ static void from_mysql_time(const MYSQL_TIME *m, ow_timestamp *t)
     t->microsecond = m->second_part;
 }
 
-/* s->params, emptied, with room for n parameters. Every statement here binds
- * its parameters through the store's ow_param_* helpers. */
-static ow_params *params_for(ow_store *s, size_t n, ow_error *err)
-{
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, n) != OW_OK) {
-        ow_store_oom(err);
-        return NULL;
-    }
-    return &s->params;
-}
-
 /* Fetches the one row of an executed statement whose result is one column. */
 static int fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char *what,
                         ow_error *err)
@@ -423,7 +411,7 @@ int ow_admin_purge_cutoff(ow_store *s, int64_t older_than_s, ow_timestamp *cutof
 
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql_cutoff, &st, err);
-    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+    if (rc == OW_OK && (p = ow_store_params_for(s, 1, err)) == NULL)
         rc = OW_EFATAL;
     if (rc == OW_OK) {
         ow_param_int(p, older_than_s);
@@ -452,7 +440,7 @@ int ow_admin_purge_count(ow_store *s, const ow_timestamp *cutoff, int64_t *count
 
     *count = 0;
     to_mysql_time(cutoff, &t);
-    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+    if (rc == OW_OK && (p = ow_store_params_for(s, 1, err)) == NULL)
         rc = OW_EFATAL;
     if (rc == OW_OK) {
         ow_param_time(p, &t);
@@ -508,7 +496,7 @@ static int pos_params(ow_store *s, const ow_timestamp *cutoff, const ow_purge_po
                       size_t limit, ow_error *err)
 {
     static const ow_timestamp origin = {1000, 1, 1, 0, 0, 0, 0};
-    ow_params *p = params_for(s, 5, err);
+    ow_params *p = ow_store_params_for(s, 5, err);
     MYSQL_TIME until, from;
 
     if (p == NULL)
@@ -893,7 +881,7 @@ static int audit_examples(ow_store *s, const audit_def *d, ow_audit_check *chk, 
              : ow_store_oom(err);
     if (rc == OW_OK)
         rc = ow_store_prepare(s, sql.data, &st, err);
-    if (rc == OW_OK && (p = params_for(s, 1, err)) == NULL)
+    if (rc == OW_OK && (p = ow_store_params_for(s, 1, err)) == NULL)
         rc = OW_EFATAL;
     if (rc == OW_OK) {
         ow_param_int(p, OW_AUDIT_EXAMPLES);

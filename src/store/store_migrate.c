@@ -91,18 +91,18 @@ static int is_applied(ow_store *s, int version, int *applied, ow_error *err)
     MYSQL_BIND res;
     long long count = 0;
     ow_mybool nul = 0;
+    ow_params *p = NULL;
     int rc = ow_store_prepare(s, "SELECT COUNT(*) FROM ow_schema_migrations WHERE version = ?", &st,
                               err);
 
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 1) != OW_OK) {
+    if ((p = ow_store_params_for(s, 1, err)) == NULL) {
         mysql_stmt_close(st);
-        return ow_store_oom(err);
+        return OW_EFATAL;
     }
-    ow_param_int(&s->params, version);
-    rc = ow_store_execute(s, st, &s->params, "read migrations", err);
+    ow_param_int(p, version);
+    rc = ow_store_execute(s, st, p, "read migrations", err);
     ow_result_int(&res, &count, &nul);
     if (rc == OW_OK && (mysql_stmt_bind_result(st, &res) != 0 || mysql_stmt_fetch(st) != 0))
         rc = ow_store_fail_stmt(s, st, "read migrations", err);
@@ -121,17 +121,16 @@ static int record(ow_store *s, const ow_migration *m, int *first, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
     int rc = ow_store_prepare(s, sql_record_migration, &st, err);
+    ow_params *p = rc == OW_OK ? ow_store_params_for(s, 2, err) : NULL;
 
-    if (rc != OW_OK)
-        return rc;
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 2) != OW_OK) {
-        mysql_stmt_close(st);
-        return ow_store_oom(err);
+    if (p == NULL) {
+        if (st != NULL)
+            mysql_stmt_close(st);
+        return rc != OW_OK ? rc : OW_EFATAL;
     }
-    ow_param_int(&s->params, m->version);
-    ow_param_bytes(&s->params, m->name, strlen(m->name));
-    rc = ow_store_execute(s, st, &s->params, "record migration", err);
+    ow_param_int(p, m->version);
+    ow_param_bytes(p, m->name, strlen(m->name));
+    rc = ow_store_execute(s, st, p, "record migration", err);
     *first = rc == OW_OK && mysql_stmt_affected_rows(st) == 1;
     mysql_stmt_close(st);
     if (rc == OW_OK)

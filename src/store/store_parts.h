@@ -185,6 +185,9 @@ int ow_store_tls_refused(ow_store *s, unsigned e, ow_error *err);
 int ow_store_tls_check_session(ow_store *s, ow_error *err);
 
 void ow_params_reset(ow_params *p);
+/* s->params, emptied, with room for n parameters (NULL, err set, when
+ * memory runs out). Every statement binds through the ow_param_* helpers. */
+ow_params *ow_store_params_for(ow_store *s, size_t n, ow_error *err);
 int ow_params_reserve(ow_params *p, size_t extra);
 void ow_params_free(ow_params *p);
 void ow_param_int(ow_params *p, long long v);

@@ -35,6 +35,7 @@ static const char *const sql_map_replace =
 static int write_map(ow_store *s, const ow_shard_map *m, int replace, ow_error *err)
 {
     MYSQL_STMT *st = NULL;
+    ow_params *p;
     int rc = ow_store_connect(s, err);
 
     if (rc == OW_OK && replace)
@@ -43,15 +44,14 @@ static int write_map(ow_store *s, const ow_shard_map *m, int replace, ow_error *
         rc = ow_store_prepare(s, sql_map_insert, &st, err);
     if (rc != OW_OK)
         return rc;
-    ow_params_reset(&s->params);
-    rc = ow_params_reserve(&s->params, 3);
-    if (rc == OW_OK) {
-        ow_param_int(&s->params, m->bucket_count);
-        ow_param_int(&s->params, m->shard_count);
-        ow_param_int(&s->params, m->shard_index);
-        rc = ow_store_execute(s, st, &s->params, "write shard map", err);
+    p = ow_store_params_for(s, 3, err);
+    if (p != NULL) {
+        ow_param_int(p, m->bucket_count);
+        ow_param_int(p, m->shard_count);
+        ow_param_int(p, m->shard_index);
+        rc = ow_store_execute(s, st, p, "write shard map", err);
     } else {
-        rc = ow_store_oom(err);
+        rc = OW_EFATAL;
     }
     mysql_stmt_close(st);
     if (rc == OW_OK)

@@ -10,6 +10,7 @@
  * securely"). */
 #include <errmsg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,63 +64,56 @@ static int set(const char *v)
     return v != NULL && *v != '\0';
 }
 
-static int dup_opt(const char **dst, const char *src)
+/* The settings that are text, and the client option each one sets. */
+static const struct {
+    size_t offset;
+    enum mysql_option option;
+} tls_texts[] = {
+    {offsetof(ow_store_tls, ca), MYSQL_OPT_SSL_CA},
+    {offsetof(ow_store_tls, capath), MYSQL_OPT_SSL_CAPATH},
+    {offsetof(ow_store_tls, cert), MYSQL_OPT_SSL_CERT},
+    {offsetof(ow_store_tls, key), MYSQL_OPT_SSL_KEY},
+    {offsetof(ow_store_tls, crl), MYSQL_OPT_SSL_CRL},
+    {offsetof(ow_store_tls, tls_version), MYSQL_OPT_TLS_VERSION},
+    {offsetof(ow_store_tls, cipher), MYSQL_OPT_SSL_CIPHER},
+};
+#define N_TLS_TEXTS (sizeof(tls_texts) / sizeof(tls_texts[0]))
+
+static const char **tls_text(const ow_store_tls *t, size_t i)
 {
-    *dst = NULL;
-    if (!set(src))
-        return OW_OK;
-    *dst = strdup(src);
-    return *dst != NULL ? OW_OK : OW_ENOMEM;
+    return (const char **)((const char *)t + tls_texts[i].offset);
 }
 
 int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src)
 {
-    int rc = OW_OK;
-
     memset(dst, 0, sizeof(*dst));
     dst->mode = src->mode;
-    rc |= dup_opt(&dst->ca, src->ca);
-    rc |= dup_opt(&dst->capath, src->capath);
-    rc |= dup_opt(&dst->cert, src->cert);
-    rc |= dup_opt(&dst->key, src->key);
-    rc |= dup_opt(&dst->crl, src->crl);
-    rc |= dup_opt(&dst->tls_version, src->tls_version);
-    rc |= dup_opt(&dst->cipher, src->cipher);
-    if (rc != OW_OK) {
-        ow_store_tls_free(dst);
-        return OW_ENOMEM;
+    for (size_t i = 0; i < N_TLS_TEXTS; i++) {
+        const char *v = *tls_text(src, i);
+
+        if (set(v) && (*tls_text(dst, i) = strdup(v)) == NULL) {
+            ow_store_tls_free(dst);
+            return OW_ENOMEM;
+        }
     }
     return OW_OK;
 }
 
 void ow_store_tls_free(ow_store_tls *t)
 {
-    free((char *)t->ca);
-    free((char *)t->capath);
-    free((char *)t->cert);
-    free((char *)t->key);
-    free((char *)t->crl);
-    free((char *)t->tls_version);
-    free((char *)t->cipher);
+    for (size_t i = 0; i < N_TLS_TEXTS; i++)
+        free((char *)*tls_text(t, i));
     memset(t, 0, sizeof(*t));
 }
 
 static void file_options(MYSQL *db, const ow_store_tls *t)
 {
-    if (set(t->ca))
-        mysql_options(db, MYSQL_OPT_SSL_CA, t->ca);
-    if (set(t->capath))
-        mysql_options(db, MYSQL_OPT_SSL_CAPATH, t->capath);
-    if (set(t->cert))
-        mysql_options(db, MYSQL_OPT_SSL_CERT, t->cert);
-    if (set(t->key))
-        mysql_options(db, MYSQL_OPT_SSL_KEY, t->key);
-    if (set(t->crl))
-        mysql_options(db, MYSQL_OPT_SSL_CRL, t->crl);
-    if (set(t->tls_version))
-        mysql_options(db, MYSQL_OPT_TLS_VERSION, t->tls_version);
-    if (set(t->cipher))
-        mysql_options(db, MYSQL_OPT_SSL_CIPHER, t->cipher);
+    for (size_t i = 0; i < N_TLS_TEXTS; i++) {
+        const char *v = *tls_text(t, i);
+
+        if (set(v))
+            mysql_options(db, tls_texts[i].option, v);
+    }
 }
 
 #ifdef MARIADB_BASE_VERSION
