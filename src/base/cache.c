@@ -10,9 +10,10 @@
 
 #include "ow/error.h"
 #include "ow/htab.h"
+#include "ow/list.h"
 
 typedef struct entry {
-    struct entry *newer, *older; /* LRU list */
+    ow_list lru; /* newest first */
     uint64_t hash;
     int64_t user_id;
     int64_t stored_ms;
@@ -24,8 +25,8 @@ typedef struct entry {
 
 struct ow_cache {
     ow_htab index; /* key hash -> entry */
-    entry *newest, *oldest;
-    size_t bytes; /* the entries' and the cache's own, without the table */
+    ow_list lru;   /* newest first */
+    size_t bytes;  /* the entries' and the cache's own, without the table */
     size_t max_bytes, entries;
     int64_t ttl_ms;
 };
@@ -69,6 +70,7 @@ ow_cache *ow_cache_new(size_t max_bytes, int64_t ttl_ms)
         free(c);
         return NULL;
     }
+    ow_list_init(&c->lru);
     c->max_bytes = max_bytes;
     c->ttl_ms = ttl_ms;
     c->bytes = sizeof(*c);
@@ -81,11 +83,11 @@ void ow_cache_free(ow_cache **cp)
 
     if (c == NULL)
         return;
-    for (entry *e = c->newest; e != NULL;) {
-        entry *next = e->older;
+    while (!ow_list_empty(&c->lru)) {
+        entry *e = OW_LIST_ITEM(c->lru.next, entry, lru);
 
+        ow_list_remove(&e->lru);
         free(e);
-        e = next;
     }
     ow_htab_free(&c->index);
     free(c);
@@ -107,35 +109,11 @@ static entry *find(const ow_cache *c, uint64_t h, int64_t user_id, const char *k
     return NULL;
 }
 
-static void lru_unlink(ow_cache *c, entry *e)
-{
-    if (e->newer != NULL)
-        e->newer->older = e->older;
-    else
-        c->newest = e->older;
-    if (e->older != NULL)
-        e->older->newer = e->newer;
-    else
-        c->oldest = e->newer;
-    e->newer = e->older = NULL;
-}
-
-static void lru_push(ow_cache *c, entry *e)
-{
-    e->newer = NULL;
-    e->older = c->newest;
-    if (c->newest != NULL)
-        c->newest->newer = e;
-    c->newest = e;
-    if (c->oldest == NULL)
-        c->oldest = e;
-}
-
 /* Takes e out of the table and the list and frees it. */
 static void remove_entry(ow_cache *c, entry *e)
 {
     ow_htab_remove(&c->index, e->hash, (uintptr_t)e);
-    lru_unlink(c, e);
+    ow_list_remove(&e->lru);
     c->bytes -= entry_bytes(e);
     c->entries--;
     free(e);
@@ -145,8 +123,13 @@ static void remove_entry(ow_cache *c, entry *e)
  * cache holds and extra more bytes exceed the bound. */
 static void evict(ow_cache *c, size_t extra, const entry *keep)
 {
-    while (c->oldest != NULL && c->oldest != keep && held(c) + extra > c->max_bytes)
-        remove_entry(c, c->oldest);
+    while (!ow_list_empty(&c->lru) && held(c) + extra > c->max_bytes) {
+        entry *oldest = OW_LIST_ITEM(c->lru.prev, entry, lru);
+
+        if (oldest == keep)
+            break;
+        remove_entry(c, oldest);
+    }
 }
 
 int ow_cache_get(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
@@ -170,8 +153,8 @@ int ow_cache_get(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
     if (ow_buf_append(body, e->data + e->key_len, e->body_len) != OW_OK)
         return 0;
     *code = e->code;
-    lru_unlink(c, e);
-    lru_push(c, e);
+    ow_list_remove(&e->lru);
+    ow_list_push(&c->lru, &e->lru);
     return 1;
 }
 
@@ -208,7 +191,7 @@ int ow_cache_put(ow_cache *c, int64_t user_id, const char *key, size_t key_len,
     memcpy(e->digest, digest, OW_DIGEST_LEN);
     memcpy(e->data, key, key_len);
     memcpy(e->data + key_len, body, body_len);
-    lru_push(c, e);
+    ow_list_push(&c->lru, &e->lru);
     c->bytes += need;
     c->entries++;
     /* The put may have grown the table past what the eviction left room

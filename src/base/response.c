@@ -54,17 +54,22 @@ int ow_json_write_string(ow_buf *out, const char *s, size_t len)
 }
 
 /* {"status":N,"code":"X"[,"message":"..."],"user_id":U,"idempotency_key":"K","request_digest":"D" */
+/* name (a JSON text such as ",\"key\":") and the string s[0..len) quoted. */
+static int member_string(ow_buf *out, const char *name, const char *s, size_t len)
+{
+    int rc = ow_buf_appends(out, name);
+
+    return rc == OW_OK ? ow_json_write_string(out, s, len) : rc;
+}
+
 static int write_head(ow_buf *out, ow_result_code code, const char *message,
                       const ow_response_ctx *ctx)
 {
     int rc =
         ow_buf_appendf(out, "{\"status\":%d,\"code\":\"%s\"", codes[code].status, codes[code].name);
 
-    if (rc == OW_OK && message != NULL) {
-        rc = ow_buf_appends(out, ",\"message\":");
-        if (rc == OW_OK)
-            rc = ow_json_write_string(out, message, strlen(message));
-    }
+    if (rc == OW_OK && message != NULL)
+        rc = member_string(out, ",\"message\":", message, strlen(message));
     if (rc == OW_OK)
         rc = ow_buf_appendf(out, ",\"user_id\":%lld,\"idempotency_key\":", (long long)ctx->user_id);
     if (rc == OW_OK)
@@ -87,17 +92,13 @@ static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const
     if (rc == OW_OK)
         rc = ow_buf_append_int(out, (long long)index);
     if (rc == OW_OK)
-        rc = ow_buf_appends(out, ",\"external_order_no\":");
-    if (rc == OW_OK)
-        rc = ow_json_write_string(out, it->external_order_no, it->ext_len);
+        rc = member_string(out, ",\"external_order_no\":", it->external_order_no, it->ext_len);
     if (rc == OW_OK)
         rc = ow_buf_appends(out, ",\"order_id\":");
     if (rc == OW_OK)
         rc = ow_buf_append_int(out, (long long)ref->order_id);
     if (rc == OW_OK)
-        rc = ow_buf_appends(out, ",\"order_no\":");
-    if (rc == OW_OK)
-        rc = ow_json_write_string(out, ref->order_no, strlen(ref->order_no));
+        rc = member_string(out, ",\"order_no\":", ref->order_no, strlen(ref->order_no));
     if (rc == OW_OK)
         rc = ow_buf_appends(out, ",\"amount\":\"");
     if (rc == OW_OK)
@@ -208,23 +209,16 @@ int ow_response_invalid(const char *key, size_t key_len, int has_user, int64_t u
 
     if (rc == OW_OK && has_user)
         rc = ow_buf_appendf(out, ",\"user_id\":%lld", (long long)user_id);
-    if (rc == OW_OK && key != NULL) {
-        rc = ow_buf_appends(out, ",\"idempotency_key\":");
-        if (rc == OW_OK)
-            rc = ow_json_write_string(out, key, key_len);
-    }
+    if (rc == OW_OK && key != NULL)
+        rc = member_string(out, ",\"idempotency_key\":", key, key_len);
     if (rc == OW_OK)
         rc = ow_buf_appends(out, ",\"errors\":[");
     for (size_t i = 0; rc == OW_OK && i < errs->count; i++) {
         const ow_field_error *e = &errs->items[i];
 
-        rc = ow_buf_appends(out, i > 0 ? ",{\"field\":" : "{\"field\":");
+        rc = member_string(out, i > 0 ? ",{\"field\":" : "{\"field\":", e->field, strlen(e->field));
         if (rc == OW_OK)
-            rc = ow_json_write_string(out, e->field, strlen(e->field));
-        if (rc == OW_OK)
-            rc = ow_buf_appends(out, ",\"message\":");
-        if (rc == OW_OK)
-            rc = ow_json_write_string(out, e->message, strlen(e->message));
+            rc = member_string(out, ",\"message\":", e->message, strlen(e->message));
         if (rc == OW_OK)
             rc = ow_buf_appendc(out, '}');
     }

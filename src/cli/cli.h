@@ -31,6 +31,9 @@ extern const ow_command ow_commands[];
 /* Shared by subcommands: --config FILE plus the environment. Prints the
  * error and returns OW_EXIT_USAGE on failure. */
 int ow_cli_load_config(const char *path, ow_config *cfg);
+/* A subcommand's start: refuses options not in known, then loads --config.
+ * Returns OW_EXIT_OK with cfg loaded, or the exit code (printed). */
+int ow_cli_begin(int argc, char **argv, const char *const *known, const char *cmd, ow_config *cfg);
 /* Finds "--name VALUE" style options; returns the value or NULL. */
 const char *ow_cli_opt(int argc, char **argv, const char *name);
 int ow_cli_flag(int argc, char **argv, const char *name);

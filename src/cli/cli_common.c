@@ -135,6 +135,13 @@ int ow_cli_check_args(int argc, char **argv, const char *const *known, const cha
     return walk_args(argc, argv, known, cmd, 0, NULL, 0) < 0 ? -1 : 0;
 }
 
+int ow_cli_begin(int argc, char **argv, const char *const *known, const char *cmd, ow_config *cfg)
+{
+    if (ow_cli_check_args(argc, argv, known, cmd) != 0)
+        return OW_EXIT_USAGE;
+    return ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), cfg);
+}
+
 int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd, const char **pos,
                 int max)
 {

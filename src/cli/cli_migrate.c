@@ -69,9 +69,7 @@ int ow_cmd_migrate(int argc, char **argv, const volatile sig_atomic_t *stop)
     int code, checked;
 
     (void)stop;
-    if (ow_cli_check_args(argc, argv, known, "migrate") != 0)
-        return OW_EXIT_USAGE;
-    code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    code = ow_cli_begin(argc, argv, known, "migrate", &cfg);
     if (code != OW_EXIT_OK)
         return code;
     if (remap && cfg.shards.n == 0) {

@@ -35,9 +35,7 @@ int ow_cmd_run(int argc, char **argv, const volatile sig_atomic_t *stop)
     ow_error err;
     int code;
 
-    if (ow_cli_check_args(argc, argv, known, "run") != 0)
-        return OW_EXIT_USAGE;
-    code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    code = ow_cli_begin(argc, argv, known, "run", &cfg);
     if (code != OW_EXIT_OK)
         return code;
     /* The worker checks each database's shard map as it starts (its

@@ -210,9 +210,7 @@ int ow_cmd_serve(int argc, char **argv, const volatile sig_atomic_t *stop)
     ow_config cfg;
     int code;
 
-    if (ow_cli_check_args(argc, argv, known, "serve") != 0)
-        return OW_EXIT_USAGE;
-    code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    code = ow_cli_begin(argc, argv, known, "serve", &cfg);
     if (code != OW_EXIT_OK)
         return code;
     code = read_token(cfg.api_token_file, token, &token_len);

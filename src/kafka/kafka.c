@@ -167,6 +167,8 @@ rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_
             name += strlen(mine);
         rc = ow_kafka_conf_set(conf, name, cfg->passthrough[i].value, err);
     }
+    if (rc == OW_OK && role == OW_KAFKA_CONSUMER)
+        rc = ow_kafka_conf_set(conf, "group.id", cfg->kafka_group_id, err);
     if (rc == OW_OK)
         rc = role_settings(conf, cfg, role, err);
     if (rc != OW_OK) {

@@ -33,7 +33,7 @@ struct serve_conns {
     unsigned timeout_ms;
     unsigned max_per_address;
     serve_proxies trusted;
-    serve_conn *head;
+    ow_list all;     /* every connection */
     ow_htab by_addr; /* address hash -> connection */
     /* Since the last log line. */
     uint64_t cut_slow, refused;
@@ -52,6 +52,7 @@ serve_conns *serve_conns_new(unsigned timeout_s, unsigned max_per_address,
     cs->timeout_ms = timeout_s * 1000u;
     cs->max_per_address = max_per_address;
     cs->trusted = *trusted;
+    ow_list_init(&cs->all);
     (void)ow_htab_init(&cs->by_addr, 0); /* no memory yet: it cannot fail */
     return cs;
 }
@@ -88,22 +89,14 @@ static int link_conn(serve_conns *cs, serve_conn *conn)
 {
     if (ow_htab_put(&cs->by_addr, serve_addr_hash(&conn->peer), (uintptr_t)conn) != OW_OK)
         return OW_ENOMEM;
-    conn->next = cs->head;
-    if (cs->head != NULL)
-        cs->head->prev = conn;
-    cs->head = conn;
+    ow_list_push(&cs->all, &conn->link);
     return OW_OK;
 }
 
 static void unlink_conn(serve_conns *cs, serve_conn *conn)
 {
     ow_htab_remove(&cs->by_addr, serve_addr_hash(&conn->peer), (uintptr_t)conn);
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        cs->head = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
+    ow_list_remove(&conn->link);
 }
 
 static int socket_of(struct MHD_Connection *c)
@@ -131,6 +124,7 @@ serve_conn *serve_conns_add(serve_conns *cs, struct MHD_Connection *c)
         shut_down(c);
         return NULL;
     }
+    ow_list_init(&conn->link);
     conn->fd = socket_of(c);
     serve_client_peer(c, &conn->peer);
     conn->trusted = serve_proxies_has(&cs->trusted, &conn->peer);
@@ -203,7 +197,9 @@ static void log_closed(serve_conns *cs, int64_t now_ms)
 void serve_conns_tick(serve_conns *cs, int64_t now_ms)
 {
     pthread_mutex_lock(&cs->lock);
-    for (serve_conn *conn = cs->head; conn != NULL; conn = conn->next) {
+    for (ow_list *n = cs->all.next; n != &cs->all; n = n->next) {
+        serve_conn *conn = OW_LIST_ITEM(n, serve_conn, link);
+
         if (conn->closing || conn->deadline_ms == 0 || now_ms < conn->deadline_ms)
             continue;
         conn->closing = 1;

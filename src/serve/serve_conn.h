@@ -5,6 +5,7 @@
 #include <microhttpd.h>
 #include <stdint.h>
 
+#include "ow/list.h"
 #include "serve_client.h"
 
 typedef struct serve_conns serve_conns;
@@ -14,7 +15,7 @@ typedef struct serve_job serve_job;
  * its "closed" one. */
 typedef struct serve_conn {
     /* The registry's, under its lock. */
-    struct serve_conn *prev, *next; /* every connection */
+    ow_list link; /* in the registry's list of every connection */
     int fd;
     int64_t deadline_ms; /* the request must be whole by then; 0 = none */
     int closing;         /* its socket was shut down */

@@ -53,6 +53,11 @@ static void test_roles_and_guarantees(void **state)
     /* Results are compressed unless the configuration says otherwise. */
     assert_string_equal(get(p, "compression.type", buf, sizeof(buf)), "lz4");
     assert_string_equal(get(c, "compression.type", buf, sizeof(buf)), "none");
+    /* The consumer joins the configured group; settings taken from other
+     * keys carry their values. */
+    assert_string_equal(get(c, "group.id", buf, sizeof(buf)), cfg.kafka_group_id);
+    assert_string_equal(get(c, "auto.commit.interval.ms", buf, sizeof(buf)), "1000");
+    assert_string_equal(get(c, "queued.max.messages.kbytes", buf, sizeof(buf)), "14336");
     /* What the guarantees rest on. */
     assert_string_equal(get(c, "enable.auto.offset.store", buf, sizeof(buf)), "false");
     assert_string_equal(get(c, "partition.assignment.strategy", buf, sizeof(buf)),

@@ -1,0 +1,45 @@
+/*
+ * An intrusive doubly linked list: a node lives inside the element it
+ * links, so linking allocates nothing. A list is a node of its own, its
+ * head, linked to itself when the list is empty; OW_LIST_ITEM gives the
+ * element a node belongs to.
+ */
+#ifndef OW_LIST_H
+#define OW_LIST_H
+
+#include <stddef.h>
+
+typedef struct ow_list {
+    struct ow_list *prev, *next;
+} ow_list;
+
+#define OW_LIST_ITEM(node, type, member) ((type *)((char *)(node)-offsetof(type, member)))
+
+static inline void ow_list_init(ow_list *head)
+{
+    head->prev = head->next = head;
+}
+
+static inline int ow_list_empty(const ow_list *head)
+{
+    return head->next == head;
+}
+
+/* Links n first (right after head). */
+static inline void ow_list_push(ow_list *head, ow_list *n)
+{
+    n->prev = head;
+    n->next = head->next;
+    head->next->prev = n;
+    head->next = n;
+}
+
+/* Unlinks n; its own links then point to itself. */
+static inline void ow_list_remove(ow_list *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+
+#endif
