@@ -7,15 +7,24 @@
 #include "ow/digest.h"
 #include "ow/error.h"
 
+/* Each code's name, status and, for the bodies built with write_head, its
+ * message. */
 static const struct {
     const char *name;
     int status;
+    const char *message;
 } codes[OW_CODE_COUNT] = {
-    [OW_CODE_CREATED] = {"CREATED", 201},
-    [OW_CODE_ORDER_ALREADY_EXISTS] = {"ORDER_ALREADY_EXISTS", 409},
-    [OW_CODE_IDEMPOTENCY_KEY_REUSED] = {"IDEMPOTENCY_KEY_REUSED", 409},
-    [OW_CODE_REQUEST_IN_PROGRESS] = {"REQUEST_IN_PROGRESS", 409},
-    [OW_CODE_INVALID_REQUEST] = {"INVALID_REQUEST", 400},
+    [OW_CODE_CREATED] = {"CREATED", 201, NULL},
+    [OW_CODE_ORDER_ALREADY_EXISTS] = {"ORDER_ALREADY_EXISTS", 409,
+                                      "orders with these external_order_no already exist with "
+                                      "different details; no order of this batch was created"},
+    [OW_CODE_IDEMPOTENCY_KEY_REUSED] = {"IDEMPOTENCY_KEY_REUSED", 409,
+                                        "this idempotency key was already used for a different "
+                                        "request; nothing was changed"},
+    [OW_CODE_REQUEST_IN_PROGRESS] = {"REQUEST_IN_PROGRESS", 409,
+                                     "a request with this idempotency key is still being "
+                                     "processed; the definitive result follows"},
+    [OW_CODE_INVALID_REQUEST] = {"INVALID_REQUEST", 400, NULL},
 };
 
 const char *ow_result_code_name(ow_result_code code)
@@ -62,9 +71,9 @@ static int member_string(ow_buf *out, const char *name, const char *s, size_t le
     return rc == OW_OK ? ow_json_write_string(out, s, len) : rc;
 }
 
-static int write_head(ow_buf *out, ow_result_code code, const char *message,
-                      const ow_response_ctx *ctx)
+static int write_head(ow_buf *out, ow_result_code code, const ow_response_ctx *ctx)
 {
+    const char *message = codes[code].message;
     int rc =
         ow_buf_appendf(out, "{\"status\":%d,\"code\":\"%s\"", codes[code].status, codes[code].name);
 
@@ -111,7 +120,7 @@ static int write_order(ow_buf *out, size_t index, const ow_order_item *it, const
 int ow_response_created(const ow_response_ctx *ctx, const ow_request *req, const ow_order_ref *refs,
                         ow_buf *out)
 {
-    int rc = write_head(out, OW_CODE_CREATED, NULL, ctx);
+    int rc = write_head(out, OW_CODE_CREATED, ctx);
 
     if (rc == OW_OK)
         rc = ow_buf_appends(out, ",\"orders\":[");
@@ -151,10 +160,7 @@ static int write_fields(ow_buf *out, unsigned fields)
 int ow_response_order_conflict(const ow_response_ctx *ctx, const ow_request *req,
                                const ow_conflict *conflicts, size_t n, ow_buf *out)
 {
-    int rc = write_head(out, OW_CODE_ORDER_ALREADY_EXISTS,
-                        "orders with these external_order_no already exist with different "
-                        "details; no order of this batch was created",
-                        ctx);
+    int rc = write_head(out, OW_CODE_ORDER_ALREADY_EXISTS, ctx);
 
     if (rc == OW_OK)
         rc = ow_buf_appends(out, ",\"conflicts\":[");
@@ -179,10 +185,7 @@ int ow_response_order_conflict(const ow_response_ctx *ctx, const ow_request *req
 
 int ow_response_key_reused(const ow_response_ctx *ctx, ow_buf *out)
 {
-    int rc = write_head(out, OW_CODE_IDEMPOTENCY_KEY_REUSED,
-                        "this idempotency key was already used for a different request; "
-                        "nothing was changed",
-                        ctx);
+    int rc = write_head(out, OW_CODE_IDEMPOTENCY_KEY_REUSED, ctx);
 
     if (rc == OW_OK)
         rc = ow_buf_appendc(out, '}');
@@ -191,10 +194,7 @@ int ow_response_key_reused(const ow_response_ctx *ctx, ow_buf *out)
 
 int ow_response_in_progress(const ow_response_ctx *ctx, int64_t retry_after_ms, ow_buf *out)
 {
-    int rc = write_head(out, OW_CODE_REQUEST_IN_PROGRESS,
-                        "a request with this idempotency key is still being processed; "
-                        "the definitive result follows",
-                        ctx);
+    int rc = write_head(out, OW_CODE_REQUEST_IN_PROGRESS, ctx);
 
     if (rc == OW_OK)
         rc = ow_buf_appendf(out, ",\"retry_after_ms\":%lld}", (long long)retry_after_ms);

@@ -173,9 +173,11 @@ int ow_metrics_http_start(const char *address, unsigned port, const ow_metrics_h
 
 void ow_metrics_http_stop(ow_metrics_http **http)
 {
-    if (http == NULL || *http == NULL)
+    ow_metrics_http *h = http != NULL ? *http : NULL;
+
+    if (h == NULL)
         return;
-    MHD_stop_daemon((*http)->daemon);
-    free(*http);
+    MHD_stop_daemon(h->daemon);
+    free(h);
     *http = NULL;
 }

@@ -331,18 +331,18 @@ static int race_or_error(int rc, const ow_error *err)
     return rc;
 }
 
+/* The steps of a part's transaction after its known keys, in order: lock
+ * the orders its items name, plan each item, insert the requests, read back
+ * whose they are, insert the new orders. */
+static int (*const part_steps[])(ow_decide_part *, ow_error *) = {
+    ow_orders_lock, ow_orders_plan, insert_requests, read_back, ow_orders_insert};
+
 static int run_steps(ow_decide_part *p, ow_error *err)
 {
-    int rc = ow_orders_lock(p, err);
+    int rc = OW_OK;
 
-    if (rc == OW_OK)
-        rc = ow_orders_plan(p, err);
-    if (rc == OW_OK)
-        rc = insert_requests(p, err);
-    if (rc == OW_OK)
-        rc = read_back(p, err);
-    if (rc == OW_OK)
-        rc = ow_orders_insert(p, err);
+    for (size_t i = 0; rc == OW_OK && i < sizeof(part_steps) / sizeof(part_steps[0]); i++)
+        rc = part_steps[i](p, err);
     return race_or_error(rc, err);
 }
 
