@@ -36,24 +36,6 @@
 #include "store_orders.h"
 #include "store_test.h"
 
-/* The statements of the requests' steps, cached per row bucket by the
- * connection (ow_store_stmt). */
-static const ow_sql_shape known_sql = {
-    OW_SLOT_KNOWN + 0,
-    "SELECT 0, user_id, idempotency_key, request_digest, response_status, response_body, key_hash "
-    "FROM idempotency_requests WHERE key_hash IN (",
-    "?", ")"};
-static const ow_sql_shape insert_requests_sql = {
-    OW_SLOT_DECIDE + 1,
-    "INSERT IGNORE INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
-    "status, response_status, response_body) VALUES ",
-    "(?,?,?,?,?,?,?)", ""};
-static const ow_sql_shape read_back_sql = {
-    OW_SLOT_DECIDE + 2,
-    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body, "
-    "key_hash FROM idempotency_requests WHERE key_hash IN (",
-    "?", ")"};
-
 #define FALLBACK 1      /* positive: a race; redo one item at a time */
 #define ITEM_ATTEMPTS 5 /* tries of one item before giving up the batch */
 
@@ -102,6 +84,21 @@ static int answer_recorded(ow_store_item *it, const unsigned char *digest, long 
 }
 
 /* --- Rows read by key hash (steps 0 and 4) -------------------------------- */
+
+/* The reads by key hash, cached per row bucket by the connection
+ * (ow_store_stmt). Step 0 reads without locking and takes no id; step 4
+ * reads back the rows the inserts met. */
+static const ow_sql_shape known_sql = {
+    OW_SLOT_KNOWN + 0,
+    "SELECT 0, user_id, idempotency_key, request_digest, response_status, response_body, key_hash "
+    "FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
+
+static const ow_sql_shape read_back_sql = {
+    OW_SLOT_DECIDE + 2,
+    "SELECT id, user_id, idempotency_key, request_digest, response_status, response_body, "
+    "key_hash FROM idempotency_requests WHERE key_hash IN (",
+    "?", ")"};
 
 /* One row of known_sql or read_back_sql: (id, user_id, idempotency_key,
  * request_digest, response_status, response_body, key_hash); the body is
@@ -240,6 +237,13 @@ static int read_by_hash(ow_store *s, const ow_sql_shape *shape, ow_store_item *i
 }
 
 /* --- Step 3: insert the request rows ------------------------------------- */
+
+/* Cached per row bucket by the connection (ow_store_stmt). */
+static const ow_sql_shape insert_requests_sql = {
+    OW_SLOT_DECIDE + 1,
+    "INSERT IGNORE INTO idempotency_requests (id, user_id, idempotency_key, request_digest, "
+    "status, response_status, response_body) VALUES ",
+    "(?,?,?,?,?,?,?)", ""};
 
 static int insert_requests_chunk(ow_decide_part *p, size_t from, unsigned bucket, ow_error *err)
 {

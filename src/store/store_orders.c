@@ -6,19 +6,6 @@
 
 #include "ow/htab.h"
 
-/* The statements of the orders' steps, cached per row bucket by the
- * connection (ow_store_stmt). */
-static const ow_sql_shape lock_orders_sql = {
-    OW_SLOT_DECIDE + 0,
-    "SELECT id, order_no, user_id, external_order_no, amount, product_id, quantity FROM orders "
-    "WHERE (user_id, external_order_no) IN (",
-    "(?,?)", ") FOR UPDATE"};
-static const ow_sql_shape insert_orders_sql = {
-    OW_SLOT_DECIDE + 3,
-    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
-    "request_id) VALUES ",
-    "(?,?,?,?,?,?,?,?)", ""};
-
 void ow_store_item_ctx(const ow_store_item *it, ow_response_ctx *ctx)
 {
     ctx->user_id = it->req->user_id;
@@ -139,6 +126,13 @@ static int fetch_existing(ow_decide_part *p, MYSQL_STMT *st, ow_error *err)
         return ow_store_fail(p->s, e, "lock orders", err);
     return OW_OK;
 }
+
+/* Cached per row bucket by the connection (ow_store_stmt). */
+static const ow_sql_shape lock_orders_sql = {
+    OW_SLOT_DECIDE + 0,
+    "SELECT id, order_no, user_id, external_order_no, amount, product_id, quantity FROM orders "
+    "WHERE (user_id, external_order_no) IN (",
+    "(?,?)", ") FOR UPDATE"};
 
 /* Runs one padded chunk of the locking read over rows (user, order)
  * pairs; padding repeats the last pair, which changes nothing it matches. */
@@ -280,6 +274,13 @@ typedef struct {
     const ow_store_item *it;
     size_t order;
 } order_slot;
+
+/* Cached per row bucket by the connection (ow_store_stmt). */
+static const ow_sql_shape insert_orders_sql = {
+    OW_SLOT_DECIDE + 3,
+    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
+    "request_id) VALUES ",
+    "(?,?,?,?,?,?,?,?)", ""};
 
 static int insert_chunk(ow_decide_part *p, const order_slot *slots, unsigned bucket, ow_error *err)
 {
