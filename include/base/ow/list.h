@@ -15,31 +15,11 @@ typedef struct ow_list {
 
 #define OW_LIST_ITEM(node, type, member) ((type *)((char *)(node)-offsetof(type, member)))
 
-static inline void ow_list_init(ow_list *head)
-{
-    head->prev = head->next = head;
-}
-
-static inline int ow_list_empty(const ow_list *head)
-{
-    return head->next == head;
-}
-
+void ow_list_init(ow_list *head);
+int ow_list_empty(const ow_list *head);
 /* Links n first (right after head). */
-static inline void ow_list_push(ow_list *head, ow_list *n)
-{
-    n->prev = head;
-    n->next = head->next;
-    head->next->prev = n;
-    head->next = n;
-}
-
+void ow_list_push(ow_list *head, ow_list *n);
 /* Unlinks n; its own links then point to itself. */
-static inline void ow_list_remove(ow_list *n)
-{
-    n->prev->next = n->next;
-    n->next->prev = n->prev;
-    n->prev = n->next = n;
-}
+void ow_list_remove(ow_list *n);
 
 #endif
