@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The `alerts` tier (issue 16): the Prometheus rules and the Grafana dashboard
+# The `alerts` tier: the Prometheus rules and the Grafana dashboard
 # proven against Prometheus itself and two live replicas.
 #
 #   1. promtool check rules, promtool test rules (config/prometheus/tests/);

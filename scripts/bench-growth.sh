@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Growth and purge-under-load benchmarks (issue 13). Run through
+# Growth and purge-under-load benchmarks. Run through
 # scripts/bench.sh --growth [--quick] | --purge [--quick]; not part of CI.
 #
 #   --growth          preload idempotency_requests to 0, 1, 3 and 10 million

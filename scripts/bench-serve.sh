@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lookups/s and latency (p50, p99) of the query service (`order-worker
-# serve`, issue 15) for a found and a not-found lookup, measured with
+# serve`) for a found and a not-found lookup, measured with
 # ApacheBench (`ab`, package apache2-utils) over loopback with keep-alive.
 # Short and bounded: each run is at most N requests (default 20000) and 30 s.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Deciding throughput over 1, 2 and 3 user shards (issue 14), with each
+# Deciding throughput over 1, 2 and 3 user shards, with each
 # mariadbd's CPU. Started by `scripts/bench.sh --shards [--quick]`.
 #
 # Starts Kafka and three MariaDB instances under .run/bench-shards (one

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The broker warm-ups that scripts/bench.sh and scripts/bench-growth.sh
-# run before they measure (issue 12). Sourced; needs BUILD,
+# run before they measure. Sourced; needs BUILD,
 # OW_KAFKA_BOOTSTRAP, say() and die().
 
 # A fresh broker's JVM is still compiling its hot paths: the same produce

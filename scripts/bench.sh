@@ -21,7 +21,7 @@
 #   scripts/bench.sh --verify ...     also run ow-verify on every completed run
 #   scripts/bench.sh --broker-cpus 1 --rate R ...   pin every thread of the broker's
 #                                     JVM to these CPUs (taskset) after its warm-up, to
-#                                     see what it takes from the worker (issue 12)
+#                                     see what it takes from the worker
 #   scripts/bench.sh --broker-nice 10 --rate R ...  every thread of the broker's JVM at
 #                                     that niceness after the warm-ups
 #   scripts/bench.sh --broker-tmpfs --rate R ...    the broker's log directory in /dev/shm,
@@ -29,17 +29,17 @@
 #                                     MariaDB's commits (as on separate hosts)
 #   scripts/bench.sh --out DIR ...    results in DIR (default .run/bench/results-<time>)
 #   scripts/bench.sh --growth [--quick]   rows 0..10M (--quick: 0, 1M): decide rate, p99,
-#                                     sizes, buffer pool hit rate; growth.png (issue 13)
+#                                     sizes, buffer pool hit rate; growth.png
 #   scripts/bench.sh --replay [--quick]  decide N batches, then a cold worker in a new
 #                                     group on the same topic and database (every input
-#                                     a replay): ratios: replay/decide = X (issue 12)
+#                                     a replay): ratios: replay/decide = X
 #   scripts/bench.sh --retry-storm [--quick]  every batch sent three times within a
-#                                     second, retry cache on and off (issue 12)
+#                                     second, retry cache on and off
 #   scripts/bench.sh --purge [--quick]    p99 with and without a purge of 5M records
 #                                     (--quick: 200,000) beside the worker; see
 #                                     scripts/bench-growth.sh
 #   scripts/bench.sh --shards [--quick]  deciding throughput over 1, 2 and 3 user shards
-#                                     with each mariadbd's CPU (issue 14); see
+#                                     with each mariadbd's CPU; see
 #                                     scripts/bench-shards.sh
 #   scripts/bench.sh --cost [--quick]  CPU per batch of the worker, mariadbd and the broker
 #                                     (decide, replay, tuned) and the worker's instructions

@@ -12,7 +12,7 @@
 #
 #   scripts/chaos.sh                 (after a build; scripts/test.sh runs it)
 #   OW_CHAOS_MESSAGES=20000 OW_CHAOS_PARTITIONS=6
-#   OW_CHAOS_SHARDS=3                the sharded variant (issue 14): three MariaDB
+#   OW_CHAOS_SHARDS=3                the sharded variant: three MariaDB
 #                                    shards (.run/chaos/db1, db2 beside the first);
 #                                    instead of the database outage, shard 1 is
 #                                    killed (kill -9) for 12 s; ow-verify checks
@@ -261,7 +261,7 @@ fi
 if ((kills < 10)); then say "only $kills kills happened (need at least 10)"; status=1; fi
 if [[ -n $unexpected ]]; then
   say "a replica exited unexpectedly"
-  # A stop held past its bound says where (issue 9).
+  # A stop held past its bound says where.
   { grep -h '"stop_overrun"' "$RUN"/worker-*.log || true; } | while read -r l; do say "  $l"; done
   status=1
 fi

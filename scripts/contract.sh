@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The contract tier (issue 15): docs/asyncapi.yaml against the official
+# The contract tier: docs/asyncapi.yaml against the official
 # AsyncAPI parser, then every example (the document's, README.md's and
 # docs/contract.md's) and, when the e2e tier ran with
 # OW_TEST_CONTRACT_CAPTURE, every result body and dead-letter header set it

@@ -92,7 +92,7 @@ install_packages() {
 
 # Debian's prometheus package starts its own server on :9090 at install time
 # (through its init script when systemd is not PID 1). The tests run their own
-# server on a loopback port (issue 16), so stop and disable the packaged one.
+# server on a loopback port, so stop and disable the packaged one.
 stop_packaged_prometheus() {
   if [[ -d /run/systemd/system ]]; then
     as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true
@@ -167,7 +167,7 @@ fetch_kafka_jars() {
   say "kafka: cached $n jars in ${cache#"$REPO_ROOT"/}/jars ($((SECONDS - t0)) s)"
 }
 
-# The AsyncAPI parser for the contract tier (issue 15), pinned by
+# The AsyncAPI parser for the contract tier, pinned by
 # tools/contract/package-lock.json; node_modules is rebuilt only when the
 # lock file changed.
 install_npm_tools() {
@@ -193,7 +193,7 @@ install_npm_tools() {
   say "npm: installed tools/contract ($((SECONDS - t0)) s)"
 }
 
-# The Java client example's dependencies and plugins, into ~/.m2 (issue 15).
+# The Java client example's dependencies and plugins, into ~/.m2.
 # Redone only when its pom.xml changed (the stamp holds the pom's hash).
 fetch_example_artifacts() {
   local pom="$REPO_ROOT/examples/java/pom.xml" stamp="$REPO_ROOT/.cache/examples-java.stamp" sum

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The `package` tier (issue 16): builds the Debian package with CPack, runs
+# The `package` tier: builds the Debian package with CPack, runs
 # lintian on it, installs it on this machine with dpkg -i and checks the
 # installed system, then removes and purges it and checks what each step
 # leaves behind.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Doubles the shards of an order-worker deployment, N -> 2N (issue 14;
-# docs/operations.md, "Adding shards"). Run it with every worker stopped.
+# Doubles the shards of an order-worker deployment, N -> 2N
+# (docs/operations.md, "Adding shards"). Run it with every worker stopped.
 #
 #   scripts/reshard.sh --config NEW.conf
 #

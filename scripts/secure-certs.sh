@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throwaway TLS material for the `secure` test tier (issue 11), made with
+# Throwaway TLS material for the `secure` test tier, made with
 # OpenSSL at test time; nothing here is ever committed.
 #
 # usage: scripts/secure-certs.sh DIR

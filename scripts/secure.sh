@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The `secure` test tier (issue 11): the built worker against a MariaDB that
+# The `secure` test tier: the built worker against a MariaDB that
 # accepts only TLS and an Apache Kafka broker that has only SSL and SASL_SSL
 # listeners and ACLs. Run by scripts/test.sh (OW_TEST_TIERS=secure), or alone
 # after a build:  scripts/secure.sh

@@ -25,7 +25,7 @@
 #                               force ports (default: random free ports)
 #   OW_BUILD_DIR                where ow-mockbroker is built (default <repo>/build)
 #   OW_FORCE_MOCK_BROKER=1      use the librdkafka mock broker even if Kafka is available
-#   OW_SERVICES_TLS_DIR=DIR     TLS only (issue 11), with the files of scripts/secure-certs.sh:
+#   OW_SERVICES_TLS_DIR=DIR     TLS only, with the files of scripts/secure-certs.sh:
 #                               MariaDB with require_secure_transport=ON; Kafka with only
 #                               an SSL listener (client certificates required) and a
 #                               SASL_SSL one (SCRAM-SHA-512), StandardAuthorizer, and the
@@ -464,7 +464,7 @@ plain_users() {
   for u in ${OW_KAFKA_SASL_USERS:-}; do printf 'user_%s="%s" ' "${u%%=*}" "${u#*=}"; done
 }
 
-# TLS only (issue 11): SSL with client certificates, SASL_SSL with SCRAM,
+# TLS only: SSL with client certificates, SASL_SSL with SCRAM,
 # the controller over TLS too, so that no plaintext principal is a super user.
 kafka_write_tls_props() {  # PORT CPORT SASLPORT
   cat "$TLS_DIR/server.key" "$TLS_DIR/chain.pem" >"$K_DIR/keystore.pem"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shards tier (issue 14): three throwaway MariaDB instances as user
+# The shards tier: three throwaway MariaDB instances as user
 # shards, each on its own port, and one Kafka broker; two replicas over them.
 #   1. migrate records the map on every shard; run with the list reordered
 #      exits 2 naming both maps;

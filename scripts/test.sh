@@ -15,14 +15,14 @@
 #   sanitize     unit + integration again under ASan + UBSan
 #   valgrind     a short end-to-end run with the workers under memcheck
 #   secure       scripts/secure.sh: TLS-only MariaDB and Kafka (SSL, SASL_SSL, ACLs),
-#                two replicas, every refused certificate, password and ACL (issue 11)
+#                two replicas, every refused certificate, password and ACL
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
 #   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
 #   chaos-shards (not in the default list) the chaos run over three MariaDB shards,
 #                one of them killed for 12 s (OW_CHAOS_SHARDS=3 scripts/chaos.sh)
 #   shards       scripts/shards.sh: three MariaDB shards, two replicas, the mix, the
 #                same key twice per shard, one shard stopped for 20 s under load;
-#                invariants I1-I8 across the shards (issue 14)
+#                invariants I1-I8 across the shards
 #   alerts       promtool check/test of the alert rules, the Grafana dashboard's
 #                queries, a live Prometheus scraping two replicas while the
 #                database is stopped (scripts/alerts-test.sh)
@@ -87,7 +87,7 @@ if [[ $TIERS != debian13 ]]; then
 fi
 mkdir -p "$LOGS"
 export OW_TEST_LOG_DIR="$LOGS"
-# The e2e tier appends every result and dead letter it reads here (issue 15);
+# The e2e tier appends every result and dead letter it reads here;
 # the contract tier validates them.
 CAPTURE="$LOGS/contract-capture.jsonl"
 rm -f "$CAPTURE"

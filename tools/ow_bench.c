@@ -9,7 +9,7 @@
  *           the same prefix (one transaction per message without waiting
  *           for each result)
  *   db-limit the same orders inserted by multi-row INSERTs, large commits
- *   db-limit (fair, issue 12) the request rows of the new batches with
+ *   db-limit (fair) the request rows of the new batches with
  *           their 201 bodies, then the same orders, the same way
  * Each run gets its own input topic, produced from the same data just
  * before its worker starts (so the worker starts cold on a full topic and
@@ -30,7 +30,7 @@
  *
  * --replay: decide N batches, then a cold worker in a new group reads the
  *           same topic against the same database, so that every input is a
- *           replay (issue 12); checks that each replayed body is the first
+ *           replay; checks that each replayed body is the first
  *           result's, byte for byte, with replayed: true, and prints
  *           ratios: replay/decide = X.XX (batches/s)
  *
@@ -544,7 +544,7 @@ static int mode_rate(const options *o, const bm_data *d)
     return rc != 0 ? 1 : 0;
 }
 
-/* Every replayed body against the first result of its input (issue 12). */
+/* Every replayed body against the first result of its input. */
 static int check_replay(const bm_result *first, const bm_result *again, size_t n)
 {
     size_t same = 0, replayed = 0, differ = 0, missing = 0, not_marked = 0, reused = 0;

@@ -1,6 +1,6 @@
 /*
- * ow-growth-gen: request and order rows for the growth benchmark's preload
- * (issue 13), as two tab-separated files for LOAD DATA LOCAL INFILE.
+ * ow-growth-gen: request and order rows for the growth benchmark's preload,
+ * as two tab-separated files for LOAD DATA LOCAL INFILE.
  *
  *   ow-growth-gen FIRST COUNT REQUESTS.tsv ORDERS.tsv
  *

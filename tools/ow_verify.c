@@ -4,14 +4,14 @@
  * committed offsets. Prints one line per invariant and a figures line;
  * exits 1 on any violation. The invariants of the stored data alone (I1,
  * I2, I3, I7) are the audit's (ow_admin_audit, as `order-worker audit` runs
- * them): one definition of each (issue 10). The checks that compare the
+ * them): one definition of each. The checks that compare the
  * topics with the database read it here.
  *
  *   ow-verify --bootstrap B --group G --input T --results T --dlq T
  *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
  *             --database D [--faults FILE] [--shards LIST [--shard-buckets B]]
  *
- * With --shards (issue 14; mysql.shards syntax, user and password from
+ * With --shards (mysql.shards syntax, user and password from
  * --mysql-*), the database checks run on every shard, each row must be on
  * its user's shard, and "shard-down MS N" / "shard-up MS N" lines of the
  * faults file give the shard outage's figures.
@@ -121,7 +121,7 @@ typedef struct {
     uint32_t buckets;
 } args_t;
 
-/* The shards' connections (issue 14); n is 0 without --shards. */
+/* The shards' connections; n is 0 without --shards. */
 static struct {
     ow_shard_list list;
     MYSQL *db[OW_SHARD_MAX];
@@ -551,7 +551,7 @@ static void resume_times(const char *path, const kit_msgs *results)
            worst_db, worst_broker, worst_kill, counted, restarts);
 }
 
-/* --- Shards (issue 14) ------------------------------------------------------ */
+/* --- Shards ------------------------------------------------------ */
 
 static int connect_shards(const args_t *a)
 {

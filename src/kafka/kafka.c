@@ -205,7 +205,7 @@ const char *ow_kafka_header(const rd_kafka_message_t *m, const char *name, size_
     return ow_kafka_headers_get(h, name, len);
 }
 
-/* Issue 11: a rejected certificate, a wrong SASL password or a missing ACL
+/* A rejected certificate, a wrong SASL password or a missing ACL
  * does not heal by itself; librdkafka would retry them forever and the
  * worker would look merely disconnected. */
 static const char *refusal_kind(int err)

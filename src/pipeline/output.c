@@ -56,7 +56,7 @@ static size_t orders_that_fit(size_t hi, size_t room)
     return lo;
 }
 
-/* Issue 9, defect 2: a decided request whose result cannot be delivered
+/* A decided request whose result cannot be delivered
  * would never get its answer, so the largest possible result must fit
  * before anything is decided. */
 static int check_result_fits(const ow_output *o, ow_error *err)

@@ -185,7 +185,7 @@ static int check_output_topics(ow_worker *w, ow_error *err)
     return rc;
 }
 
-/* Issue 9, defect 6: a missing output topic is found before anything is
+/* A missing output topic is found before anything is
  * consumed, not after a decision committed. A broker that does not answer
  * is waited for (the worker is not ready meanwhile). */
 static int check_outputs(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err)

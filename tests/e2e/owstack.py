@@ -1,4 +1,4 @@
-"""Shared by the Python e2e tests (issue 15): the variables scripts/test.sh
+"""Shared by the Python e2e tests: the variables scripts/test.sh
 sets, a fresh database with the schema, the worker's topics, and a running
 `order-worker run` for them."""
 import os

@@ -165,7 +165,7 @@ static void test_send_wait_invalid_input(void **state)
     testcli_result_free(&r);
 }
 
-/* Issue 9: an empty document is sent as an empty value ("byte for byte"),
+/* An empty document is sent as an empty value ("byte for byte"),
  * not as a tombstone (a null value). */
 static void test_send_empty_document(void **state)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End to end: the client examples of examples/ (issue 15) against the real
+"""End to end: the client examples of examples/ against the real
 broker and a worker. Each must send a batch, get its 201 by key and source
 partition/offset, send it again and recognise the replay. Then the Java
 example sends the Python example's batch under the same key: the same

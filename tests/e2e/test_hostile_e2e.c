@@ -13,7 +13,7 @@
  *     key and value bytes and the error and source headers; a key longer
  *     than OUTPUT_KEY_MAX or a value that would not fit the producer's
  *     limit beside it is cut, with its original length in a header, and
- *     every output fits the limit (issue 9, defect 1);
+ *     every output fits the limit;
  *   - the database holds the control's request and order and nothing else;
  *   - SIGTERM stops the worker with status 0.
  * The worker runs with request.max_bytes = HOSTILE_MAX_BYTES, the limit the

@@ -31,7 +31,7 @@ static pid_t worker;
 static MYSQL *locker; /* holds a table lock in test_stop_cancels_a_blocked_statement */
 
 /* The stored response of the held record: a well-formed 201 body (the
- * contract tier validates every result the tests read, issue 15), built
+ * contract tier validates every result the tests read), built
  * in hold_key once the digest is known. */
 static char held_body[512];
 static const char *const value =
@@ -232,7 +232,7 @@ static int interim_published(const char *key)
     return found;
 }
 
-/* Issue 9, defect 8: send --wait took the interim 409 REQUEST_IN_PROGRESS
+/* Send --wait took the interim 409 REQUEST_IN_PROGRESS
  * for the answer. It must report interim answers on stderr and print the
  * definitive result once the key's holder commits. */
 static void test_send_wait_past_in_progress(void **state)
@@ -282,7 +282,7 @@ static int worker_waits_on_lock(void)
     return 0;
 }
 
-/* Issue 9: a lane blocked in the database must not hold the stop. Another
+/* A lane blocked in the database must not hold the stop. Another
  * session locks the requests table, so the worker's deciding statement
  * waits (up to its 46 s read timeout here). SIGTERM must end the worker
  * within its 3 s shutdown.timeout_ms: the lane's call is cancelled, its

@@ -1,6 +1,6 @@
 /*
  * End to end: the limits of what the worker publishes and where it
- * publishes it (issue 9, defects 2 and 6, and the rule behind defect 1),
+ * publishes it,
  * with the built binary against the real broker and MariaDB.
  *
  *   - A request.max_orders whose largest result would not fit the
@@ -149,7 +149,7 @@ static void await_result(const char *topic, const char *key, kit_msgs *out, cons
     fail_msg("%s: no message with key %s within %d s", topic, key, WAIT_S);
 }
 
-/* Defect 2: refused at start, naming the sizes and the largest that fits. */
+/* Refused at start, naming the sizes and the largest that fits. */
 static void test_too_many_orders_refused_at_start(void **state)
 {
     char *log = NULL;
@@ -180,7 +180,7 @@ static void test_too_many_orders_refused_at_start(void **state)
                   largest + 1, largest);
 }
 
-/* Defect 2: with the largest accepted request.max_orders, the worst batch
+/* With the largest accepted request.max_orders, the worst batch
  * of that many orders gets its 201, within the producer's limit. */
 static void test_largest_batch_is_answered(void **state)
 {
@@ -315,7 +315,7 @@ static void send_wait_gets_notice(const testenv *env, const char *body)
     testcli_result_free(&r);
 }
 
-/* The rule behind defect 1: an output refused for its size (the topic's
+/* An output refused for its size (the topic's
  * limit lowered while the worker runs) is never fatal and never retried; a
  * notice takes its place and the partition moves on. */
 static void test_result_refused_for_size_becomes_notice(void **state)
@@ -388,7 +388,7 @@ static void test_result_refused_for_size_becomes_notice(void **state)
     free(small);
 }
 
-/* Defect 6: a results topic that does not exist stops the worker before it
+/* A results topic that does not exist stops the worker before it
  * consumes anything, naming the key and the topic. */
 static void test_missing_results_topic(void **state)
 {

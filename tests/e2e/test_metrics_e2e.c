@@ -166,8 +166,8 @@ static void test_metrics_after_a_known_mix(void **state)
     assert_true(metric(body, "order_worker_db_transaction_seconds_count") >= 1);
     assert_int_equal(metric(body, "order_worker_end_to_end_seconds_count"), 19);
     assert_true(metric(body, "order_worker_offsets_stored_total") >= 1);
-    /* The periodic commits that moved the group's offsets are counted
-     * (issue 9, defect 9); their callback runs at the next poll. */
+    /* The periodic commits that moved the group's offsets are counted;
+     * their callback runs at the next poll. */
     for (int i = 0; i < 50 && metric(body, "order_worker_offset_commits_total") < 1; i++) {
         usleep(200000);
         assert_int_equal(http_get(good_port, "/metrics", body, sizeof(body)), 200);

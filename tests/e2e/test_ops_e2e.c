@@ -1,6 +1,5 @@
 /*
- * The operations endpoint and signals of a real worker (issue 9, defects 4
- * and 5), against the real broker and MariaDB:
+ * The operations endpoint and signals of a real worker, against the real broker and MariaDB:
  *  - /healthz answers within 100 ms while 1,100 idle connections sit open,
  *    and one address cannot hold more than its share;
  *  - with the broker stopped, four concurrent /readyz probes and a /healthz
@@ -367,7 +366,7 @@ static void test_sighup_stops_gracefully(void **state)
     assert_int_equal(committed[0] + committed[1], MESSAGES);
 }
 
-/* Issue 9: metrics.address takes an IPv6 literal (and localhost, which
+/* metrics.address takes an IPv6 literal (and localhost, which
  * the unit tests cover). Skipped where the host has no ::1. */
 static void test_metrics_on_ipv6(void **state)
 {

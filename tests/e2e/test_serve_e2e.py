@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End to end: `order-worker serve`, the result query service (issue 15).
+"""End to end: `order-worker serve`, the result query service.
 
 A worker decides real messages on the real broker and MariaDB; the query
 service, running as its own SELECT-only database user, must answer what was

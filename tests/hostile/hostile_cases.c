@@ -72,7 +72,7 @@ const hostile_case hostile_cases[] = {
     ROW("bom", "\xef\xbb\xbf" VALID, "value", "byte order mark"),
     ROW("empty-value", "", "value", "is empty"),
     ROW("whitespace-only", " \t\r\n ", "value", "empty input"),
-    /* Keys far beyond the key limit (issue 9, defect 1): a 990,000-byte key
+    /* Keys far beyond the key limit: a 990,000-byte key
      * with 20 kB, a 17,000-byte key with 983,000 bytes (the threshold the
      * issue computed), and a key and a value that both must be cut for the
      * dead-letter copy to fit. */

@@ -52,7 +52,7 @@ unsigned char *hostile_value(const hostile_case *c, size_t *len);
 /* The key bytes of a row (c->key_len of them) in a new heap buffer, NULL
  * when out of memory. Generated keys ("hostile:<name>:KKK...") are larger
  * than any valid key: the outputs of their messages must still fit the
- * broker's limit (issue 9, defect 1). Free with free(). */
+ * broker's limit. Free with free(). */
 unsigned char *hostile_key(const hostile_case *c);
 
 #endif

@@ -14,7 +14,7 @@
  *   4. SIGTERM while broker 3 is down;
  *   5. a permanent produce error;
  *   6. SIGTERM while every broker is down, group coordinator included
- *      (issue 9, defect 3: the final commit must not wait for it).
+ *      (the final commit must not wait for it).
  *
  * Safety, checked over and over while the fault is active and afterwards:
  * no committed offset ever passes a message whose outputs (its result when
@@ -988,8 +988,8 @@ static int setup_fatal(void **state)
 
 /*
  * 6. SIGTERM with the whole cluster down: no commit, no leave and no close
- * can be answered, and shutdown.timeout_ms still bounds the exit (issue 9,
- * defect 3: it took 90 s). Whatever was not committed is redelivered to
+ * can be answered, and shutdown.timeout_ms still bounds the exit
+ * (it once took 90 s). Whatever was not committed is redelivered to
  * the next worker, which the liveness check then sees answered.
  */
 #define ALL_DOWN_SLACK_MS 1500

@@ -420,7 +420,7 @@ static MYSQL *hold_key(const testmsg *m, const char *body)
     return other;
 }
 
-/* Issue 12: a micro-batch of recorded keys is answered by one non-locking
+/* A micro-batch of recorded keys is answered by one non-locking
  * read. Another session holds row locks on both records (FOR UPDATE) for
  * the whole call: a locking or writing path would wait out the 1 s lock
  * wait and answer REQUEST_IN_PROGRESS; the read answers from the committed
@@ -606,8 +606,8 @@ static void test_lost_connection(void **state)
  * not its own. Here two generators with a frozen clock and one node draw
  * the same ids; the second request reuses the key with other content, and
  * conflicts with the first's order, so it would write no order that could
- * give the collision away. The second store skips the read of recorded keys
- * (issue 12), which would answer from the committed row before any id is
+ * give the collision away. The second store skips the read of recorded keys,
+ * which would answer from the committed row before any id is
  * drawn: the collision is what happens when that row commits between the
  * read and the insert. */
 static int64_t frozen_clock(void)
@@ -654,7 +654,7 @@ static void test_same_id_same_key(void **state)
     ow_store_free(&b);
 }
 
-/* Migration 004's SQL and the worker compute one key hash (issue 13): every
+/* Migration 004's SQL and the worker compute one key hash: every
  * row the worker wrote carries the value the migration would give it. */
 static void test_key_hash_matches_sql(void **state)
 {

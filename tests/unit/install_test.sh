@@ -31,8 +31,8 @@ fi
 if printf '%s\n' "$out" | grep -q 'order-worker.service'; then
   echo "FAIL: systemd-analyze verify complained"; echo "$out"; exit 1
 fi
-# systemd must not SIGKILL a stop that shutdown.timeout_ms still bounds
-# (issue 9, defect 3): the unit's stop timeout stays above the shipped
+# systemd must not SIGKILL a stop that shutdown.timeout_ms still bounds:
+# the unit's stop timeout stays above the shipped
 # configuration's, with 5 s to spare for the process to exit.
 stop_s=$(sed -nE 's/^TimeoutStopSec=([0-9]+)s$/\1/p' "$unit")
 conf_ms=$(sed -nE 's/^shutdown\.timeout_ms *= *([0-9]+)$/\1/p' "$root/etc/order-worker/order-worker.conf")

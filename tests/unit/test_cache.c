@@ -1,4 +1,4 @@
-/* The retry cache (issue 12): hits need the same digest, entries expire,
+/* The retry cache: hits need the same digest, entries expire,
  * the byte bound holds, 0 disables it, and two keys under one hash are
  * told apart. */
 #include <setjmp.h>

@@ -195,7 +195,7 @@ static void test_finish_checks(void **state)
         {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
         {"retry.backoff_ms = 500\nretry.backoff_max_ms = 100\n",
          "retry.backoff_max_ms: must be at least retry.backoff_ms"},
-        /* Issue 9: results and dead letters on one topic; an address that
+        /* Results and dead letters on one topic; an address that
          * only looked like one. */
         {"topic.dlq = order-batch-results\n", "topic.results: must differ from topic.dlq"},
         {"topic.results = x\ntopic.dlq = x\n", "topic.results: must differ from topic.dlq"},
@@ -263,7 +263,7 @@ static void test_tls_versions_accepted(void **state)
     }
 }
 
-/* Issue 9: IPv6 literals and localhost are addresses too. */
+/* IPv6 literals and localhost are addresses too. */
 static void test_metrics_addresses(void **state)
 {
     static const char *const good[] = {"127.0.0.1", "0.0.0.0", "::1", "::", "fe80::1",
@@ -286,7 +286,7 @@ static void test_metrics_addresses(void **state)
     assert_false(ow_config_address_ok(""));
 }
 
-/* Issue 9: kafka.consumer.group.id would be overridden by kafka.group.id. */
+/* kafka.consumer.group.id would be overridden by kafka.group.id. */
 static void test_group_id_passthrough_refused(void **state)
 {
     static const char *const lines[] = {"kafka.consumer.group.id = other\n",
@@ -340,7 +340,7 @@ static void test_print_redacts_and_names_sources(void **state)
     out = print_to_string(&cfg);
     assert_null(strstr(out, "hunter2-secret"));
     assert_null(strstr(out, "kafka-secret"));
-    /* Issue 11: key passwords and inline key material are secrets too. */
+    /* Key passwords and inline key material are secrets too. */
     assert_null(strstr(out, "keypass-secret"));
     assert_null(strstr(out, "BEGIN PRIVATE KEY"));
     assert_null(strstr(out, "store-secret"));
@@ -375,7 +375,7 @@ static void test_password_file(void **state)
     assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
     assert_string_equal(cfg.mysql_password, "s3cret");
     {
-        /* config --print names the file, not "default" (issue 9). */
+        /* config --print names the file, not "default". */
         char *out = print_to_string(&cfg);
         char want[128];
 

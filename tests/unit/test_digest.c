@@ -159,7 +159,7 @@ static void test_escaping_in_canonical_form(void **state)
     ow_request_cleanup(&req);
 }
 
-/* The key hash (issue 13): SHA-256 of "<user_id>:<key>", first 16 bytes
+/* The key hash: SHA-256 of "<user_id>:<key>", first 16 bytes
  * (vectors from sha256sum); the user is part of it, a key of the longest
  * length is accepted and a longer one refused. */
 static void test_key_hash(void **state)

@@ -104,7 +104,7 @@ static void test_refused_and_bad_properties(void **state)
     ow_config_cleanup(&cfg);
 }
 
-/* Issue 9: every kafka.* property is checked against librdkafka when the
+/* Every kafka.* property is checked against librdkafka when the
  * configuration is loaded, and the error says where it was set. */
 static void test_check_config_names_the_line(void **state)
 {

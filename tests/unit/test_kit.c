@@ -1,4 +1,4 @@
-/* The kit's shared helpers (issue 10): the one environment merge used by
+/* The kit's shared helpers: the one environment merge used by
  * the kit, the CLI test runner and the benchmark, and kit_header, which
  * reads a kept message's headers with the pipeline's reader. */
 #include <setjmp.h>

@@ -58,7 +58,7 @@ void ow_store_params_from_config(const struct ow_config *cfg, ow_store_params *p
 }
 
 /* Shard i's store is fake_shards[i] (its port carries i); "down" makes
- * its decide and ping fail as a lost connection does (issue 14). */
+ * its decide and ping fail as a lost connection does. */
 typedef struct {
     _Atomic int down;
 } fake_shard;
@@ -486,7 +486,7 @@ static void test_retries_then_fatal(void **state)
     assert_int_equal(seen.n_published, 2);
 }
 
-/* Issue 9: a stop does not wait for a lane blocked in the database past
+/* A stop does not wait for a lane blocked in the database past
  * the lane's deadline. Its call is cancelled, and the batch is abandoned
  * (no output, the offset not done) without taking the failure of the
  * cancelled call for a fatal error. */
@@ -518,7 +518,7 @@ static void test_stop_cancels_a_blocked_lane(void **state)
     assert_int_equal(stores, 0); /* its offset is not done: redelivered */
 }
 
-/* Issue 12: a retry with the same digest is answered from the lane's cache
+/* A retry with the same digest is answered from the lane's cache
  * once the first was committed; another digest goes to the store again. */
 static void run_cache_case(fixture *f, size_t expect_decides)
 {

@@ -1,6 +1,6 @@
 /* The partition ledger without Kafka: out-of-order acknowledgements, a
  * failed output holding the offset back, a revoke in the middle, a rewind
- * within an assignment (issue 10). */
+ * within an assignment. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -172,7 +172,7 @@ static void test_codes(void **state)
 }
 
 /* Random requests of n orders: their 201 and 409 bodies never exceed the
- * bound (issue 9, defect 2: the bound decides which configurations start). */
+ * bound (the bound decides which configurations start). */
 static void check_bound_holds(size_t n, uint64_t *seed)
 {
     static const char chars[] = "\"\\AZaz09-_ ~!";

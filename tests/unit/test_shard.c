@@ -1,4 +1,4 @@
-/* User sharding (issue 14): the hash's known answers, the bucket map, the
+/* User sharding: the hash's known answers, the bucket map, the
  * N -> 2N move rule and mysql.shards parsing. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -175,7 +175,7 @@ typedef struct {
     int n_watched;
     char watched_name[8][24];
     double watched_cpu_s[8];
-    /* With bm_spec.capture_bodies (issue 12, --replay): per input, the
+    /* With bm_spec.capture_bodies (--replay): per input, the
      * SHA-256 of its first definitive result's body, and BM_BODY_SEEN | code << 2.
      * Allocated by bm_results_read; the caller frees them. */
     int capture;
@@ -232,13 +232,13 @@ typedef struct {
     double rows_per_s;
     int rows_per_stmt, rows_per_commit;
     char cpu_note[512];
-    int with_requests;   /* the fair limit (issue 12) */
+    int with_requests;   /* the fair limit */
     size_t request_rows; /* request rows written before the order rows */
     double request_mib;  /* their response bodies */
 } bm_dblimit;
 
 /* Inserts the orders of the NEW messages into a fresh orders table; with
- * with_requests (the fair limit, issue 12), first their request rows with
+ * with_requests (the fair limit), first their request rows with
  * the 201 bodies the worker stores. rows_per_s counts order rows only. */
 int bm_db_limit(const bm_env *e, const bm_data *d, int rows_per_stmt, int rows_per_commit,
                 int with_requests, bm_dblimit *out);

@@ -198,7 +198,7 @@ typedef struct {
     unsigned long amount_len;
 } row_t;
 
-/* One request row of the fair limit (issue 12): what the worker writes for
+/* One request row of the fair limit: what the worker writes for
  * a new batch, its 201 body included. */
 typedef struct {
     long long id, user_id, response_status;

@@ -85,7 +85,7 @@ static int classify(const rd_kafka_message_t *m, rd_kafka_headers_t *h)
     return BM_CODE_OTHER;
 }
 
-/* --replay (issue 12): the body's SHA-256 stands for its bytes. */
+/* --replay: the body's SHA-256 stands for its bytes. */
 static void capture_body(bm_result *r, size_t idx, const rd_kafka_message_t *m, int code)
 {
     unsigned int len = 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks what order-worker publishes against docs/asyncapi.yaml (issue 15).
+"""Checks what order-worker publishes against docs/asyncapi.yaml.
 
 usage: check_contract.py ASYNCAPI_YAML [--capture FILE] [--markdown FILE]...
 

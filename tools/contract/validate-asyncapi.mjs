@@ -1,4 +1,4 @@
-// Parses docs/asyncapi.yaml with the official AsyncAPI parser (issue 15)
+// Parses docs/asyncapi.yaml with the official AsyncAPI parser
 // and fails on any error-level diagnostic; warnings are printed.
 // usage: node validate-asyncapi.mjs FILE
 import { Parser, fromFile } from '@asyncapi/parser';

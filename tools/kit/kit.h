@@ -100,7 +100,7 @@ kit_gen *kit_gen_new(uint64_t seed, int pct_retry, int pct_reuse, int pct_clash,
  * for example 1..20 with mean 5. Without this call the default above holds.
  * Returns 0, or -1 when the bounds are invalid or memory runs out. */
 int kit_gen_set_items(kit_gen *g, int min, int max, double mean);
-/* Growth benchmark (issue 13): messages are numbered from first + 1, so that
+/* Growth benchmark: messages are numbered from first + 1, so that
  * runs against one preloaded database never reuse a key or an
  * external_order_no; random_keys: a new batch's key is prefix-<16 hex
  * digits> from a bijective mix of its number (unique, in random index

@@ -14,7 +14,7 @@ static rd_kafka_conf_t *base_conf(const char *bootstrap)
     rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
     rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
     /* OW_KIT_KAFKA_CONF="security.protocol=SSL,ssl.ca.location=..." reaches
-     * every client (the secure tier, issue 11, talks only TLS to its broker). */
+     * every client (the secure tier talks only TLS to its broker). */
     if (getenv("OW_KIT_KAFKA_CONF") != NULL) {
         char *copy = strdup(getenv("OW_KIT_KAFKA_CONF"));
         char *save = NULL;
@@ -304,7 +304,7 @@ static void put_hex(FILE *f, const char *p, size_t n)
         fprintf(f, "%02x", (unsigned char)p[i]);
 }
 
-/* Issue 15: with OW_TEST_CONTRACT_CAPTURE set, every result (it carries a
+/* With OW_TEST_CONTRACT_CAPTURE set, every result (it carries a
  * `replayed` header) and every dead letter (`error-code`) a test reads is
  * appended to that file as one JSON line, for scripts/contract.sh to check
  * against docs/asyncapi.yaml. Bytes travel as hex; the checker decodes. */
@@ -428,8 +428,8 @@ int kit_committed(const char *bootstrap, const char *group, const char *topic, i
 }
 
 /* Adds or deletes one LITERAL ALLOW ACL for principal on any host (the
- * secure tier, issue 11). type: topic, group, cluster (name kafka-cluster)
- *; operation: read, write, describe, idempotent-write,
+ * secure tier). type: topic, group, cluster (name kafka-cluster);
+ * operation: read, write, describe, idempotent-write,
  * create, all. */
 static int acl_enum(const char *type, const char *op, rd_kafka_ResourceType_t *rt,
                     rd_kafka_AclOperation_t *ao)

@@ -28,7 +28,7 @@ int ow_kafka_check_config(const ow_config *cfg, ow_error *err);
 
 /* Sets one property, turning librdkafka's complaint into an error. */
 int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err);
-/* Issue 11: 1 when err means Kafka refused the worker (a TLS or SASL
+/* 1 when err means Kafka refused the worker (a TLS or SASL
  * failure, a missing ACL), which retrying cannot fix; logs kafka_refused
  * once per process. 0 for any other error. */
 int ow_kafka_refused(const rd_kafka_t *rk, int err, const char *reason);
