@@ -183,9 +183,12 @@ int ow_archive_write(const char *dir, const ow_purge_chunk *c, char err[OW_ARCHI
         unlink(tmp);
         return -1;
     }
-    /* The same name again: the chunk was archived by a run that crashed
-     * before its delete committed, so none of that file's records were
-     * deleted; the new file holds the same records or more. */
+    /* The same name again: this transaction holds the locks of its first
+     * and last records, so the transaction that wrote the earlier file
+     * never committed (its delete would have removed them). Each record of
+     * that file is still in the database, and then in this file (a chunk
+     * holds every record left between its first and last), or was deleted
+     * since by another chunk, whose file has other first or last ids. */
     if (rename(tmp, path) != 0) {
         fail(err, "cannot rename into place", path);
         unlink(tmp);

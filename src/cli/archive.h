@@ -11,11 +11,14 @@
  * time zone), "orders": [{"id", "order_no"}]}.
  *
  * Crash rule: a chunk is written to DIR/.tmp-<name>.<pid>, fsynced, renamed
- * and DIR fsynced before its delete starts; a crash after the rename and
- * before the commit leaves a file whose records are still in the database,
- * and the next purge archives them again (duplicates: allowed). A record is
- * never deleted before a file holding it is durable (a gap: impossible).
- * Leftover .tmp-* files are incomplete and are ignored.
+ * and DIR fsynced while its transaction holds the locks of its records and
+ * orders, before its delete starts; a crash after the rename and before the
+ * commit leaves a file whose records are still in the database, and the
+ * next purge archives them again (duplicates: allowed, and complete, since
+ * each copy was read under the locks of the transaction that deleted or
+ * would have deleted it). A record is never deleted before a file holding
+ * it is durable (a gap: impossible). Leftover .tmp-* files are incomplete
+ * and are ignored.
  */
 #ifndef OW_ARCHIVE_INTERNAL_H
 #define OW_ARCHIVE_INTERNAL_H

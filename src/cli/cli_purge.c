@@ -23,23 +23,26 @@ void ow_help_purge(void)
          "\n"
          "Works in chunks of N records (default 1000, at most 100000), oldest first,\n"
          "walking the creation-time index from where the last chunk ended. A chunk is\n"
-         "read without locks, then deleted by primary key in one short transaction\n"
-         "that locks only its own rows, so a worker deciding beside it waits at most\n"
-         "one chunk's transaction, and only when it touches one of those records or\n"
-         "their orders (a late retry). A purge can be interrupted (SIGINT or SIGTERM\n"
-         "stops it between chunks) or killed, and run again: it continues with the\n"
-         "oldest records left. A chunk that fails with a\n"
-         "transient error (deadlock, lost connection) is retried with backoff, up to\n"
-         "10 times. Progress goes to stderr, the summary to stdout. The database user\n"
-         "needs SELECT and DELETE on idempotency_requests and SELECT, UPDATE on orders.\n"
+         "one short transaction that locks only its own rows (records, and their\n"
+         "orders when archiving) from its read to its commit, so a worker deciding\n"
+         "beside it waits at most one chunk's transaction, and only when it touches\n"
+         "one of those records or their orders (a late retry); a second purge waits\n"
+         "for the chunk and then skips the records it deleted. A purge can be\n"
+         "interrupted (SIGINT or SIGTERM stops it between chunks) or killed, and run\n"
+         "again: it continues with the oldest records left. A chunk that fails with a\n"
+         "transient error (deadlock, lock wait timeout, lost connection) is retried\n"
+         "whole with backoff, up to 10 times. Progress goes to stderr, the summary to\n"
+         "stdout. The database user needs SELECT and DELETE on idempotency_requests\n"
+         "and SELECT, UPDATE on orders.\n"
          "\n"
          "  --max-rate R   delete at most R records per second (default: no limit)\n"
-         "  --archive DIR  before a chunk is deleted, write its records with their\n"
-         "                 orders' ids and numbers to DIR/requests-<first id>-<last id>\n"
-         "                 .jsonl.gz (gzip, one JSON object per line), fsync it and\n"
-         "                 rename it into place. A crash between that and the delete\n"
-         "                 archives the chunk again on the next run: a record may be in\n"
-         "                 the archive twice, never deleted without being in it.\n"
+         "  --archive DIR  while a chunk is locked and before it is deleted, write its\n"
+         "                 records with their orders' ids and numbers to\n"
+         "                 DIR/requests-<first id>-<last id>.jsonl.gz (gzip, one JSON\n"
+         "                 object per line), fsync it and rename it into place. A crash\n"
+         "                 between that and the commit archives the chunk again on the\n"
+         "                 next run: a record may be in the archive twice (each copy\n"
+         "                 complete), never deleted without being in it.\n"
          "                 `order-worker lookup --archive DIR` reads it back.\n"
          "  --dry-run      only count the records that would be deleted\n"
          "\n"
@@ -118,22 +121,34 @@ static void progress(purge_run *p)
     fflush(stderr);
 }
 
-/* One step of a chunk: select (with the archive's columns when archiving)
- * or delete. */
-static int chunk_step(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+/* One chunk in one transaction: lock its records (and, when archiving,
+ * their orders), write the archive file while the locks are held, then
+ * detach, delete and commit. A record is therefore deleted by the
+ * transaction that archived it with its orders, and never before the file
+ * holding it is durable. */
+static int chunk_once(purge_run *p, ow_purge_batch *b, ow_error *err)
 {
-    if (step == 0)
-        return ow_admin_purge_select(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL,
-                                     &p->chunk, err);
+    int rc = ow_admin_purge_lock(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL, &p->chunk,
+                                 err);
+
+    if (rc != OW_OK)
+        return rc;
+    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
+        ow_admin_purge_abort(p->s);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
+                            p->archive_err);
+    }
     return ow_admin_purge_delete(p->s, &p->chunk, &p->pos, b, err);
 }
 
-/* A step, retried with backoff while its errors are transient. */
-static int retried(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+/* A chunk, retried whole with backoff while its errors are transient: a
+ * retry locks the chunk again and rewrites its file, since a record
+ * another purge deleted meanwhile is no longer in it. */
+static int retried(purge_run *p, ow_purge_batch *b, ow_error *err)
 {
     for (unsigned attempt = 0;; attempt++) {
         int64_t delay;
-        int rc = chunk_step(p, step, b, err);
+        int rc = chunk_once(p, b, err);
 
         if (rc == OW_OK || err->cls != OW_ERRCLASS_RETRIABLE || attempt + 1 >= PURGE_ATTEMPTS)
             return rc;
@@ -160,21 +175,14 @@ static void throttle(purge_run *p)
         ow_sleep_ms((due_us - now_us + 999) / 1000, p->stop);
 }
 
-/* Select, archive, delete: one chunk. *last set when no chunk follows. */
+/* Lock, archive, delete: one chunk. *last set when no chunk follows. */
 static int purge_chunk(purge_run *p, int *last, ow_error *err)
 {
     ow_purge_batch b;
-    int rc = retried(p, 0, &b, err);
+    int rc = retried(p, &b, err);
 
     *last = 1;
     if (rc != OW_OK || p->chunk.n == 0)
-        return rc;
-    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
-                            p->archive_err);
-    }
-    rc = retried(p, 1, &b, err);
-    if (rc != OW_OK)
         return rc;
     p->deleted += b.requests_deleted;
     p->detached += b.orders_detached;

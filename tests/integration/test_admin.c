@@ -3,12 +3,15 @@
  * (ow/admin.h) and through the built binary (exit codes, output):
  * lookup found / not found, purge in batches with orders kept, dry run,
  * the purge archive (issue 13: lookup --archive, --max-rate, a purge killed
- * at random points loses no record from the archive), and an audit in which
- * every check fires, next to a clean one.
+ * at random points loses no record from the archive), two purges at once
+ * (a chunk stays locked until it is deleted, so every archived copy holds
+ * its orders), and an audit in which every check fires, next to a clean
+ * one.
  */
 #include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -408,7 +411,9 @@ static long archive_count(const char *dir, int *seen, long long max_id, int *fil
             id = json_integer_value(json_object_get(j, "id"));
             assert_true(id >= 1 && id < max_id);
             assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
-            assert_int_equal(json_array_size(json_object_get(j, "orders")), 1);
+            if (json_array_size(json_object_get(j, "orders")) != 1)
+                fail_msg("%s: request %lld was archived with %zu orders, not its 1", path, id,
+                         json_array_size(json_object_get(j, "orders")));
             assert_non_null(json_string_value(json_object_get(j, "response_body")));
             seen[id]++;
             lines++;
@@ -615,6 +620,170 @@ static void test_purge_archive_killed(void **state)
         "purge kill test: %ld archived lines in %d files for %d records (%d duplicates)\n", lines,
         files, BULK, dups);
     archive_remove(dir);
+}
+
+typedef struct {
+    ow_store *s;
+    ow_purge_chunk chunk;
+    int rc;
+    char msg[256];
+    atomic_int done;
+} lock_run;
+
+static void *lock_thread(void *p)
+{
+    lock_run *r = p;
+    ow_timestamp cutoff;
+    ow_purge_pos pos = {0};
+    ow_error err;
+
+    r->rc = ow_admin_purge_cutoff(r->s, 3600, &cutoff, &err);
+    if (r->rc == OW_OK)
+        r->rc = ow_admin_purge_lock(r->s, &cutoff, &pos, 10, 1, &r->chunk, &err);
+    if (r->rc != OW_OK)
+        snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* Whether r's locking read waits: it is seen executing (within 10 s), and
+ * it has not returned 300 ms later. */
+static int lock_wait_seen(lock_run *r)
+{
+    int running = 0;
+
+    for (int i = 0; i < 200 && !running && !atomic_load(&r->done); i++) {
+        running = count(&db, "SELECT COUNT(*) FROM information_schema.processlist WHERE "
+                             "db = DATABASE() AND info LIKE 'SELECT id, created_at, user_id%'") > 0;
+        if (!running)
+            usleep(50000);
+    }
+    usleep(300000);
+    return running && !atomic_load(&r->done);
+}
+
+/* A chunk's records stay locked from its read to its commit: a second
+ * purge that reaches them waits, and then locks the records after them
+ * (those the first deleted are not in its chunk), each with its order. */
+static void test_purge_lock_excludes(void **state)
+{
+    ow_store *a = testdb_store(&db, &ids, 5);
+    lock_run b = {.s = testdb_store(&db, &ids, 5)};
+    ow_purge_chunk chunk;
+    ow_purge_pos pos = {0};
+    ow_purge_batch out;
+    ow_timestamp cutoff;
+    ow_error err;
+    pthread_t th;
+
+    (void)state;
+    purge_bulk(20);
+    ow_purge_chunk_init(&chunk);
+    ow_purge_chunk_init(&b.chunk);
+    assert_int_equal(ow_admin_purge_cutoff(a, 3600, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_admin_purge_lock(a, &cutoff, &pos, 5, 1, &chunk, &err), OW_OK);
+    assert_int_equal(chunk.n, 5);
+    assert_int_equal(chunk.ids[0], 1);
+    assert_int_equal(pthread_create(&th, NULL, lock_thread, &b), 0);
+    if (!lock_wait_seen(&b)) {
+        pthread_join(th, NULL);
+        ow_admin_purge_abort(a);
+        fail_msg("the second purge's read did not wait for the first one's locked chunk: it "
+                 "returned %d (%s) with %zu records, the first %lld",
+                 b.rc, b.msg, b.chunk.n, b.chunk.n > 0 ? b.chunk.ids[0] : 0LL);
+    }
+    assert_int_equal(ow_admin_purge_delete(a, &chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(out.requests_deleted, 5);
+    assert_int_equal(out.orders_detached, 5);
+    pthread_join(th, NULL);
+    if (b.rc != OW_OK)
+        fail_msg("the second purge's lock: %s", b.msg);
+    /* Committed before the checks, so that a failing one leaves no lock
+     * behind for the next test. */
+    pos = (ow_purge_pos){0};
+    assert_int_equal(ow_admin_purge_delete(b.s, &b.chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(b.chunk.n, 10);
+    for (size_t i = 0; i < b.chunk.n; i++) {
+        assert_int_equal(b.chunk.ids[i], (long long)i + 6);
+        assert_int_equal(b.chunk.records[i].n_orders, 1);
+        assert_int_equal(b.chunk.records[i].orders[0].id, (long long)i + 6);
+    }
+    assert_int_equal(out.requests_deleted, 10);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 10);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), 15);
+    ow_purge_chunk_cleanup(&chunk);
+    ow_purge_chunk_cleanup(&b.chunk);
+    ow_store_free(&b.s);
+    ow_store_free(&a);
+}
+
+typedef struct {
+    const char *const *args;
+    int delay_ms; /* before it starts */
+    testcli_result r;
+} purge_thread_run;
+
+static void *purge_thread(void *p)
+{
+    purge_thread_run *run = p;
+
+    usleep((useconds_t)run->delay_ms * 1000);
+    run->r = cli(&db, run->args);
+    return NULL;
+}
+
+#define CONCURRENT_ROUNDS 3
+#define CONCURRENT_BULK 4000
+
+/* Two purges at once on one archive directory (an hourly purge that
+ * overruns into the next), one chunk of a record at a time and one chunk
+ * of everything, the second started 0, 150 and 300 ms after the first:
+ * both succeed, every old record is deleted and every order detached, and
+ * every archived copy of every record carries its order. */
+static void test_purge_archive_concurrent(void **state)
+{
+    const char *small[] = {"purge", "--older-than", "1h", "--batch", "1", "--archive", NULL, NULL};
+    const char *large[] = {"purge", "--older-than", "1h", "--batch",
+                           "20000", "--archive",    NULL, NULL};
+    static int seen[CONCURRENT_BULK + 1];
+    char dir[512];
+
+    (void)state;
+    for (int round = 0; round < CONCURRENT_ROUNDS; round++) {
+        purge_thread_run runs[2] = {{small, 0, {0}}, {large, 150 * round, {0}}};
+        pthread_t th[2];
+        int files = 0, dups = 0;
+        long lines;
+
+        setup(NULL);
+        archive_dir(dir, sizeof(dir), "concurrent");
+        small[6] = large[6] = dir;
+        purge_bulk(CONCURRENT_BULK);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_create(&th[k], NULL, purge_thread, &runs[k]), 0);
+        for (int k = 0; k < 2; k++)
+            pthread_join(th[k], NULL);
+        for (int k = 0; k < 2; k++) {
+            if (runs[k].r.status != 0)
+                fail_msg("round %d: purge --batch %s: status %d: %s", round, runs[k].args[4],
+                         runs[k].r.status, runs[k].r.err);
+            testcli_result_free(&runs[k].r);
+        }
+        assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 5);
+        assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"),
+                         CONCURRENT_BULK);
+        memset(seen, 0, sizeof(seen));
+        lines = archive_count(dir, seen, CONCURRENT_BULK + 1, &files);
+        for (int id = 1; id <= CONCURRENT_BULK; id++) {
+            if (seen[id] == 0)
+                fail_msg("round %d: request %d was deleted but is not in the archive", round, id);
+            dups += seen[id] - 1;
+        }
+        print_message("concurrent purges, round %d: %ld archived lines in %d files for %d "
+                      "records (%d duplicates)\n",
+                      round, lines, files, CONCURRENT_BULK, dups);
+        archive_remove(dir);
+    }
 }
 
 /* --- audit ------------------------------------------------------------------- */
@@ -905,8 +1074,9 @@ static void test_migrate_key_hash_on_old_rows(void **state)
     /* Row 42 is (1, 'old-42'), recorded for another request: the worker
      * finds it by its own hash and refuses the key. */
     s = testdb_store(&old, &ids, 5);
-    testmsg_make(&m, "old-42", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"O1\","
-                               "\"amount\":\"1.00\"}]}");
+    testmsg_make(&m, "old-42",
+                 "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"O1\","
+                 "\"amount\":\"1.00\"}]}");
     assert_int_equal(testmsg_decide(s, &m), OW_DECISION_KEY_REUSED);
     assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM idempotency_requests"), 500);
     assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM orders"), 0);
@@ -1010,6 +1180,8 @@ int main(void)
         cmocka_unit_test_setup(test_purge_archive_lookup, setup),
         cmocka_unit_test_setup(test_purge_max_rate, setup),
         cmocka_unit_test_setup(test_purge_archive_killed, setup),
+        cmocka_unit_test_setup(test_purge_lock_excludes, setup),
+        cmocka_unit_test_setup(test_purge_archive_concurrent, setup),
         cmocka_unit_test_setup(test_audit_clean, setup),
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),
