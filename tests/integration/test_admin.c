@@ -518,6 +518,188 @@ static void test_purge_archive_lookup(void **state)
     ow_store_free(&s);
 }
 
+/* Writes lines (NULL-terminated) to dir/name as one gzip stream. */
+static void plant(const char *dir, const char *name, const char *const *lines)
+{
+    char path[700];
+    gzFile gz;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gz = gzopen(path, "wb");
+    assert_non_null(gz);
+    for (; *lines != NULL; lines++) {
+        assert_true(gzputs(gz, *lines) >= 0);
+        assert_true(gzputc(gz, '\n') == '\n');
+    }
+    assert_int_equal(gzclose(gz), Z_OK);
+}
+
+/* One archived record of user 5 as purge writes it; orders is JSON. */
+static const char *archived(char *buf, size_t size, long long id, const char *key,
+                            const char *orders)
+{
+    snprintf(buf, size,
+             "{\"id\":%lld,\"user_id\":5,\"idempotency_key\":\"%s\",\"request_digest\":\"%064d\","
+             "\"status\":\"SUCCEEDED\",\"response_status\":201,\"response_body\":\"{}\","
+             "\"created_at\":\"2026-01-02 00:00:00.000000\",\"orders\":%s}",
+             id, key, 0, orders);
+    return buf;
+}
+
+/* lookup --archive dir --user 5 --key key: the status, and the JSON
+ * printed (NULL when none; the caller decrefs); the stderr in *err_out
+ * when it is not NULL (the caller frees it). */
+static json_t *lookup_archived(const char *dir, const char *key, int *status, char **err_out)
+{
+    const char *args[] = {"lookup", "--archive", dir, "--user", "5", "--key", key, NULL};
+    testcli_result r = cli(&db, args);
+    json_t *j = r.status == 0 ? json_loads(r.out, 0, NULL) : NULL;
+
+    *status = r.status;
+    if (err_out != NULL) {
+        *err_out = r.err;
+        r.err = NULL;
+    }
+    testcli_result_free(&r);
+    return j;
+}
+
+/* Copies of one record that differ (an archive written before purge locked
+ * its chunks: a record whose orders another purge detached between two
+ * reads, archived with none): lookup --archive prints the copy with the
+ * most orders, wherever its file sorts, and says the copies differ. */
+static void test_archive_lookup_by_content(void **state)
+{
+    static const char *const full = "[{\"id\":11,\"order_no\":\"OW-11\"}]";
+    char dir[512], a[512], b[512], want[700];
+    char *err = NULL;
+    json_t *j;
+    int status;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "copies");
+    /* k1: the complete copy in the file whose name sorts first; k2: last. */
+    plant(dir, "requests-0000000000000000001-0000000000000000001.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "k1", full),
+                                archived(b, sizeof(b), 2, "k2", "[]"), NULL});
+    plant(dir, "requests-0000000000000000002-0000000000000000002.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "k1", "[]"),
+                                archived(b, sizeof(b), 2, "k2", full), NULL});
+    for (int k = 1; k <= 2; k++) {
+        j = lookup_archived(dir, k == 1 ? "k1" : "k2", &status, &err);
+        if (status != 0 || j == NULL)
+            fail_msg("lookup --archive k%d: status %d: %s", k, status, err);
+        assert_int_equal(json_array_size(json_object_get(j, "orders")), 1);
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(json_object_get(j, "orders"), 0), "id")),
+                         11);
+        assert_int_equal(json_integer_value(json_object_get(j, "archive_copies")), 2);
+        assert_true(json_is_true(json_object_get(j, "archive_copies_differ")));
+        snprintf(want, sizeof(want),
+                 "%s/requests-000000000000000000%d-000000000000000000%d.jsonl.gz", dir, k, k);
+        assert_string_equal(json_string_value(json_object_get(j, "archive_file")), want);
+        assert_non_null(strstr(err, "warning: the 2 archived copies of this record differ"));
+        json_decref(j);
+        free(err);
+    }
+    /* Identical copies (a chunk archived again after a crash) do not differ. */
+    plant(dir, "requests-0000000000000000003-0000000000000000003.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 3, "k3", full), NULL});
+    plant(dir, "requests-0000000000000000003-0000000000000000004.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 3, "k3", full), NULL});
+    j = lookup_archived(dir, "k3", &status, &err);
+    assert_int_equal(status, 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "archive_copies")), 2);
+    assert_true(json_is_false(json_object_get(j, "archive_copies_differ")));
+    assert_null(strstr(err, "differ"));
+    json_decref(j);
+    free(err);
+    archive_remove(dir);
+}
+
+/* The key of line i of the file that is cut: varied, so that half of the
+ * compressed file is well short of its end. */
+static const char *cut_key(int i, char key[32])
+{
+    snprintf(key, 32, "cut-%d-%x", i, (unsigned)i * 2654435761u);
+    return key;
+}
+
+/* A file cut short (a copy to cold storage that stopped) next to intact
+ * ones: a record in an intact file is found (exit 0, the damaged file
+ * named on stderr); a record that is not in the intact files is not
+ * reported absent (exit 1, not 3), since the damaged file may hold it. */
+static void test_archive_lookup_unreadable(void **state)
+{
+    static const char *const cut = "requests-0000000000000000100-0000000000000000399.jsonl.gz";
+    static const char *const empty = "requests-0000000000000000400-0000000000000000400.jsonl.gz";
+    static char lines[300][512];
+    const char *list[301];
+    char dir[512], a[512], path[700], *err = NULL;
+    struct stat st;
+    json_t *j;
+    int status;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "unreadable");
+    plant(dir, "requests-0000000000000000001-0000000000000000001.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "intact", "[]"), NULL});
+    for (int i = 0; i < 300; i++) {
+        char key[32];
+
+        list[i] = archived(lines[i], sizeof(lines[i]), 100 + i, cut_key(i, key), "[]");
+    }
+    list[300] = NULL;
+    plant(dir, cut, list);
+    snprintf(path, sizeof(path), "%s/%s", dir, cut);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size / 2), 0);
+
+    j = lookup_archived(dir, "intact", &status, &err);
+    if (status != 0 || j == NULL)
+        fail_msg("lookup --archive beside a truncated file: status %d: %s", status, err);
+    assert_int_equal(json_integer_value(json_object_get(j, "id")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "archive_files_unreadable")), 1);
+    assert_non_null(strstr(err, "warning: skipped "));
+    assert_non_null(strstr(err, cut));
+    json_decref(j);
+    free(err);
+
+    /* cut-299 is past the cut; cut-0 before it, but a damaged file counts
+     * for nothing; absent-key is nowhere: none of them is "not found". */
+    for (int k = 0; k < 3; k++) {
+        char cutk[32];
+        const char *key = k == 0 ? cut_key(299, cutk) : k == 1 ? cut_key(0, cutk) : "absent-key";
+
+        j = lookup_archived(dir, key, &status, &err);
+        assert_null(j);
+        if (status != 1)
+            fail_msg("lookup --archive of %s: status %d, not 1: %s", key, status, err);
+        assert_non_null(strstr(err, cut));
+        assert_non_null(strstr(err, "could not be read"));
+        assert_non_null(strstr(err, "not found is not certain"));
+        free(err);
+    }
+
+    /* An empty file is no gzip stream: unreadable too. */
+    assert_int_equal(unlink(path), 0);
+    plant(dir, empty, (const char *const[]){NULL});
+    snprintf(path, sizeof(path), "%s/%s", dir, empty);
+    assert_int_equal(truncate(path, 0), 0);
+    j = lookup_archived(dir, "absent-key", &status, &err);
+    assert_int_equal(status, 1);
+    assert_non_null(strstr(err, empty));
+    free(err);
+
+    /* Every file readable again: now absent means absent. */
+    assert_int_equal(unlink(path), 0);
+    j = lookup_archived(dir, "absent-key", &status, &err);
+    assert_int_equal(status, 3);
+    assert_non_null(strstr(err, "no archived request for user 5 with key absent-key"));
+    free(err);
+    archive_remove(dir);
+}
+
 /* n requests 2 hours old with one order each, ids 1..n, plus 5 new ones. */
 static void purge_bulk(int n)
 {
@@ -1178,6 +1360,8 @@ int main(void)
         cmocka_unit_test_setup(test_purge_large_batch, setup),
         cmocka_unit_test_setup(test_purge_cli, setup),
         cmocka_unit_test_setup(test_purge_archive_lookup, setup),
+        cmocka_unit_test(test_archive_lookup_by_content),
+        cmocka_unit_test(test_archive_lookup_unreadable),
         cmocka_unit_test_setup(test_purge_max_rate, setup),
         cmocka_unit_test_setup(test_purge_archive_killed, setup),
         cmocka_unit_test_setup(test_purge_lock_excludes, setup),
