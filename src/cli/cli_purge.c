@@ -12,7 +12,8 @@
 void ow_help_purge(void)
 {
     puts("usage: order-worker purge --older-than DURATION [--batch N] [--max-rate R]\n"
-         "                          [--archive DIR] [--dry-run] [--config FILE]\n"
+         "                          [--archive DIR] [--workers-cache-ttl S] [--dry-run]\n"
+         "                          [--config FILE]\n"
          "\n"
          "Deletes the request records (idempotency_requests) created more than\n"
          "DURATION ago: 30d, 12h, 90m or 3600s. The cutoff is computed once, from the\n"
@@ -20,6 +21,13 @@ void ow_help_purge(void)
          "request_id becomes NULL, which means \"the request that created it expired\".\n"
          "After a record is purged its key is forgotten: a redelivered message with\n"
          "that key is decided again as a new request.\n"
+         "\n"
+         "A worker's retry cache answers a retry from memory for up to its\n"
+         "cache.ttl_s after the record was created, so DURATION must be longer than\n"
+         "the longest cache.ttl_s of the workers on this database, or a retry could\n"
+         "be answered for a record lookup no longer finds. purge cannot read the\n"
+         "workers' settings: it assumes 86400 s (the key's maximum), so DURATION must\n"
+         "exceed a day, unless --workers-cache-ttl states their longest cache.ttl_s.\n"
          "\n"
          "Works in chunks of N records (default 1000, at most 100000), oldest first,\n"
          "walking the creation-time index from where the last chunk ended. A chunk is\n"
@@ -44,6 +52,10 @@ void ow_help_purge(void)
          "                 next run: a record may be in the archive twice (each copy\n"
          "                 complete), never deleted without being in it.\n"
          "                 `order-worker lookup --archive DIR` reads it back.\n"
+         "  --workers-cache-ttl S\n"
+         "                 the longest cache.ttl_s (seconds, 1 to 86400) of the workers\n"
+         "                 that use this database; refused when shorter than this\n"
+         "                 configuration's own cache.ttl_s\n"
          "  --dry-run      only count the records that would be deleted\n"
          "\n"
          "With mysql.shards set, each shard is purged in turn (same cutoff rule, its\n"
@@ -62,6 +74,7 @@ typedef struct {
     size_t batch;
     int64_t max_rate;    /* records per second; 0: no limit */
     const char *archive; /* NULL: no archive */
+    int64_t workers_ttl; /* --workers-cache-ttl, or 0 when not given */
     int64_t estimate;    /* old records counted at the start */
     int64_t deleted;
     int64_t detached;
@@ -75,8 +88,9 @@ typedef struct {
 
 static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
 {
-    static const char *const known[] = {"--config",  "--older-than", "--batch", "--max-rate",
-                                        "--archive", "--dry-run!",   NULL};
+    static const char *const known[] = {
+        "--config",   "--older-than",        "--batch", "--max-rate", "--archive",
+        "--dry-run!", "--workers-cache-ttl", NULL};
     const char *v;
     const char *why = NULL;
     int64_t n = OW_PURGE_BATCH_DEFAULT;
@@ -104,6 +118,15 @@ static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
                 "order-worker purge: --max-rate: must be a positive integer (records per "
                 "second), got \"%s\"\n",
                 v);
+        return OW_EXIT_USAGE;
+    }
+    v = ow_cli_opt(argc, argv, "--workers-cache-ttl");
+    if (v != NULL && (ow_parse_int64(v, &p->workers_ttl) != OW_OK || p->workers_ttl < 1 ||
+                      p->workers_ttl > OW_CACHE_TTL_MAX_S)) {
+        fprintf(stderr,
+                "order-worker purge: --workers-cache-ttl: must be an integer from 1 to %d "
+                "(seconds, as cache.ttl_s), got \"%s\"\n",
+                OW_CACHE_TTL_MAX_S, v);
         return OW_EXIT_USAGE;
     }
     p->archive = ow_cli_opt(argc, argv, "--archive");
@@ -265,6 +288,61 @@ static int purge_one(purge_run *p, unsigned shard, int64_t older_than, int dry_r
     return code;
 }
 
+/* A worker's retry cache answers a retry of a record for up to its
+ * cache.ttl_s after the record was created (its entry ages from before the
+ * deciding transaction), so a purge may delete only records older than the
+ * longest cache.ttl_s of the workers, or a retry would be answered from
+ * memory for a record that lookup and audit no longer find. Purge cannot
+ * read the workers' settings: without workers_ttl it assumes the key's
+ * maximum. A stated workers_ttl shorter than this configuration's own
+ * contradicts it, since a worker started from it keeps outcomes longer. */
+static int purge_guard(int64_t older_than, int64_t workers_ttl, const ow_config *cfg)
+{
+    if (workers_ttl > 0 && workers_ttl < cfg->cache_ttl_s) {
+        fprintf(stderr,
+                "order-worker purge: --workers-cache-ttl: %lld s is shorter than this "
+                "configuration's cache.ttl_s (%lld s), which a worker started from it would "
+                "use; state the longest cache.ttl_s of the workers on this database\n",
+                (long long)workers_ttl, (long long)cfg->cache_ttl_s);
+        return OW_EXIT_USAGE;
+    }
+    if (workers_ttl > 0 && older_than <= workers_ttl) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than --workers-cache-ttl "
+                "(%lld s), for which a worker's retry cache may still answer a retry; purge "
+                "older records\n",
+                (long long)older_than, (long long)workers_ttl);
+        return OW_EXIT_USAGE;
+    }
+    if (workers_ttl == 0 && older_than <= OW_CACHE_TTL_MAX_S) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than %d s, the longest "
+                "cache.ttl_s a worker may have, for which its retry cache may still answer a "
+                "retry; purge older records, or state the workers' longest cache.ttl_s with "
+                "--workers-cache-ttl S\n",
+                (long long)older_than, OW_CACHE_TTL_MAX_S);
+        return OW_EXIT_USAGE;
+    }
+    return OW_EXIT_OK;
+}
+
+/* Purges every shard in turn; p->cfg is loaded. */
+static int purge_shards(purge_run *p, int64_t older_than, int dry_run,
+                        const volatile sig_atomic_t *stop)
+{
+    int code = OW_EXIT_OK;
+
+    p->stop = stop;
+    p->tty = isatty(fileno(stderr));
+    p->seed = (uint64_t)ow_clock_mono_us() | 1;
+    for (unsigned i = 0; i < ow_cli_shards(p->cfg) && !*stop; i++) {
+        if (purge_one(p, i, older_than, dry_run) != OW_EXIT_OK)
+            code = OW_EXIT_FAILURE;
+    }
+    ow_purge_chunk_cleanup(&p->chunk);
+    return code;
+}
+
 int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
 {
     purge_run p = {0};
@@ -276,31 +354,12 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    /* Issue 12: a worker's retry cache answers for records up to
-     * cache.ttl_s old; a purge horizon must lie beyond that. */
-    if (older_than <= cfg.cache_ttl_s) {
-        fprintf(stderr,
-                "order-worker purge: --older-than: %lld s is not longer than cache.ttl_s (%lld s), "
-                "for which a worker's retry cache may still answer; purge older records or lower "
-                "cache.ttl_s\n",
-                (long long)older_than, (long long)cfg.cache_ttl_s);
-        ow_config_cleanup(&cfg);
-        return OW_EXIT_USAGE;
-    }
-    code = ow_cli_check_shard_maps(&cfg, "purge");
-    if (code != OW_EXIT_OK) {
-        ow_config_cleanup(&cfg);
-        return code;
-    }
     p.cfg = &cfg;
-    p.stop = stop;
-    p.tty = isatty(fileno(stderr));
-    p.seed = (uint64_t)ow_clock_mono_us() | 1;
-    for (unsigned i = 0; i < ow_cli_shards(&cfg) && !*stop; i++) {
-        if (purge_one(&p, i, older_than, ow_cli_flag(argc, argv, "--dry-run")) != OW_EXIT_OK)
-            code = OW_EXIT_FAILURE;
-    }
-    ow_purge_chunk_cleanup(&p.chunk);
+    code = purge_guard(older_than, p.workers_ttl, &cfg);
+    if (code == OW_EXIT_OK)
+        code = ow_cli_check_shard_maps(&cfg, "purge");
+    if (code == OW_EXIT_OK)
+        code = purge_shards(&p, older_than, ow_cli_flag(argc, argv, "--dry-run"), stop);
     ow_config_cleanup(&cfg);
     return code;
 }

@@ -729,8 +729,9 @@ static void purge_bulk(int n)
  * is asserted (a loaded machine only makes it slower). */
 static void test_purge_max_rate(void **state)
 {
-    static const char *const args[] = {"purge", "--older-than", "1h", "--batch",
-                                       "5",     "--max-rate",   "20", NULL};
+    static const char *const args[] = {
+        "purge",      "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "5",
+        "--max-rate", "20",           NULL};
     testcli_result r;
     int64_t t0;
 
@@ -758,7 +759,9 @@ static void test_purge_max_rate(void **state)
  * renaming, fsyncing the directory, deleting, committing. */
 static void test_purge_archive_killed(void **state)
 {
-    const char *args[] = {"purge", "--older-than", "1h", "--batch", "5", "--archive", NULL, NULL};
+    const char *args[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "5",
+        "--archive", NULL,           NULL};
     static int seen[BULK + 1];
     unsigned seed = (unsigned)time(NULL);
     char dir[512];
@@ -768,7 +771,7 @@ static void test_purge_archive_killed(void **state)
 
     (void)state;
     archive_dir(dir, sizeof(dir), "killed");
-    args[6] = dir;
+    args[8] = dir;
     purge_bulk(BULK);
     srand(seed);
     print_message("purge kill test: seed %u, %d kill points\n", seed, KILL_POINTS);
@@ -924,9 +927,12 @@ static void *purge_thread(void *p)
  * every archived copy of every record carries its order. */
 static void test_purge_archive_concurrent(void **state)
 {
-    const char *small[] = {"purge", "--older-than", "1h", "--batch", "1", "--archive", NULL, NULL};
-    const char *large[] = {"purge", "--older-than", "1h", "--batch",
-                           "20000", "--archive",    NULL, NULL};
+    const char *small[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "1",
+        "--archive", NULL,           NULL};
+    const char *large[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "20000",
+        "--archive", NULL,           NULL};
     static int seen[CONCURRENT_BULK + 1];
     char dir[512];
 
@@ -939,7 +945,7 @@ static void test_purge_archive_concurrent(void **state)
 
         setup(NULL);
         archive_dir(dir, sizeof(dir), "concurrent");
-        small[6] = large[6] = dir;
+        small[8] = large[8] = dir;
         purge_bulk(CONCURRENT_BULK);
         for (int k = 0; k < 2; k++)
             assert_int_equal(pthread_create(&th[k], NULL, purge_thread, &runs[k]), 0);
@@ -947,7 +953,7 @@ static void test_purge_archive_concurrent(void **state)
             pthread_join(th[k], NULL);
         for (int k = 0; k < 2; k++) {
             if (runs[k].r.status != 0)
-                fail_msg("round %d: purge --batch %s: status %d: %s", round, runs[k].args[4],
+                fail_msg("round %d: purge --batch %s: status %d: %s", round, runs[k].args[6],
                          runs[k].r.status, runs[k].r.err);
             testcli_result_free(&runs[k].r);
         }
@@ -1312,7 +1318,8 @@ static void test_prepare_errors_keep_text(void **state)
 {
     static const char *const lookup[] = {"lookup", "--user", "42", "--key", "k", NULL};
     static const char *const audit[] = {"audit", NULL};
-    static const char *const purge[] = {"purge", "--older-than", "1d", NULL};
+    static const char *const purge[] = {"purge", "--older-than", "1d", "--workers-cache-ttl", "300",
+                                        NULL};
     static const char *const migrate[] = {"migrate", NULL};
     testdb t;
     testdb np;
