@@ -128,9 +128,9 @@ static const config_row config_table[] = {
     {"cache.max_bytes", CT_INT, 0, 1073741824, "1048576", 0, ROW_OFF(cache_max_bytes),
      "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
      "retries without a database round trip, split among the lanes; 0 disables the cache."},
-    {"cache.ttl_s", CT_INT, 1, 86400, "300", 0, ROW_OFF(cache_ttl_s),
-     "Seconds a cached outcome may answer a retry; keep it below purge's --older-than, "
-     "which refuses a shorter horizon."},
+    {"cache.ttl_s", CT_INT, 1, OW_CACHE_TTL_MAX_S, "300", 0, ROW_OFF(cache_ttl_s),
+     "Seconds a cached outcome may answer a retry. purge refuses an --older-than not longer "
+     "than the workers' longest cache.ttl_s: 86400 unless its --workers-cache-ttl states it."},
     {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
      "Least severe level logged: error, warn, info or debug."},
     {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),

@@ -183,9 +183,12 @@ int ow_archive_write(const char *dir, const ow_purge_chunk *c, char err[OW_ARCHI
         unlink(tmp);
         return -1;
     }
-    /* The same name again: the chunk was archived by a run that crashed
-     * before its delete committed, so none of that file's records were
-     * deleted; the new file holds the same records or more. */
+    /* The same name again: this transaction holds the locks of its first
+     * and last records, so the transaction that wrote the earlier file
+     * never committed (its delete would have removed them). Each record of
+     * that file is still in the database, and then in this file (a chunk
+     * holds every record left between its first and last), or was deleted
+     * since by another chunk, whose file has other first or last ids. */
     if (rename(tmp, path) != 0) {
         fail(err, "cannot rename into place", path);
         unlink(tmp);
@@ -234,52 +237,131 @@ static int record_matches(const json_t *j, int64_t user, const char *key)
            strcmp(json_string_value(k), key) == 0;
 }
 
-typedef struct {
-    int64_t user;
-    const char *key;
-    json_t *found;
-    int copies;
-    char *file;
-    size_t file_size;
-} search;
-
-/* Scans one file; a line that does not parse is an error (files are
- * complete once renamed). */
-static int search_file(const char *dir, const char *name, search *s, char err[OW_ARCHIVE_ERR_MAX])
+void ow_archive_hit_init(ow_archive_hit *h)
 {
-    char path[4096];
+    memset(h, 0, sizeof(*h));
+}
+
+void ow_archive_hit_cleanup(ow_archive_hit *h)
+{
+    json_decref(h->record);
+    for (size_t i = 0; i < h->n_unreadable; i++)
+        free(h->unreadable[i]);
+    free(h->unreadable);
+    ow_archive_hit_init(h);
+}
+
+/* Notes that path could not be read (why: its reason). 0, or -1 when out
+ * of memory. */
+static int add_unreadable(ow_archive_hit *h, const char *path, const char *why)
+{
+    size_t len = strlen(path) + strlen(why) + 3;
+    char **list = realloc(h->unreadable, (h->n_unreadable + 1) * sizeof(*list));
+    char *line = malloc(len);
+
+    if (list != NULL)
+        h->unreadable = list;
+    if (list == NULL || line == NULL) {
+        free(line);
+        return -1;
+    }
+    snprintf(line, len, "%s: %s", path, why);
+    h->unreadable[h->n_unreadable++] = line;
+    return 0;
+}
+
+static size_t orders_of(const json_t *record)
+{
+    return json_array_size(json_object_get(record, "orders"));
+}
+
+/* Counts one copy of the record, from path. The copy with the most orders
+ * is kept: a purge from before chunks were locked could archive a record
+ * whose orders another purge had just detached, with none. Copies with as
+ * many orders should be identical; the first one read is kept. */
+static void take_copy(ow_archive_hit *h, json_t *copy, const char *path)
+{
+    h->copies++;
+    if (h->record != NULL && !json_equal(copy, h->record))
+        h->differ = 1;
+    if (h->record != NULL && orders_of(copy) <= orders_of(h->record))
+        return;
+    json_decref(h->record);
+    h->record = json_incref(copy);
+    snprintf(h->file, sizeof(h->file), "%s", path);
+}
+
+/* zlib's reason for a read error, without the path it puts in front. */
+static const char *zlib_reason(gzFile gz, const char *path)
+{
+    int zerr = Z_OK;
+    const char *msg = gzerror(gz, &zerr);
+    size_t n = strlen(path);
+
+    if (zerr == Z_OK || msg == NULL || *msg == '\0')
+        return "cannot read";
+    if (strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
+        msg += n + 2;
+    return msg;
+}
+
+/* Reads every line of gz, appending the copies of (user, key) to matches.
+ * NULL when it reached the end of a complete gzip stream, else why not. */
+static const char *scan_lines(gzFile gz, const char *path, int64_t user, const char *key,
+                              json_t *matches)
+{
+    const char *why = NULL;
     char *line = NULL;
     size_t cap = 0;
-    gzFile gz;
-    int rc;
+    int rc = 0;
 
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    gz = gzopen(path, "rb");
-    if (gz == NULL)
-        return fail(err, "cannot open", path);
-    while ((rc = read_line(gz, &line, &cap)) == 1) {
-        json_error_t jerr;
-        json_t *j = json_loads(line, 0, &jerr);
+    while (why == NULL && (rc = read_line(gz, &line, &cap)) == 1) {
+        json_t *j = json_loads(line, 0, NULL);
 
-        if (j == NULL) {
-            snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: %s: a line is not JSON (%s)", path,
-                     jerr.text);
-            rc = -1;
-            break;
-        }
-        if (record_matches(j, s->user, s->key)) {
-            s->copies++;
-            json_decref(s->found);
-            s->found = json_incref(j);
-            snprintf(s->file, s->file_size, "%s", path);
-        }
+        if (j == NULL)
+            why = "a line is not JSON";
+        else if (record_matches(j, user, key) && json_array_append(matches, j) != 0)
+            why = "out of memory";
         json_decref(j);
     }
-    if (rc < 0 && err[0] == '\0')
-        snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: cannot read %s", path);
+    if (why == NULL && rc < 0)
+        why = zlib_reason(gz, path);
     free(line);
-    gzclose(gz);
-    return rc < 0 ? -1 : 0;
+    return why;
+}
+
+/* Searches one file. A file that cannot be read to the end of its gzip
+ * stream (truncated, damaged, not gzip, no permission) is noted in
+ * h->unreadable and none of its lines count, since what it holds cannot
+ * be trusted. Returns 0, or -1 when out of memory. */
+static int search_file(const char *dir, const char *name, int64_t user, const char *key,
+                       ow_archive_hit *h)
+{
+    char path[4096];
+    const char *why = NULL;
+    json_t *matches = json_array();
+    gzFile gz;
+    int rc = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    errno = 0;
+    gz = matches != NULL ? gzopen(path, "rb") : NULL;
+    if (matches == NULL)
+        rc = -1;
+    else if (gz == NULL)
+        why = strerror(errno != 0 ? errno : ENOMEM);
+    else if (gzdirect(gz))
+        why = "not gzip data (empty or overwritten)";
+    else
+        why = scan_lines(gz, path, user, key, matches);
+    if (rc == 0 && why != NULL)
+        rc = add_unreadable(h, path, why);
+    for (size_t i = 0; rc == 0 && why == NULL && i < json_array_size(matches); i++)
+        take_copy(h, json_array_get(matches, i), path);
+    if (gz != NULL)
+        gzclose(gz);
+    json_decref(matches);
+    return rc;
 }
 
 static int is_archive_name(const char *name)
@@ -300,29 +382,29 @@ static int archive_filter(const struct dirent *d)
     return is_archive_name(d->d_name);
 }
 
-int ow_archive_find(const char *dir, int64_t user, const char *key, json_t **found, char *file,
-                    size_t file_size, int *copies, char err[OW_ARCHIVE_ERR_MAX])
+int ow_archive_find(const char *dir, int64_t user, const char *key, ow_archive_hit *out,
+                    char err[OW_ARCHIVE_ERR_MAX])
 {
     struct dirent **names = NULL;
-    search s = {user, key, NULL, 0, file, file_size};
     int n = scandir(dir, &names, archive_filter, by_name);
     int rc = 0;
 
+    ow_archive_hit_cleanup(out);
     err[0] = '\0';
     if (n < 0)
         return fail(err, "cannot list", dir);
-    /* Oldest file first, so that the newest copy of a duplicate wins. */
+    /* In name order only so that the output is the same from run to run:
+     * the copy printed is chosen by its content. */
     for (int i = 0; i < n; i++) {
         if (rc == 0)
-            rc = search_file(dir, names[i]->d_name, &s, err);
+            rc = search_file(dir, names[i]->d_name, user, key, out);
         free(names[i]);
     }
     free(names);
-    *copies = s.copies;
     if (rc != 0) {
-        json_decref(s.found);
+        ow_archive_hit_cleanup(out);
+        snprintf(err, OW_ARCHIVE_ERR_MAX, "archive: out of memory while searching %s", dir);
         return -1;
     }
-    *found = s.found;
-    return s.found != NULL ? 1 : 0;
+    return out->record != NULL ? 1 : 0;
 }

@@ -24,11 +24,17 @@ void ow_help_lookup(void)
          "`order-worker purge --archive DIR` wrote and prints the archived record\n"
          "(id, user_id, idempotency_key, request_digest, status, response_status,\n"
          "response_body as the stored string, created_at, orders' id and order_no),\n"
-         "plus archive_file (the newest file holding it) and archive_copies (a\n"
-         "record archived again after a crash is there more than once).\n"
+         "plus archive_file (the file of the copy printed), archive_copies (a record\n"
+         "archived again after a crash is there more than once), archive_copies_differ\n"
+         "and archive_files_unreadable. Of differing copies (files written before\n"
+         "purge locked its chunks may hold one without its orders) it prints the one\n"
+         "with the most orders, whatever the files are named. A file that cannot be\n"
+         "read to its end (truncated, damaged) is skipped with a warning on stderr\n"
+         "naming it; when the record is then not found, the exit status is 1, not 3,\n"
+         "since that file may hold it.\n"
          "\n"
-         "Exit status: 0 found, 3 no such record, 1 database error, 2 bad arguments\n"
-         "or configuration.");
+         "Exit status: 0 found, 3 no such record, 1 database error or (--archive) an\n"
+         "unreadable file and no record, 2 bad arguments or configuration.");
 }
 
 /* Adds value under name; a NULL value (jansson out of memory) counts as a failure. */
@@ -164,33 +170,72 @@ static int lookup_print(ow_store *s, int64_t user, const char *key)
     return code;
 }
 
-/* --archive DIR: the record from the purge archive. */
-static int lookup_archive(const char *dir, int64_t user, const char *key)
+/* The files that could not be read, on stderr. */
+static void warn_unreadable(const ow_archive_hit *h)
 {
-    char err[OW_ARCHIVE_ERR_MAX], file[4096];
-    json_t *found = NULL;
-    int copies = 0;
-    int rc = ow_archive_find(dir, user, key, &found, file, sizeof(file), &copies, err);
+    for (size_t i = 0; i < h->n_unreadable; i++)
+        fprintf(stderr, "order-worker lookup: warning: skipped %s; none of its records were read\n",
+                h->unreadable[i]);
+}
 
-    if (rc < 0) {
-        fprintf(stderr, "order-worker lookup: %s\n", err);
-        return OW_EXIT_FAILURE;
-    }
-    if (rc == 0) {
+static int print_archived(ow_archive_hit *h)
+{
+    json_t *j = h->record;
+    int bad;
+
+    if (h->differ)
         fprintf(stderr,
-                "order-worker lookup: no archived request for user %lld with key %s in %s\n",
-                (long long)user, key, dir);
-        return OW_EXIT_NOT_FOUND;
-    }
-    rc = json_object_set_new(found, "archive_file", json_string(file)) != 0 ||
-         json_object_set_new(found, "archive_copies", json_integer(copies)) != 0 ||
-         json_dumpf(found, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF;
-    json_decref(found);
-    if (rc != 0) {
+                "order-worker lookup: warning: the %d archived copies of this record differ; "
+                "printed the one with the most orders, from %s\n",
+                h->copies, h->file);
+    bad = json_object_set_new(j, "archive_file", json_string(h->file)) != 0 ||
+          json_object_set_new(j, "archive_copies", json_integer(h->copies)) != 0 ||
+          json_object_set_new(j, "archive_copies_differ", json_boolean(h->differ)) != 0 ||
+          json_object_set_new(j, "archive_files_unreadable",
+                              json_integer((json_int_t)h->n_unreadable)) != 0 ||
+          json_dumpf(j, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF;
+    if (bad) {
         fprintf(stderr, "order-worker lookup: cannot write the record\n");
         return OW_EXIT_FAILURE;
     }
     return OW_EXIT_OK;
+}
+
+/* --archive DIR: the record from the purge archive. Not found is only
+ * reported when every file was read: a record missing from the database
+ * and the archive is one whose key a client may reuse, and a file that
+ * could not be read may hold it. */
+static int lookup_archive(const char *dir, int64_t user, const char *key)
+{
+    char err[OW_ARCHIVE_ERR_MAX];
+    ow_archive_hit h;
+    int code;
+    int rc;
+
+    ow_archive_hit_init(&h);
+    rc = ow_archive_find(dir, user, key, &h, err);
+    if (rc >= 0)
+        warn_unreadable(&h);
+    if (rc < 0) {
+        fprintf(stderr, "order-worker lookup: %s\n", err);
+        code = OW_EXIT_FAILURE;
+    } else if (rc == 1) {
+        code = print_archived(&h);
+    } else if (h.n_unreadable > 0) {
+        fprintf(stderr,
+                "order-worker lookup: no archived request for user %lld with key %s in the "
+                "readable files of %s, but %zu file(s) could not be read (above) and may hold "
+                "it: not found is not certain\n",
+                (long long)user, key, dir, h.n_unreadable);
+        code = OW_EXIT_FAILURE;
+    } else {
+        fprintf(stderr,
+                "order-worker lookup: no archived request for user %lld with key %s in %s\n",
+                (long long)user, key, dir);
+        code = OW_EXIT_NOT_FOUND;
+    }
+    ow_archive_hit_cleanup(&h);
+    return code;
 }
 
 int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)

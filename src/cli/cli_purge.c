@@ -12,7 +12,8 @@
 void ow_help_purge(void)
 {
     puts("usage: order-worker purge --older-than DURATION [--batch N] [--max-rate R]\n"
-         "                          [--archive DIR] [--dry-run] [--config FILE]\n"
+         "                          [--archive DIR] [--workers-cache-ttl S] [--dry-run]\n"
+         "                          [--config FILE]\n"
          "\n"
          "Deletes the request records (idempotency_requests) created more than\n"
          "DURATION ago: 30d, 12h, 90m or 3600s. The cutoff is computed once, from the\n"
@@ -21,26 +22,40 @@ void ow_help_purge(void)
          "After a record is purged its key is forgotten: a redelivered message with\n"
          "that key is decided again as a new request.\n"
          "\n"
+         "A worker's retry cache answers a retry from memory for up to its\n"
+         "cache.ttl_s after the record was created, so DURATION must be longer than\n"
+         "the longest cache.ttl_s of the workers on this database, or a retry could\n"
+         "be answered for a record lookup no longer finds. purge cannot read the\n"
+         "workers' settings: it assumes 86400 s (the key's maximum), so DURATION must\n"
+         "exceed a day, unless --workers-cache-ttl states their longest cache.ttl_s.\n"
+         "\n"
          "Works in chunks of N records (default 1000, at most 100000), oldest first,\n"
          "walking the creation-time index from where the last chunk ended. A chunk is\n"
-         "read without locks, then deleted by primary key in one short transaction\n"
-         "that locks only its own rows, so a worker deciding beside it waits at most\n"
-         "one chunk's transaction, and only when it touches one of those records or\n"
-         "their orders (a late retry). A purge can be interrupted (SIGINT or SIGTERM\n"
-         "stops it between chunks) or killed, and run again: it continues with the\n"
-         "oldest records left. A chunk that fails with a\n"
-         "transient error (deadlock, lost connection) is retried with backoff, up to\n"
-         "10 times. Progress goes to stderr, the summary to stdout. The database user\n"
-         "needs SELECT and DELETE on idempotency_requests and SELECT, UPDATE on orders.\n"
+         "one short transaction that locks only its own rows (records, and their\n"
+         "orders when archiving) from its read to its commit, so a worker deciding\n"
+         "beside it waits at most one chunk's transaction, and only when it touches\n"
+         "one of those records or their orders (a late retry); a second purge waits\n"
+         "for the chunk and then skips the records it deleted. A purge can be\n"
+         "interrupted (SIGINT or SIGTERM stops it between chunks) or killed, and run\n"
+         "again: it continues with the oldest records left. A chunk that fails with a\n"
+         "transient error (deadlock, lock wait timeout, lost connection) is retried\n"
+         "whole with backoff, up to 10 times. Progress goes to stderr, the summary to\n"
+         "stdout. The database user needs SELECT and DELETE on idempotency_requests\n"
+         "and SELECT, UPDATE on orders.\n"
          "\n"
          "  --max-rate R   delete at most R records per second (default: no limit)\n"
-         "  --archive DIR  before a chunk is deleted, write its records with their\n"
-         "                 orders' ids and numbers to DIR/requests-<first id>-<last id>\n"
-         "                 .jsonl.gz (gzip, one JSON object per line), fsync it and\n"
-         "                 rename it into place. A crash between that and the delete\n"
-         "                 archives the chunk again on the next run: a record may be in\n"
-         "                 the archive twice, never deleted without being in it.\n"
+         "  --archive DIR  while a chunk is locked and before it is deleted, write its\n"
+         "                 records with their orders' ids and numbers to\n"
+         "                 DIR/requests-<first id>-<last id>.jsonl.gz (gzip, one JSON\n"
+         "                 object per line), fsync it and rename it into place. A crash\n"
+         "                 between that and the commit archives the chunk again on the\n"
+         "                 next run: a record may be in the archive twice (each copy\n"
+         "                 complete), never deleted without being in it.\n"
          "                 `order-worker lookup --archive DIR` reads it back.\n"
+         "  --workers-cache-ttl S\n"
+         "                 the longest cache.ttl_s (seconds, 1 to 86400) of the workers\n"
+         "                 that use this database; refused when shorter than this\n"
+         "                 configuration's own cache.ttl_s\n"
          "  --dry-run      only count the records that would be deleted\n"
          "\n"
          "With mysql.shards set, each shard is purged in turn (same cutoff rule, its\n"
@@ -59,6 +74,7 @@ typedef struct {
     size_t batch;
     int64_t max_rate;    /* records per second; 0: no limit */
     const char *archive; /* NULL: no archive */
+    int64_t workers_ttl; /* --workers-cache-ttl, or 0 when not given */
     int64_t estimate;    /* old records counted at the start */
     int64_t deleted;
     int64_t detached;
@@ -72,8 +88,9 @@ typedef struct {
 
 static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
 {
-    static const char *const known[] = {"--config",  "--older-than", "--batch", "--max-rate",
-                                        "--archive", "--dry-run!",   NULL};
+    static const char *const known[] = {
+        "--config",   "--older-than",        "--batch", "--max-rate", "--archive",
+        "--dry-run!", "--workers-cache-ttl", NULL};
     const char *v;
     const char *why = NULL;
     int64_t n = OW_PURGE_BATCH_DEFAULT;
@@ -103,6 +120,15 @@ static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
                 v);
         return OW_EXIT_USAGE;
     }
+    v = ow_cli_opt(argc, argv, "--workers-cache-ttl");
+    if (v != NULL && (ow_parse_int64(v, &p->workers_ttl) != OW_OK || p->workers_ttl < 1 ||
+                      p->workers_ttl > OW_CACHE_TTL_MAX_S)) {
+        fprintf(stderr,
+                "order-worker purge: --workers-cache-ttl: must be an integer from 1 to %d "
+                "(seconds, as cache.ttl_s), got \"%s\"\n",
+                OW_CACHE_TTL_MAX_S, v);
+        return OW_EXIT_USAGE;
+    }
     p->archive = ow_cli_opt(argc, argv, "--archive");
     if (p->archive != NULL && ow_archive_check_dir(p->archive, p->archive_err) != 0) {
         fprintf(stderr, "order-worker purge: %s\n", p->archive_err);
@@ -118,22 +144,34 @@ static void progress(purge_run *p)
     fflush(stderr);
 }
 
-/* One step of a chunk: select (with the archive's columns when archiving)
- * or delete. */
-static int chunk_step(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+/* One chunk in one transaction: lock its records (and, when archiving,
+ * their orders), write the archive file while the locks are held, then
+ * detach, delete and commit. A record is therefore deleted by the
+ * transaction that archived it with its orders, and never before the file
+ * holding it is durable. */
+static int chunk_once(purge_run *p, ow_purge_batch *b, ow_error *err)
 {
-    if (step == 0)
-        return ow_admin_purge_select(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL,
-                                     &p->chunk, err);
+    int rc = ow_admin_purge_lock(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL, &p->chunk,
+                                 err);
+
+    if (rc != OW_OK)
+        return rc;
+    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
+        ow_admin_purge_abort(p->s);
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
+                            p->archive_err);
+    }
     return ow_admin_purge_delete(p->s, &p->chunk, &p->pos, b, err);
 }
 
-/* A step, retried with backoff while its errors are transient. */
-static int retried(purge_run *p, int step, ow_purge_batch *b, ow_error *err)
+/* A chunk, retried whole with backoff while its errors are transient: a
+ * retry locks the chunk again and rewrites its file, since a record
+ * another purge deleted meanwhile is no longer in it. */
+static int retried(purge_run *p, ow_purge_batch *b, ow_error *err)
 {
     for (unsigned attempt = 0;; attempt++) {
         int64_t delay;
-        int rc = chunk_step(p, step, b, err);
+        int rc = chunk_once(p, b, err);
 
         if (rc == OW_OK || err->cls != OW_ERRCLASS_RETRIABLE || attempt + 1 >= PURGE_ATTEMPTS)
             return rc;
@@ -160,21 +198,14 @@ static void throttle(purge_run *p)
         ow_sleep_ms((due_us - now_us + 999) / 1000, p->stop);
 }
 
-/* Select, archive, delete: one chunk. *last set when no chunk follows. */
+/* Lock, archive, delete: one chunk. *last set when no chunk follows. */
 static int purge_chunk(purge_run *p, int *last, ow_error *err)
 {
     ow_purge_batch b;
-    int rc = retried(p, 0, &b, err);
+    int rc = retried(p, &b, err);
 
     *last = 1;
     if (rc != OW_OK || p->chunk.n == 0)
-        return rc;
-    if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
-                            p->archive_err);
-    }
-    rc = retried(p, 1, &b, err);
-    if (rc != OW_OK)
         return rc;
     p->deleted += b.requests_deleted;
     p->detached += b.orders_detached;
@@ -257,6 +288,61 @@ static int purge_one(purge_run *p, unsigned shard, int64_t older_than, int dry_r
     return code;
 }
 
+/* A worker's retry cache answers a retry of a record for up to its
+ * cache.ttl_s after the record was created (its entry ages from before the
+ * deciding transaction), so a purge may delete only records older than the
+ * longest cache.ttl_s of the workers, or a retry would be answered from
+ * memory for a record that lookup and audit no longer find. Purge cannot
+ * read the workers' settings: without workers_ttl it assumes the key's
+ * maximum. A stated workers_ttl shorter than this configuration's own
+ * contradicts it, since a worker started from it keeps outcomes longer. */
+static int purge_guard(int64_t older_than, int64_t workers_ttl, const ow_config *cfg)
+{
+    if (workers_ttl > 0 && workers_ttl < cfg->cache_ttl_s) {
+        fprintf(stderr,
+                "order-worker purge: --workers-cache-ttl: %lld s is shorter than this "
+                "configuration's cache.ttl_s (%lld s), which a worker started from it would "
+                "use; state the longest cache.ttl_s of the workers on this database\n",
+                (long long)workers_ttl, (long long)cfg->cache_ttl_s);
+        return OW_EXIT_USAGE;
+    }
+    if (workers_ttl > 0 && older_than <= workers_ttl) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than --workers-cache-ttl "
+                "(%lld s), for which a worker's retry cache may still answer a retry; purge "
+                "older records\n",
+                (long long)older_than, (long long)workers_ttl);
+        return OW_EXIT_USAGE;
+    }
+    if (workers_ttl == 0 && older_than <= OW_CACHE_TTL_MAX_S) {
+        fprintf(stderr,
+                "order-worker purge: --older-than: %lld s is not longer than %d s, the longest "
+                "cache.ttl_s a worker may have, for which its retry cache may still answer a "
+                "retry; purge older records, or state the workers' longest cache.ttl_s with "
+                "--workers-cache-ttl S\n",
+                (long long)older_than, OW_CACHE_TTL_MAX_S);
+        return OW_EXIT_USAGE;
+    }
+    return OW_EXIT_OK;
+}
+
+/* Purges every shard in turn; p->cfg is loaded. */
+static int purge_shards(purge_run *p, int64_t older_than, int dry_run,
+                        const volatile sig_atomic_t *stop)
+{
+    int code = OW_EXIT_OK;
+
+    p->stop = stop;
+    p->tty = isatty(fileno(stderr));
+    p->seed = (uint64_t)ow_clock_mono_us() | 1;
+    for (unsigned i = 0; i < ow_cli_shards(p->cfg) && !*stop; i++) {
+        if (purge_one(p, i, older_than, dry_run) != OW_EXIT_OK)
+            code = OW_EXIT_FAILURE;
+    }
+    ow_purge_chunk_cleanup(&p->chunk);
+    return code;
+}
+
 int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
 {
     purge_run p = {0};
@@ -268,31 +354,12 @@ int ow_cmd_purge(int argc, char **argv, const volatile sig_atomic_t *stop)
         code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    /* Issue 12: a worker's retry cache answers for records up to
-     * cache.ttl_s old; a purge horizon must lie beyond that. */
-    if (older_than <= cfg.cache_ttl_s) {
-        fprintf(stderr,
-                "order-worker purge: --older-than: %lld s is not longer than cache.ttl_s (%lld s), "
-                "for which a worker's retry cache may still answer; purge older records or lower "
-                "cache.ttl_s\n",
-                (long long)older_than, (long long)cfg.cache_ttl_s);
-        ow_config_cleanup(&cfg);
-        return OW_EXIT_USAGE;
-    }
-    code = ow_cli_check_shard_maps(&cfg, "purge");
-    if (code != OW_EXIT_OK) {
-        ow_config_cleanup(&cfg);
-        return code;
-    }
     p.cfg = &cfg;
-    p.stop = stop;
-    p.tty = isatty(fileno(stderr));
-    p.seed = (uint64_t)ow_clock_mono_us() | 1;
-    for (unsigned i = 0; i < ow_cli_shards(&cfg) && !*stop; i++) {
-        if (purge_one(&p, i, older_than, ow_cli_flag(argc, argv, "--dry-run")) != OW_EXIT_OK)
-            code = OW_EXIT_FAILURE;
-    }
-    ow_purge_chunk_cleanup(&p.chunk);
+    code = purge_guard(older_than, p.workers_ttl, &cfg);
+    if (code == OW_EXIT_OK)
+        code = ow_cli_check_shard_maps(&cfg, "purge");
+    if (code == OW_EXIT_OK)
+        code = purge_shards(&p, older_than, ow_cli_flag(argc, argv, "--dry-run"), stop);
     ow_config_cleanup(&cfg);
     return code;
 }

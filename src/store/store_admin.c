@@ -5,8 +5,9 @@
  * the only SQL text built at run time is made of the static fragments below
  * (placeholder lists and the audit's COUNT/LIMIT wrappers). Reads that must
  * agree with each other (a record and its orders; the audit's checks) run
- * in one read-only REPEATABLE READ snapshot; a purge batch is one
- * READ COMMITTED transaction of the session's usual kind.
+ * in one read-only REPEATABLE READ snapshot; a purge chunk is one
+ * READ COMMITTED transaction of the session's usual kind whose reads are
+ * locking reads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,18 +384,25 @@ static const char *const sql_count_old =
 /* The chunk after position (c, i): created_at < cutoff, (created_at, id) >
  * (c, i), written so that the range on ix_requests_created is
  * [c, cutoff) and the walk never revisits the delete-marked entries of the
- * chunks before it (issue 13). */
+ * chunks before it (issue 13). A locking read: the rows it returns stay
+ * locked until the chunk's transaction ends, so no other purge can detach
+ * their orders or delete them meanwhile. A row another transaction holds
+ * is waited for; if that transaction deleted it, the read skips it and
+ * takes the next one, so the chunk holds only records that still exist. */
 #define SQL_AFTER_POS                                                          \
     " FROM idempotency_requests WHERE created_at < ? AND created_at >= ? AND " \
-    "(created_at > ? OR id > ?) ORDER BY created_at, id LIMIT ?"
+    "(created_at > ? OR id > ?) ORDER BY created_at, id LIMIT ? FOR UPDATE"
 static const char *const sql_select_old = "SELECT id, created_at" SQL_AFTER_POS;
 static const char *const sql_select_old_records =
     "SELECT id, created_at, user_id, idempotency_key, status, request_digest, response_status, "
     "response_body" SQL_AFTER_POS;
-/* IN lists of ID_CHUNK ids, cached by the connection (ow_store_stmt). */
+/* IN lists of ID_CHUNK ids, cached by the connection (ow_store_stmt). The
+ * orders are locked too, although only a transaction that also deletes
+ * their record (locked above) may detach them: it costs nothing, and the
+ * archive then never depends on that rule of the callers. */
 static const ow_sql_shape chunk_orders_sql = {
     OW_SLOT_PURGE + 0, "SELECT id, order_no, request_id FROM orders WHERE request_id IN (", "?",
-    ")"};
+    ") FOR UPDATE"};
 static const ow_sql_shape detach_sql = {
     OW_SLOT_PURGE + 1, "UPDATE orders SET request_id = NULL WHERE request_id IN (", "?", ")"};
 static const ow_sql_shape delete_sql = {OW_SLOT_PURGE + 2,
@@ -680,8 +688,8 @@ static int select_chunk_orders(ow_store *s, ow_purge_chunk *ch, ow_error *err)
     return rc;
 }
 
-int ow_admin_purge_select(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
-                          size_t limit, int with_records, ow_purge_chunk *c, ow_error *err)
+int ow_admin_purge_lock(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                        size_t limit, int with_records, ow_purge_chunk *c, ow_error *err)
 {
     int rc;
 
@@ -700,22 +708,26 @@ int ow_admin_purge_select(ow_store *s, const ow_timestamp *cutoff, const ow_purg
         rc = select_chunk(s, cutoff, pos, limit, with_records, c, err);
     if (rc == OW_OK && with_records && c->n > 0)
         rc = select_chunk_orders(s, c, err);
-    /* Plain reads took no lock; end the read view now, before the caller
-     * spends time on the archive. */
-    ow_store_rollback(s);
-    if (rc != OW_OK)
+    if (rc != OW_OK) {
+        /* A lock wait timeout ends only its statement: the locks taken
+         * before it must go too. */
+        ow_store_rollback(s);
         chunk_clear(c);
+    }
     return rc;
 }
 
 int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *pos,
                           ow_purge_batch *out, ow_error *err)
 {
-    int rc;
+    int rc = OW_OK;
 
     memset(out, 0, sizeof(*out));
-    rc = ow_store_connect(s, err);
-    if (rc == OW_OK && c->n > 0)
+    /* A new connection would not hold the chunk's locks. */
+    if (!ow_store_connected(s))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0,
+                            "delete requests: the connection that locked the chunk is gone");
+    if (c->n > 0)
         rc = run_in_chunks(s, &detach_sql, c->ids, c->n, &out->orders_detached, "detach orders",
                            err);
     if (rc == OW_OK && c->n > 0)
@@ -734,6 +746,11 @@ int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *po
     return OW_OK;
 }
 
+void ow_admin_purge_abort(ow_store *s)
+{
+    ow_store_rollback(s);
+}
+
 int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
                          ow_error *err)
 {
@@ -743,7 +760,7 @@ int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, 
 
     memset(out, 0, sizeof(*out));
     ow_purge_chunk_init(&c);
-    rc = ow_admin_purge_select(s, cutoff, &pos, limit, 0, &c, err);
+    rc = ow_admin_purge_lock(s, cutoff, &pos, limit, 0, &c, err);
     if (rc == OW_OK)
         rc = ow_admin_purge_delete(s, &c, &pos, out, err);
     ow_purge_chunk_cleanup(&c);

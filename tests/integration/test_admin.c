@@ -3,12 +3,15 @@
  * (ow/admin.h) and through the built binary (exit codes, output):
  * lookup found / not found, purge in batches with orders kept, dry run,
  * the purge archive (issue 13: lookup --archive, --max-rate, a purge killed
- * at random points loses no record from the archive), and an audit in which
- * every check fires, next to a clean one.
+ * at random points loses no record from the archive), two purges at once
+ * (a chunk stays locked until it is deleted, so every archived copy holds
+ * its orders), and an audit in which every check fires, next to a clean
+ * one.
  */
 #include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -408,7 +411,9 @@ static long archive_count(const char *dir, int *seen, long long max_id, int *fil
             id = json_integer_value(json_object_get(j, "id"));
             assert_true(id >= 1 && id < max_id);
             assert_string_equal(json_string_value(json_object_get(j, "status")), "SUCCEEDED");
-            assert_int_equal(json_array_size(json_object_get(j, "orders")), 1);
+            if (json_array_size(json_object_get(j, "orders")) != 1)
+                fail_msg("%s: request %lld was archived with %zu orders, not its 1", path, id,
+                         json_array_size(json_object_get(j, "orders")));
             assert_non_null(json_string_value(json_object_get(j, "response_body")));
             seen[id]++;
             lines++;
@@ -513,6 +518,188 @@ static void test_purge_archive_lookup(void **state)
     ow_store_free(&s);
 }
 
+/* Writes lines (NULL-terminated) to dir/name as one gzip stream. */
+static void plant(const char *dir, const char *name, const char *const *lines)
+{
+    char path[700];
+    gzFile gz;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gz = gzopen(path, "wb");
+    assert_non_null(gz);
+    for (; *lines != NULL; lines++) {
+        assert_true(gzputs(gz, *lines) >= 0);
+        assert_true(gzputc(gz, '\n') == '\n');
+    }
+    assert_int_equal(gzclose(gz), Z_OK);
+}
+
+/* One archived record of user 5 as purge writes it; orders is JSON. */
+static const char *archived(char *buf, size_t size, long long id, const char *key,
+                            const char *orders)
+{
+    snprintf(buf, size,
+             "{\"id\":%lld,\"user_id\":5,\"idempotency_key\":\"%s\",\"request_digest\":\"%064d\","
+             "\"status\":\"SUCCEEDED\",\"response_status\":201,\"response_body\":\"{}\","
+             "\"created_at\":\"2026-01-02 00:00:00.000000\",\"orders\":%s}",
+             id, key, 0, orders);
+    return buf;
+}
+
+/* lookup --archive dir --user 5 --key key: the status, and the JSON
+ * printed (NULL when none; the caller decrefs); the stderr in *err_out
+ * when it is not NULL (the caller frees it). */
+static json_t *lookup_archived(const char *dir, const char *key, int *status, char **err_out)
+{
+    const char *args[] = {"lookup", "--archive", dir, "--user", "5", "--key", key, NULL};
+    testcli_result r = cli(&db, args);
+    json_t *j = r.status == 0 ? json_loads(r.out, 0, NULL) : NULL;
+
+    *status = r.status;
+    if (err_out != NULL) {
+        *err_out = r.err;
+        r.err = NULL;
+    }
+    testcli_result_free(&r);
+    return j;
+}
+
+/* Copies of one record that differ (an archive written before purge locked
+ * its chunks: a record whose orders another purge detached between two
+ * reads, archived with none): lookup --archive prints the copy with the
+ * most orders, wherever its file sorts, and says the copies differ. */
+static void test_archive_lookup_by_content(void **state)
+{
+    static const char *const full = "[{\"id\":11,\"order_no\":\"OW-11\"}]";
+    char dir[512], a[512], b[512], want[700];
+    char *err = NULL;
+    json_t *j;
+    int status;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "copies");
+    /* k1: the complete copy in the file whose name sorts first; k2: last. */
+    plant(dir, "requests-0000000000000000001-0000000000000000001.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "k1", full),
+                                archived(b, sizeof(b), 2, "k2", "[]"), NULL});
+    plant(dir, "requests-0000000000000000002-0000000000000000002.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "k1", "[]"),
+                                archived(b, sizeof(b), 2, "k2", full), NULL});
+    for (int k = 1; k <= 2; k++) {
+        j = lookup_archived(dir, k == 1 ? "k1" : "k2", &status, &err);
+        if (status != 0 || j == NULL)
+            fail_msg("lookup --archive k%d: status %d: %s", k, status, err);
+        assert_int_equal(json_array_size(json_object_get(j, "orders")), 1);
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(json_object_get(j, "orders"), 0), "id")),
+                         11);
+        assert_int_equal(json_integer_value(json_object_get(j, "archive_copies")), 2);
+        assert_true(json_is_true(json_object_get(j, "archive_copies_differ")));
+        snprintf(want, sizeof(want),
+                 "%s/requests-000000000000000000%d-000000000000000000%d.jsonl.gz", dir, k, k);
+        assert_string_equal(json_string_value(json_object_get(j, "archive_file")), want);
+        assert_non_null(strstr(err, "warning: the 2 archived copies of this record differ"));
+        json_decref(j);
+        free(err);
+    }
+    /* Identical copies (a chunk archived again after a crash) do not differ. */
+    plant(dir, "requests-0000000000000000003-0000000000000000003.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 3, "k3", full), NULL});
+    plant(dir, "requests-0000000000000000003-0000000000000000004.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 3, "k3", full), NULL});
+    j = lookup_archived(dir, "k3", &status, &err);
+    assert_int_equal(status, 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "archive_copies")), 2);
+    assert_true(json_is_false(json_object_get(j, "archive_copies_differ")));
+    assert_null(strstr(err, "differ"));
+    json_decref(j);
+    free(err);
+    archive_remove(dir);
+}
+
+/* The key of line i of the file that is cut: varied, so that half of the
+ * compressed file is well short of its end. */
+static const char *cut_key(int i, char key[32])
+{
+    snprintf(key, 32, "cut-%d-%x", i, (unsigned)i * 2654435761u);
+    return key;
+}
+
+/* A file cut short (a copy to cold storage that stopped) next to intact
+ * ones: a record in an intact file is found (exit 0, the damaged file
+ * named on stderr); a record that is not in the intact files is not
+ * reported absent (exit 1, not 3), since the damaged file may hold it. */
+static void test_archive_lookup_unreadable(void **state)
+{
+    static const char *const cut = "requests-0000000000000000100-0000000000000000399.jsonl.gz";
+    static const char *const empty = "requests-0000000000000000400-0000000000000000400.jsonl.gz";
+    static char lines[300][512];
+    const char *list[301];
+    char dir[512], a[512], path[700], *err = NULL;
+    struct stat st;
+    json_t *j;
+    int status;
+
+    (void)state;
+    archive_dir(dir, sizeof(dir), "unreadable");
+    plant(dir, "requests-0000000000000000001-0000000000000000001.jsonl.gz",
+          (const char *const[]){archived(a, sizeof(a), 1, "intact", "[]"), NULL});
+    for (int i = 0; i < 300; i++) {
+        char key[32];
+
+        list[i] = archived(lines[i], sizeof(lines[i]), 100 + i, cut_key(i, key), "[]");
+    }
+    list[300] = NULL;
+    plant(dir, cut, list);
+    snprintf(path, sizeof(path), "%s/%s", dir, cut);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size / 2), 0);
+
+    j = lookup_archived(dir, "intact", &status, &err);
+    if (status != 0 || j == NULL)
+        fail_msg("lookup --archive beside a truncated file: status %d: %s", status, err);
+    assert_int_equal(json_integer_value(json_object_get(j, "id")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "archive_files_unreadable")), 1);
+    assert_non_null(strstr(err, "warning: skipped "));
+    assert_non_null(strstr(err, cut));
+    json_decref(j);
+    free(err);
+
+    /* cut-299 is past the cut; cut-0 before it, but a damaged file counts
+     * for nothing; absent-key is nowhere: none of them is "not found". */
+    for (int k = 0; k < 3; k++) {
+        char cutk[32];
+        const char *key = k == 0 ? cut_key(299, cutk) : k == 1 ? cut_key(0, cutk) : "absent-key";
+
+        j = lookup_archived(dir, key, &status, &err);
+        assert_null(j);
+        if (status != 1)
+            fail_msg("lookup --archive of %s: status %d, not 1: %s", key, status, err);
+        assert_non_null(strstr(err, cut));
+        assert_non_null(strstr(err, "could not be read"));
+        assert_non_null(strstr(err, "not found is not certain"));
+        free(err);
+    }
+
+    /* An empty file is no gzip stream: unreadable too. */
+    assert_int_equal(unlink(path), 0);
+    plant(dir, empty, (const char *const[]){NULL});
+    snprintf(path, sizeof(path), "%s/%s", dir, empty);
+    assert_int_equal(truncate(path, 0), 0);
+    j = lookup_archived(dir, "absent-key", &status, &err);
+    assert_int_equal(status, 1);
+    assert_non_null(strstr(err, empty));
+    free(err);
+
+    /* Every file readable again: now absent means absent. */
+    assert_int_equal(unlink(path), 0);
+    j = lookup_archived(dir, "absent-key", &status, &err);
+    assert_int_equal(status, 3);
+    assert_non_null(strstr(err, "no archived request for user 5 with key absent-key"));
+    free(err);
+    archive_remove(dir);
+}
+
 /* n requests 2 hours old with one order each, ids 1..n, plus 5 new ones. */
 static void purge_bulk(int n)
 {
@@ -542,8 +729,9 @@ static void purge_bulk(int n)
  * is asserted (a loaded machine only makes it slower). */
 static void test_purge_max_rate(void **state)
 {
-    static const char *const args[] = {"purge", "--older-than", "1h", "--batch",
-                                       "5",     "--max-rate",   "20", NULL};
+    static const char *const args[] = {
+        "purge",      "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "5",
+        "--max-rate", "20",           NULL};
     testcli_result r;
     int64_t t0;
 
@@ -571,7 +759,9 @@ static void test_purge_max_rate(void **state)
  * renaming, fsyncing the directory, deleting, committing. */
 static void test_purge_archive_killed(void **state)
 {
-    const char *args[] = {"purge", "--older-than", "1h", "--batch", "5", "--archive", NULL, NULL};
+    const char *args[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "5",
+        "--archive", NULL,           NULL};
     static int seen[BULK + 1];
     unsigned seed = (unsigned)time(NULL);
     char dir[512];
@@ -581,7 +771,7 @@ static void test_purge_archive_killed(void **state)
 
     (void)state;
     archive_dir(dir, sizeof(dir), "killed");
-    args[6] = dir;
+    args[8] = dir;
     purge_bulk(BULK);
     srand(seed);
     print_message("purge kill test: seed %u, %d kill points\n", seed, KILL_POINTS);
@@ -615,6 +805,173 @@ static void test_purge_archive_killed(void **state)
         "purge kill test: %ld archived lines in %d files for %d records (%d duplicates)\n", lines,
         files, BULK, dups);
     archive_remove(dir);
+}
+
+typedef struct {
+    ow_store *s;
+    ow_purge_chunk chunk;
+    int rc;
+    char msg[256];
+    atomic_int done;
+} lock_run;
+
+static void *lock_thread(void *p)
+{
+    lock_run *r = p;
+    ow_timestamp cutoff;
+    ow_purge_pos pos = {0};
+    ow_error err;
+
+    r->rc = ow_admin_purge_cutoff(r->s, 3600, &cutoff, &err);
+    if (r->rc == OW_OK)
+        r->rc = ow_admin_purge_lock(r->s, &cutoff, &pos, 10, 1, &r->chunk, &err);
+    if (r->rc != OW_OK)
+        snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* Whether r's locking read waits: it is seen executing (within 10 s), and
+ * it has not returned 300 ms later. */
+static int lock_wait_seen(lock_run *r)
+{
+    int running = 0;
+
+    for (int i = 0; i < 200 && !running && !atomic_load(&r->done); i++) {
+        running = count(&db, "SELECT COUNT(*) FROM information_schema.processlist WHERE "
+                             "db = DATABASE() AND info LIKE 'SELECT id, created_at, user_id%'") > 0;
+        if (!running)
+            usleep(50000);
+    }
+    usleep(300000);
+    return running && !atomic_load(&r->done);
+}
+
+/* A chunk's records stay locked from its read to its commit: a second
+ * purge that reaches them waits, and then locks the records after them
+ * (those the first deleted are not in its chunk), each with its order. */
+static void test_purge_lock_excludes(void **state)
+{
+    ow_store *a = testdb_store(&db, &ids, 5);
+    lock_run b = {.s = testdb_store(&db, &ids, 5)};
+    ow_purge_chunk chunk;
+    ow_purge_pos pos = {0};
+    ow_purge_batch out;
+    ow_timestamp cutoff;
+    ow_error err;
+    pthread_t th;
+
+    (void)state;
+    purge_bulk(20);
+    ow_purge_chunk_init(&chunk);
+    ow_purge_chunk_init(&b.chunk);
+    assert_int_equal(ow_admin_purge_cutoff(a, 3600, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_admin_purge_lock(a, &cutoff, &pos, 5, 1, &chunk, &err), OW_OK);
+    assert_int_equal(chunk.n, 5);
+    assert_int_equal(chunk.ids[0], 1);
+    assert_int_equal(pthread_create(&th, NULL, lock_thread, &b), 0);
+    if (!lock_wait_seen(&b)) {
+        pthread_join(th, NULL);
+        ow_admin_purge_abort(a);
+        fail_msg("the second purge's read did not wait for the first one's locked chunk: it "
+                 "returned %d (%s) with %zu records, the first %lld",
+                 b.rc, b.msg, b.chunk.n, b.chunk.n > 0 ? b.chunk.ids[0] : 0LL);
+    }
+    assert_int_equal(ow_admin_purge_delete(a, &chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(out.requests_deleted, 5);
+    assert_int_equal(out.orders_detached, 5);
+    pthread_join(th, NULL);
+    if (b.rc != OW_OK)
+        fail_msg("the second purge's lock: %s", b.msg);
+    /* Committed before the checks, so that a failing one leaves no lock
+     * behind for the next test. */
+    pos = (ow_purge_pos){0};
+    assert_int_equal(ow_admin_purge_delete(b.s, &b.chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(b.chunk.n, 10);
+    for (size_t i = 0; i < b.chunk.n; i++) {
+        assert_int_equal(b.chunk.ids[i], (long long)i + 6);
+        assert_int_equal(b.chunk.records[i].n_orders, 1);
+        assert_int_equal(b.chunk.records[i].orders[0].id, (long long)i + 6);
+    }
+    assert_int_equal(out.requests_deleted, 10);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 10);
+    assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"), 15);
+    ow_purge_chunk_cleanup(&chunk);
+    ow_purge_chunk_cleanup(&b.chunk);
+    ow_store_free(&b.s);
+    ow_store_free(&a);
+}
+
+typedef struct {
+    const char *const *args;
+    int delay_ms; /* before it starts */
+    testcli_result r;
+} purge_thread_run;
+
+static void *purge_thread(void *p)
+{
+    purge_thread_run *run = p;
+
+    usleep((useconds_t)run->delay_ms * 1000);
+    run->r = cli(&db, run->args);
+    return NULL;
+}
+
+#define CONCURRENT_ROUNDS 3
+#define CONCURRENT_BULK 4000
+
+/* Two purges at once on one archive directory (an hourly purge that
+ * overruns into the next), one chunk of a record at a time and one chunk
+ * of everything, the second started 0, 150 and 300 ms after the first:
+ * both succeed, every old record is deleted and every order detached, and
+ * every archived copy of every record carries its order. */
+static void test_purge_archive_concurrent(void **state)
+{
+    const char *small[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "1",
+        "--archive", NULL,           NULL};
+    const char *large[] = {
+        "purge",     "--older-than", "1h", "--workers-cache-ttl", "300", "--batch", "20000",
+        "--archive", NULL,           NULL};
+    static int seen[CONCURRENT_BULK + 1];
+    char dir[512];
+
+    (void)state;
+    for (int round = 0; round < CONCURRENT_ROUNDS; round++) {
+        purge_thread_run runs[2] = {{small, 0, {0}}, {large, 150 * round, {0}}};
+        pthread_t th[2];
+        int files = 0, dups = 0;
+        long lines;
+
+        setup(NULL);
+        archive_dir(dir, sizeof(dir), "concurrent");
+        small[8] = large[8] = dir;
+        purge_bulk(CONCURRENT_BULK);
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(pthread_create(&th[k], NULL, purge_thread, &runs[k]), 0);
+        for (int k = 0; k < 2; k++)
+            pthread_join(th[k], NULL);
+        for (int k = 0; k < 2; k++) {
+            if (runs[k].r.status != 0)
+                fail_msg("round %d: purge --batch %s: status %d: %s", round, runs[k].args[6],
+                         runs[k].r.status, runs[k].r.err);
+            testcli_result_free(&runs[k].r);
+        }
+        assert_int_equal(count(&db, "SELECT COUNT(*) FROM idempotency_requests"), 5);
+        assert_int_equal(count(&db, "SELECT COUNT(*) FROM orders WHERE request_id IS NULL"),
+                         CONCURRENT_BULK);
+        memset(seen, 0, sizeof(seen));
+        lines = archive_count(dir, seen, CONCURRENT_BULK + 1, &files);
+        for (int id = 1; id <= CONCURRENT_BULK; id++) {
+            if (seen[id] == 0)
+                fail_msg("round %d: request %d was deleted but is not in the archive", round, id);
+            dups += seen[id] - 1;
+        }
+        print_message("concurrent purges, round %d: %ld archived lines in %d files for %d "
+                      "records (%d duplicates)\n",
+                      round, lines, files, CONCURRENT_BULK, dups);
+        archive_remove(dir);
+    }
 }
 
 /* --- audit ------------------------------------------------------------------- */
@@ -905,8 +1262,9 @@ static void test_migrate_key_hash_on_old_rows(void **state)
     /* Row 42 is (1, 'old-42'), recorded for another request: the worker
      * finds it by its own hash and refuses the key. */
     s = testdb_store(&old, &ids, 5);
-    testmsg_make(&m, "old-42", "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"O1\","
-                               "\"amount\":\"1.00\"}]}");
+    testmsg_make(&m, "old-42",
+                 "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"O1\","
+                 "\"amount\":\"1.00\"}]}");
     assert_int_equal(testmsg_decide(s, &m), OW_DECISION_KEY_REUSED);
     assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM idempotency_requests"), 500);
     assert_int_equal(testdb_count(&old, "SELECT COUNT(*) FROM orders"), 0);
@@ -960,7 +1318,8 @@ static void test_prepare_errors_keep_text(void **state)
 {
     static const char *const lookup[] = {"lookup", "--user", "42", "--key", "k", NULL};
     static const char *const audit[] = {"audit", NULL};
-    static const char *const purge[] = {"purge", "--older-than", "1d", NULL};
+    static const char *const purge[] = {"purge", "--older-than", "1d", "--workers-cache-ttl", "300",
+                                        NULL};
     static const char *const migrate[] = {"migrate", NULL};
     testdb t;
     testdb np;
@@ -1008,8 +1367,12 @@ int main(void)
         cmocka_unit_test_setup(test_purge_large_batch, setup),
         cmocka_unit_test_setup(test_purge_cli, setup),
         cmocka_unit_test_setup(test_purge_archive_lookup, setup),
+        cmocka_unit_test(test_archive_lookup_by_content),
+        cmocka_unit_test(test_archive_lookup_unreadable),
         cmocka_unit_test_setup(test_purge_max_rate, setup),
         cmocka_unit_test_setup(test_purge_archive_killed, setup),
+        cmocka_unit_test_setup(test_purge_lock_excludes, setup),
+        cmocka_unit_test_setup(test_purge_archive_concurrent, setup),
         cmocka_unit_test_setup(test_audit_clean, setup),
         cmocka_unit_test(test_audit_every_check_fires),
         cmocka_unit_test(test_audit_database_error),

@@ -7,9 +7,9 @@
  * replica; each lane owns a cache, so no lock is needed. A lane fills it
  * only after the deciding transaction committed, and a hit answers only a
  * message with the same digest; anything else goes to the database, which
- * stays the only judge. Entries expire after a TTL kept below the purge
- * horizon, so the cache never answers for a record the purge has removed
- * longer ago than that. Pure: no I/O, no clock of its own.
+ * stays the only judge. Entries expire after a TTL that purge's horizon
+ * must exceed (purge refuses a shorter one), so the cache never answers for
+ * a record the purge has removed. Pure: no I/O, no clock of its own.
  */
 #ifndef OW_CACHE_H
 #define OW_CACHE_H

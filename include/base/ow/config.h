@@ -20,6 +20,8 @@
 
 #define OW_CONFIG_ENV_PREFIX "ORDER_WORKER_"
 #define OW_CONFIG_MAX_PASSTHROUGH 64
+/* The largest cache.ttl_s: purge assumes the workers may use it. */
+#define OW_CACHE_TTL_MAX_S 86400
 
 typedef enum { OW_LOG_ERROR = 0, OW_LOG_WARN, OW_LOG_INFO, OW_LOG_DEBUG } ow_log_level;
 
@@ -74,7 +76,7 @@ typedef struct ow_config {
     int64_t rebalance_drain_timeout_ms;
     int64_t shutdown_timeout_ms;
     int64_t cache_max_bytes;
-    int64_t cache_ttl_s;
+    int64_t cache_ttl_s; /* 1..OW_CACHE_TTL_MAX_S */
     /* Operations */
     int64_t log_level;
     char *metrics_address;

@@ -95,19 +95,25 @@ typedef struct {
     int64_t orders_detached; /* orders whose request_id was set to NULL */
 } ow_purge_batch;
 
-/* One transaction: selects up to limit (1..OW_PURGE_BATCH_MAX) request ids
- * created before cutoff, oldest first, sets request_id = NULL on their
- * orders (orders are kept), deletes the requests and commits. On error
- * nothing was committed and out is zeroed. */
+/* One chunk (below) from the oldest record on: locks up to limit
+ * (1..OW_PURGE_BATCH_MAX) records created before cutoff, oldest first,
+ * sets request_id = NULL on their orders (orders are kept), deletes the
+ * records and commits. On error nothing was committed and out is zeroed. */
 int ow_admin_purge_batch(ow_store *s, const ow_timestamp *cutoff, size_t limit, ow_purge_batch *out,
                          ow_error *err);
 
-/* Issue 13: a purge walks ix_requests_created in (created_at, id) order
- * from where its last chunk ended, in chunks that are each one short
- * transaction: a plain (non-locking) read selects the chunk, the caller may
- * archive it, then one READ COMMITTED transaction detaches the chunk's
- * orders and deletes its requests by primary key, taking record locks on
- * those rows only (no gap locks at READ COMMITTED, no foreign keys). */
+/* A purge walks ix_requests_created in (created_at, id) order from where
+ * its last chunk ended, each chunk one READ COMMITTED transaction:
+ * ow_admin_purge_lock reads the chunk's records (and, for the archive,
+ * their orders) with locking reads and returns with the transaction open;
+ * the caller may write the chunk to the archive while those row locks
+ * keep every other transaction from deleting the records or detaching
+ * their orders; then ow_admin_purge_delete detaches the orders, deletes
+ * the records by primary key and commits, or ow_admin_purge_abort rolls
+ * back. Only the chunk's own rows are locked (no gap locks at READ
+ * COMMITTED, no foreign keys), so a second purge beside it waits for the
+ * chunk and then skips the records it deleted: what one transaction reads
+ * is exactly what it deletes. */
 typedef struct {
     ow_timestamp created_at; /* of the last record deleted */
     int64_t id;
@@ -124,16 +130,22 @@ typedef struct {
 void ow_purge_chunk_init(ow_purge_chunk *c);
 void ow_purge_chunk_cleanup(ow_purge_chunk *c);
 
-/* Selects the next chunk of up to limit (1..OW_PURGE_BATCH_MAX) records
- * created before cutoff and after pos; with_records also reads each
- * record's columns and its orders (for the archive). Holds no lock once it
- * returns. c->n < limit: this is the last chunk. */
-int ow_admin_purge_select(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
-                          size_t limit, int with_records, ow_purge_chunk *c, ow_error *err);
-/* One transaction: request_id = NULL on the chunk's orders, its requests
- * deleted, commit; then *pos = c->last. On error nothing was committed. */
+/* Starts the chunk's transaction and locks the next chunk of up to limit
+ * (1..OW_PURGE_BATCH_MAX) records created before cutoff and after pos;
+ * with_records also reads each record's columns and locks and reads its
+ * orders (for the archive). c->n < limit: this is the last chunk. On 0 the
+ * transaction is open (also when c->n is 0) and the caller ends it with
+ * ow_admin_purge_delete or ow_admin_purge_abort; on error it was rolled
+ * back. */
+int ow_admin_purge_lock(ow_store *s, const ow_timestamp *cutoff, const ow_purge_pos *pos,
+                        size_t limit, int with_records, ow_purge_chunk *c, ow_error *err);
+/* In the transaction ow_admin_purge_lock started: request_id = NULL on the
+ * chunk's orders, its records deleted, commit; then *pos = c->last. On
+ * error it was rolled back: nothing was committed. */
 int ow_admin_purge_delete(ow_store *s, const ow_purge_chunk *c, ow_purge_pos *pos,
                           ow_purge_batch *out, ow_error *err);
+/* Rolls the chunk's transaction back (the archive could not be written). */
+void ow_admin_purge_abort(ow_store *s);
 
 /* --- audit --------------------------------------------------------------- */
 
