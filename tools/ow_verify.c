@@ -3,7 +3,7 @@
  * the input, results and dead-letter topics, the database and the group's
  * committed offsets. Prints one line per invariant and a figures line;
  * exits 1 on any violation. The invariants of the stored data alone (I1,
- * I2, I3, I7) are the audit's (ow_admin_audit, as `order-worker audit` runs
+ * I2, I3, I7) are the audit's (ow_store_audit, as `order-worker audit` runs
  * them): one definition of each. The checks that compare the
  * topics with the database read it here.
  *
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "kit.h"
-#include "ow/admin.h"
+#include "ow/store_audit.h"
 #include "ow/error.h"
 #include "ow/htab.h"
 #include "ow/idgen.h"
@@ -808,7 +808,7 @@ static int audit_one(const args_t *a, unsigned shard, ow_audit_report *rep)
         fprintf(stderr, "verify: out of memory\n");
         return -1;
     }
-    rc = ow_admin_audit(s, rep, &err);
+    rc = ow_store_audit(s, rep, &err);
     if (rc != OW_OK)
         fprintf(stderr, "verify: audit: %s\n", err.msg);
     ow_store_free(&s);

@@ -61,7 +61,7 @@ static int put_body(json_t *j, const ow_buf *body)
     return bad;
 }
 
-static json_t *orders_json(const ow_admin_record *r)
+static json_t *orders_json(const ow_record *r)
 {
     json_t *a = json_array();
 
@@ -80,7 +80,7 @@ static json_t *orders_json(const ow_admin_record *r)
     return a;
 }
 
-static json_t *record_json(const ow_admin_record *r)
+static json_t *record_json(const ow_record *r)
 {
     char created[OW_TIMESTAMP_TEXT_MAX];
     json_t *j = json_object();

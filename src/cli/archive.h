@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ow/admin.h"
+#include "ow/store_purge.h"
 
 #define OW_ARCHIVE_ERR_MAX 4400 /* a path (4096) and its error */
 

@@ -1,7 +1,7 @@
 /* order-worker audit: checks the invariants of the stored data. */
 #include <stdio.h>
 
-#include "ow/admin.h"
+#include "ow/store_audit.h"
 #include "cli.h"
 
 void ow_help_audit(void)
@@ -72,7 +72,7 @@ static int audit_one(const ow_config *cfg, unsigned shard)
     if (s == NULL) {
         fprintf(stderr, "order-worker audit: out of memory\n");
         code = OW_EXIT_FAILURE;
-    } else if (ow_admin_audit(s, &report, &err) != OW_OK) {
+    } else if (ow_store_audit(s, &report, &err) != OW_OK) {
         fprintf(stderr, "order-worker audit: %s\n", err.msg);
         code = OW_EXIT_FAILURE;
     } else {

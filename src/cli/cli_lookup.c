@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "archive.h"
-#include "ow/admin.h"
+#include "ow/store_lookup.h"
 #include "cli.h"
 
 void ow_help_lookup(void)
@@ -43,7 +43,7 @@ static int put(json_t *obj, const char *name, json_t *value)
     return value == NULL || json_object_set_new(obj, name, value) != 0;
 }
 
-static json_t *order_json(const ow_admin_order *o)
+static json_t *order_json(const ow_record_order *o)
 {
     json_t *j = json_object();
     int bad = j == NULL;
@@ -61,7 +61,7 @@ static json_t *order_json(const ow_admin_order *o)
     return bad ? NULL : j;
 }
 
-static json_t *orders_json(const ow_admin_record *r)
+static json_t *orders_json(const ow_record *r)
 {
     json_t *a = json_array();
 
@@ -76,7 +76,7 @@ static json_t *orders_json(const ow_admin_record *r)
 
 /* The stored body as embedded JSON; null when it does not parse (it always
  * should: the worker stores what it built). */
-static json_t *response_json(const ow_admin_record *r)
+static json_t *response_json(const ow_record *r)
 {
     json_error_t jerr;
     json_t *j = json_loadb(r->response.data, r->response.len, 0, &jerr);
@@ -89,7 +89,7 @@ static json_t *response_json(const ow_admin_record *r)
     return j;
 }
 
-static json_t *record_json(const ow_admin_record *r)
+static json_t *record_json(const ow_record *r)
 {
     char created[OW_TIMESTAMP_TEXT_MAX], updated[OW_TIMESTAMP_TEXT_MAX];
     json_t *j = json_object();
@@ -114,7 +114,7 @@ static json_t *record_json(const ow_admin_record *r)
     return bad ? NULL : j;
 }
 
-static int print_record(const ow_admin_record *r)
+static int print_record(const ow_record *r)
 {
     json_t *j = record_json(r);
     int rc = -1;
@@ -148,13 +148,13 @@ static int lookup_args(int argc, char **argv, int64_t *user, const char **key)
 
 static int lookup_print(ow_store *s, int64_t user, const char *key)
 {
-    ow_admin_record rec;
+    ow_record rec;
     ow_error err;
     int code = OW_EXIT_OK;
     int rc;
 
-    ow_admin_record_init(&rec);
-    rc = ow_admin_lookup(s, user, key, strlen(key), &rec, &err);
+    ow_record_init(&rec);
+    rc = ow_store_lookup(s, user, key, strlen(key), &rec, &err);
     if (rc == OW_ENOTFOUND) {
         fprintf(stderr, "order-worker lookup: no request for user %lld with key %s\n",
                 (long long)user, key);
@@ -166,7 +166,7 @@ static int lookup_print(ow_store *s, int64_t user, const char *key)
         fprintf(stderr, "order-worker lookup: cannot write the record\n");
         code = OW_EXIT_FAILURE;
     }
-    ow_admin_record_cleanup(&rec);
+    ow_record_cleanup(&rec);
     return code;
 }
 

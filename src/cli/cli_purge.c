@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "archive.h"
-#include "ow/admin.h"
+#include "ow/store_purge.h"
 #include "cli.h"
 
 #define PURGE_ATTEMPTS 10 /* tries of one batch before giving up */
@@ -151,17 +151,17 @@ static void progress(purge_run *p)
  * holding it is durable. */
 static int chunk_once(purge_run *p, ow_purge_batch *b, ow_error *err)
 {
-    int rc = ow_admin_purge_lock(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL, &p->chunk,
+    int rc = ow_store_purge_lock(p->s, &p->cutoff, &p->pos, p->batch, p->archive != NULL, &p->chunk,
                                  err);
 
     if (rc != OW_OK)
         return rc;
     if (p->archive != NULL && ow_archive_write(p->archive, &p->chunk, p->archive_err) != 0) {
-        ow_admin_purge_abort(p->s);
+        ow_store_purge_abort(p->s);
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s; this chunk was not deleted",
                             p->archive_err);
     }
-    return ow_admin_purge_delete(p->s, &p->chunk, &p->pos, b, err);
+    return ow_store_purge_delete(p->s, &p->chunk, &p->pos, b, err);
 }
 
 /* A chunk, retried whole with backoff while its errors are transient: a
@@ -250,10 +250,10 @@ static int purge_report(purge_run *p, int rc, const ow_error *err)
 static int purge_run_all(purge_run *p, int64_t older_than, int dry_run)
 {
     ow_error err;
-    int rc = ow_admin_purge_cutoff(p->s, older_than, &p->cutoff, &err);
+    int rc = ow_store_purge_cutoff(p->s, older_than, &p->cutoff, &err);
 
     if (rc == OW_OK)
-        rc = ow_admin_purge_count(p->s, &p->cutoff, &p->estimate, &err);
+        rc = ow_store_purge_count(p->s, &p->cutoff, &p->estimate, &err);
     if (rc != OW_OK) {
         fprintf(stderr, "order-worker purge: %s\n", err.msg);
         return OW_EXIT_FAILURE;

@@ -117,13 +117,13 @@ static void answer_late_locked(serve_lookups *l, serve_job *job)
 
 static serve_reply lookup_request(ow_store *s, const serve_route *route)
 {
-    ow_admin_record rec;
+    ow_record rec;
     ow_error err;
     serve_reply rep;
     int rc;
 
-    ow_admin_record_init(&rec);
-    rc = ow_admin_lookup(s, route->user_id, route->segment, route->segment_len, &rec, &err);
+    ow_record_init(&rec);
+    rc = ow_store_lookup(s, route->user_id, route->segment, route->segment_len, &rec, &err);
     if (rc == OW_ENOTFOUND)
         rep = serve_reply_error(404, "NOT_FOUND",
                                 "no request record for this user and key: it was never decided, or "
@@ -133,15 +133,15 @@ static serve_reply lookup_request(ow_store *s, const serve_route *route)
         rep = serve_reply_store_error(&err);
     else
         rep = serve_reply_record(&rec);
-    ow_admin_record_cleanup(&rec);
+    ow_record_cleanup(&rec);
     return rep;
 }
 
 static serve_reply lookup_order(ow_store *s, const serve_route *route)
 {
-    ow_admin_order o;
+    ow_record_order o;
     ow_error err;
-    int rc = ow_admin_order_get(s, route->user_id, route->segment, route->segment_len, &o, &err);
+    int rc = ow_store_order_get(s, route->user_id, route->segment, route->segment_len, &o, &err);
 
     if (rc == OW_ENOTFOUND)
         return serve_reply_error(404, "NOT_FOUND",

@@ -47,7 +47,7 @@ serve_reply serve_reply_error(unsigned status, const char *code, const char *mes
     return rep;
 }
 
-serve_reply serve_reply_record(const ow_admin_record *rec)
+serve_reply serve_reply_record(const ow_record *rec)
 {
     serve_reply rep;
 
@@ -62,7 +62,7 @@ serve_reply serve_reply_record(const ow_admin_record *rec)
     return rep;
 }
 
-static int order_json(const ow_admin_order *o, int64_t user_id, ow_buf *out)
+static int order_json(const ow_record_order *o, int64_t user_id, ow_buf *out)
 {
     int rc = ow_buf_appendf(out, "{\"order_id\":%lld,\"order_no\":", (long long)o->id);
 
@@ -82,7 +82,7 @@ static int order_json(const ow_admin_order *o, int64_t user_id, ow_buf *out)
     return rc;
 }
 
-serve_reply serve_reply_order(const ow_admin_order *o, int64_t user_id)
+serve_reply serve_reply_order(const ow_record_order *o, int64_t user_id)
 {
     serve_reply rep;
     ow_buf out;

@@ -4,7 +4,7 @@
 
 #include <microhttpd.h>
 
-#include "ow/admin.h"
+#include "ow/store_lookup.h"
 #include "ow/error.h"
 
 /* What a 503 tells the client to wait. */
@@ -26,8 +26,8 @@ serve_reply serve_reply_json(unsigned status, const char *body, size_t len, cons
 serve_reply serve_reply_error(unsigned status, const char *code, const char *message,
                               const char *h1, const char *v1);
 /* A stored record: its response bytes, status and digest. */
-serve_reply serve_reply_record(const ow_admin_record *rec);
-serve_reply serve_reply_order(const ow_admin_order *o, int64_t user_id);
+serve_reply serve_reply_record(const ow_record *rec);
+serve_reply serve_reply_order(const ow_record_order *o, int64_t user_id);
 /* A failed lookup: 503 for a retriable error, 500 otherwise (logged). */
 serve_reply serve_reply_store_error(const ow_error *err);
 /* 503 for a request that came while the service stops. */

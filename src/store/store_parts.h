@@ -8,6 +8,7 @@
 
 #include "ow/htab.h"
 #include "ow/store.h"
+#include "ow/store_lookup.h"
 #include "store_gate.h"
 
 /* MariaDB Connector/C declares is_null as my_bool*, MySQL 8 as bool*. */
@@ -23,7 +24,7 @@ typedef bool ow_mybool;
 /* Which cache slots each module's shapes use (slot numbers are unique). */
 enum {
     OW_SLOT_DECIDE = 0, /* 4 shapes: store_orders.c and store_decide.c */
-    OW_SLOT_PURGE = 4,  /* 3 shapes: store_admin.c */
+    OW_SLOT_PURGE = 4,  /* 3 shapes: store_purge.c */
     OW_SLOT_KNOWN = 7   /* 1 shape: store_decide.c's read of recorded keys */
 };
 
@@ -165,6 +166,24 @@ void ow_store_disconnect(ow_store *s);
  * mysql.host = localhost the Unix socket it uses instead. */
 #define OW_STORE_SERVER_TEXT_MAX 512
 void ow_store_server_text(const ow_store *s, char *out, size_t outsz);
+
+/* Small reads (store_query.c), shared by lookup, purge and audit. */
+/* Fetches the one row of an executed statement whose result is one column. */
+int ow_store_fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char *what,
+                          ow_error *err);
+/* Runs sql (parameters in params, may be NULL) and reads one integer. check-sql.sh
+ * holds its callers to literal SQL. */
+int ow_store_query_int(ow_store *s, const char *sql, ow_params *params, int64_t *v,
+                       const char *what, ow_error *err);
+/* Starts a read-only transaction that sees one consistent snapshot. The
+ * caller ends it with ow_store_rollback. */
+int ow_store_begin_snapshot(ow_store *s, ow_error *err);
+/* The length of a fetched text of len bytes kept in a buffer of cap bytes
+ * with its NUL (a longer one was cut by the fetch). */
+size_t ow_store_text_len(unsigned long len, size_t cap);
+/* A DATETIME value to and from the client library's form. */
+void ow_store_time_to(const ow_timestamp *t, MYSQL_TIME *m);
+void ow_store_time_from(const MYSQL_TIME *m, ow_timestamp *t);
 
 /* TLS (store_tls.c). Copies src's strings into dst. */
 int ow_store_tls_copy(ow_store_tls *dst, const ow_store_tls *src);

@@ -1,6 +1,6 @@
 /*
  * The operator operations against a real MariaDB, both as functions
- * (ow/admin.h) and through the built binary (exit codes, output):
+ * (ow/store_lookup.h, ow/store_purge.h, ow/store_audit.h) and through the built binary (exit codes, output):
  * lookup found / not found, purge in batches with orders kept, dry run,
  * the purge archive (issue 13: lookup --archive, --max-rate, a purge killed
  * at random points loses no record from the archive), two purges at once
@@ -26,7 +26,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "ow/admin.h"
+#include "ow/store_audit.h"
+#include "ow/store_purge.h"
 #include "ow/digest.h"
 #include "ow/migrations.h"
 #include "ow/store.h"
@@ -103,15 +104,15 @@ static const char *const lookup_value =
 static void test_lookup_record(void **state)
 {
     ow_store *s = testdb_store(&db, &ids, 5);
-    ow_admin_record rec;
+    ow_record rec;
     ow_error err;
     testmsg m;
 
     (void)state;
     testmsg_make(&m, "look-1", lookup_value);
     assert_int_equal(testmsg_decide(s, &m), OW_DECISION_CREATED);
-    ow_admin_record_init(&rec);
-    assert_int_equal(ow_admin_lookup(s, 42, "look-1", 6, &rec, &err), OW_OK);
+    ow_record_init(&rec);
+    assert_int_equal(ow_store_lookup(s, 42, "look-1", 6, &rec, &err), OW_OK);
     assert_int_equal(rec.user_id, 42);
     assert_int_equal(rec.id, count(&db, "SELECT id FROM idempotency_requests"));
     assert_string_equal(rec.status, "SUCCEEDED");
@@ -131,9 +132,9 @@ static void test_lookup_record(void **state)
     assert_int_equal(rec.orders[1].quantity, 3);
     assert_int_equal(strncmp(rec.orders[0].order_no, "OW-", 3), 0);
     /* The scope is (user, key): another user's lookup of the key finds nothing. */
-    assert_int_equal(ow_admin_lookup(s, 43, "look-1", 6, &rec, &err), OW_ENOTFOUND);
-    assert_int_equal(ow_admin_lookup(s, 42, "look-2", 6, &rec, &err), OW_ENOTFOUND);
-    ow_admin_record_cleanup(&rec);
+    assert_int_equal(ow_store_lookup(s, 43, "look-1", 6, &rec, &err), OW_ENOTFOUND);
+    assert_int_equal(ow_store_lookup(s, 42, "look-2", 6, &rec, &err), OW_ENOTFOUND);
+    ow_record_cleanup(&rec);
     testmsg_free(&m);
     ow_store_free(&s);
 }
@@ -141,7 +142,7 @@ static void test_lookup_record(void **state)
 static void test_lookup_failed_record(void **state)
 {
     ow_store *s = testdb_store(&db, &ids, 5);
-    ow_admin_record rec;
+    ow_record rec;
     ow_error err;
 
     (void)state;
@@ -149,13 +150,13 @@ static void test_lookup_failed_record(void **state)
            OW_DECISION_CREATED);
     record(s, "clash", "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"F-1\",\"amount\":2}]}",
            OW_DECISION_CONFLICT);
-    ow_admin_record_init(&rec);
-    assert_int_equal(ow_admin_lookup(s, 7, "clash", 5, &rec, &err), OW_OK);
+    ow_record_init(&rec);
+    assert_int_equal(ow_store_lookup(s, 7, "clash", 5, &rec, &err), OW_OK);
     assert_string_equal(rec.status, "FAILED");
     assert_int_equal(rec.response_status, 409);
     assert_int_equal(rec.n_orders, 0);
     assert_non_null(strstr(rec.response.data, "ORDER_ALREADY_EXISTS"));
-    ow_admin_record_cleanup(&rec);
+    ow_record_cleanup(&rec);
     ow_store_free(&s);
 }
 
@@ -270,11 +271,11 @@ static void test_purge_batches(void **state)
 
     (void)state;
     purge_fixture(s);
-    assert_int_equal(ow_admin_purge_cutoff(s, 30 * 86400, &cutoff, &err), OW_OK);
-    assert_int_equal(ow_admin_purge_count(s, &cutoff, &n, &err), OW_OK);
+    assert_int_equal(ow_store_purge_cutoff(s, 30 * 86400, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_store_purge_count(s, &cutoff, &n, &err), OW_OK);
     assert_int_equal(n, 7);
     do {
-        assert_int_equal(ow_admin_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
+        assert_int_equal(ow_store_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
         assert_true(b.requests_selected <= 3);
         assert_int_equal(b.requests_deleted, b.requests_selected);
         deleted += b.requests_deleted;
@@ -286,10 +287,10 @@ static void test_purge_batches(void **state)
     assert_int_equal(detached, 9);
     assert_purged();
     /* Nothing is left to purge; a bad batch size is refused. */
-    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
+    assert_int_equal(ow_store_purge_batch(s, &cutoff, 3, &b, &err), OW_OK);
     assert_int_equal(b.requests_selected, 0);
-    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 0, &b, &err), OW_EINVAL);
-    assert_int_equal(ow_admin_purge_batch(s, &cutoff, OW_PURGE_BATCH_MAX + 1, &b, &err), OW_EINVAL);
+    assert_int_equal(ow_store_purge_batch(s, &cutoff, 0, &b, &err), OW_EINVAL);
+    assert_int_equal(ow_store_purge_batch(s, &cutoff, OW_PURGE_BATCH_MAX + 1, &b, &err), OW_EINVAL);
     ow_store_free(&s);
 }
 
@@ -309,8 +310,8 @@ static void test_purge_large_batch(void **state)
     testdb_exec(&db, "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, "
                      "quantity, request_id) SELECT seq, CONCAT('OW-T', seq), 9, CONCAT('B-', seq), "
                      "1, 1, seq FROM seq_1_to_700");
-    assert_int_equal(ow_admin_purge_cutoff(s, 3600, &cutoff, &err), OW_OK);
-    assert_int_equal(ow_admin_purge_batch(s, &cutoff, 600, &b, &err), OW_OK);
+    assert_int_equal(ow_store_purge_cutoff(s, 3600, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_store_purge_batch(s, &cutoff, 600, &b, &err), OW_OK);
     assert_int_equal(b.requests_selected, 600);
     assert_int_equal(b.requests_deleted, 600);
     assert_int_equal(b.orders_detached, 600);
@@ -434,7 +435,7 @@ static void test_purge_archive_lookup(void **state)
     const char *missing[] = {"lookup", "--archive", NULL, "--user", "5", "--key", "new-9", NULL};
     const char *purge[] = {"purge", "--older-than", "30d", "--batch", "3", "--archive", NULL, NULL};
     char dir[512];
-    ow_admin_record before;
+    ow_record before;
     ow_error err;
     testcli_result r;
     json_error_t jerr;
@@ -445,8 +446,8 @@ static void test_purge_archive_lookup(void **state)
     archive_dir(dir, sizeof(dir), "lookup");
     found[2] = missing[2] = purge[6] = dir;
     purge_fixture(s);
-    ow_admin_record_init(&before);
-    assert_int_equal(ow_admin_lookup(s, 5, "old-3", 5, &before, &err), OW_OK);
+    ow_record_init(&before);
+    assert_int_equal(ow_store_lookup(s, 5, "old-3", 5, &before, &err), OW_OK);
 
     /* An archive directory that is not there: refused, nothing deleted. */
     purge[6] = "/nonexistent/ow-archive";
@@ -513,7 +514,7 @@ static void test_purge_archive_lookup(void **state)
                                 "idempotency_key = 'old-3' AND "
                                 "LOCATE('\"existing\":true', response_body) > 0"),
                      1);
-    ow_admin_record_cleanup(&before);
+    ow_record_cleanup(&before);
     archive_remove(dir);
     ow_store_free(&s);
 }
@@ -822,9 +823,9 @@ static void *lock_thread(void *p)
     ow_purge_pos pos = {0};
     ow_error err;
 
-    r->rc = ow_admin_purge_cutoff(r->s, 3600, &cutoff, &err);
+    r->rc = ow_store_purge_cutoff(r->s, 3600, &cutoff, &err);
     if (r->rc == OW_OK)
-        r->rc = ow_admin_purge_lock(r->s, &cutoff, &pos, 10, 1, &r->chunk, &err);
+        r->rc = ow_store_purge_lock(r->s, &cutoff, &pos, 10, 1, &r->chunk, &err);
     if (r->rc != OW_OK)
         snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
     atomic_store(&r->done, 1);
@@ -865,19 +866,19 @@ static void test_purge_lock_excludes(void **state)
     purge_bulk(20);
     ow_purge_chunk_init(&chunk);
     ow_purge_chunk_init(&b.chunk);
-    assert_int_equal(ow_admin_purge_cutoff(a, 3600, &cutoff, &err), OW_OK);
-    assert_int_equal(ow_admin_purge_lock(a, &cutoff, &pos, 5, 1, &chunk, &err), OW_OK);
+    assert_int_equal(ow_store_purge_cutoff(a, 3600, &cutoff, &err), OW_OK);
+    assert_int_equal(ow_store_purge_lock(a, &cutoff, &pos, 5, 1, &chunk, &err), OW_OK);
     assert_int_equal(chunk.n, 5);
     assert_int_equal(chunk.ids[0], 1);
     assert_int_equal(pthread_create(&th, NULL, lock_thread, &b), 0);
     if (!lock_wait_seen(&b)) {
         pthread_join(th, NULL);
-        ow_admin_purge_abort(a);
+        ow_store_purge_abort(a);
         fail_msg("the second purge's read did not wait for the first one's locked chunk: it "
                  "returned %d (%s) with %zu records, the first %lld",
                  b.rc, b.msg, b.chunk.n, b.chunk.n > 0 ? b.chunk.ids[0] : 0LL);
     }
-    assert_int_equal(ow_admin_purge_delete(a, &chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(ow_store_purge_delete(a, &chunk, &pos, &out, &err), OW_OK);
     assert_int_equal(out.requests_deleted, 5);
     assert_int_equal(out.orders_detached, 5);
     pthread_join(th, NULL);
@@ -886,7 +887,7 @@ static void test_purge_lock_excludes(void **state)
     /* Committed before the checks, so that a failing one leaves no lock
      * behind for the next test. */
     pos = (ow_purge_pos){0};
-    assert_int_equal(ow_admin_purge_delete(b.s, &b.chunk, &pos, &out, &err), OW_OK);
+    assert_int_equal(ow_store_purge_delete(b.s, &b.chunk, &pos, &out, &err), OW_OK);
     assert_int_equal(b.chunk.n, 10);
     for (size_t i = 0; i < b.chunk.n; i++) {
         assert_int_equal(b.chunk.ids[i], (long long)i + 6);
@@ -996,7 +997,7 @@ static void test_audit_clean(void **state)
            OW_DECISION_CONFLICT);
     /* An order whose request was purged (request_id NULL) is not a finding. */
     testdb_exec(&db, "UPDATE orders SET request_id = NULL WHERE external_order_no = 'A-2'");
-    assert_int_equal(ow_admin_audit(s, &rep, &err), OW_OK);
+    assert_int_equal(ow_store_audit(s, &rep, &err), OW_OK);
     assert_int_equal(rep.requests, 3);
     assert_int_equal(rep.orders, 2);
     for (int i = 0; i < OW_AUDIT_CHECK_COUNT; i++) {
@@ -1098,7 +1099,7 @@ static void test_audit_every_check_fires(void **state)
     testdb_create(&bad, "ow_it_audit");
     insert_bad_rows(&bad);
     s = testdb_store(&bad, &ids, 5);
-    assert_int_equal(ow_admin_audit(s, &rep, &err), OW_OK);
+    assert_int_equal(ow_store_audit(s, &rep, &err), OW_OK);
     assert_int_equal(rep.requests, 8);
     assert_int_equal(rep.orders, 16);
     c = check_named(&rep, "duplicate request keys");

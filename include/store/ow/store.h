@@ -175,7 +175,7 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);
 
-/* --- Operations (used by subcommands; see ow/admin.h for output). --- */
+/* --- Operations (used by subcommands; see ow/store_lookup.h, ow/store_purge.h and ow/store_audit.h). --- */
 
 /* Applies the embedded sql/ migrations; returns the number applied in *applied. */
 int ow_store_migrate(ow_store *s, FILE *log, int *applied, ow_error *err);

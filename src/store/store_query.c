@@ -1,0 +1,88 @@
+/*
+ * The store's small reads, shared by lookup, purge and audit: one value of
+ * one row, a read-only snapshot, and DATETIME values.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "store_parts.h"
+
+/* ow_timestamp is laid out as the start of MYSQL_TIME (the client library's
+ * DATETIME), so a value is copied rather than rebuilt field by field. */
+_Static_assert(offsetof(MYSQL_TIME, year) == offsetof(ow_timestamp, year) &&
+                   offsetof(MYSQL_TIME, second) == offsetof(ow_timestamp, second) &&
+                   offsetof(MYSQL_TIME, second_part) == offsetof(ow_timestamp, microsecond) &&
+                   sizeof(((MYSQL_TIME *)0)->second_part) == sizeof(unsigned long),
+               "ow_timestamp must match the start of MYSQL_TIME");
+
+void ow_store_time_to(const ow_timestamp *t, MYSQL_TIME *m)
+{
+    memset(m, 0, sizeof(*m));
+    memcpy(m, t, sizeof(*t));
+    m->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+void ow_store_time_from(const MYSQL_TIME *m, ow_timestamp *t)
+{
+    memcpy(t, m, sizeof(*t));
+}
+
+/* Fetches the one row of an executed statement whose result is one column. */
+int ow_store_fetch_single(ow_store *s, MYSQL_STMT *st, MYSQL_BIND *res, const char *what,
+                          ow_error *err)
+{
+    int frc;
+
+    if (mysql_stmt_bind_result(st, res) != 0)
+        return ow_store_fail_stmt(s, st, what, err);
+    frc = mysql_stmt_fetch(st);
+    if (frc == 1) {
+        unsigned e = mysql_stmt_errno(st);
+
+        mysql_stmt_free_result(st);
+        return ow_store_fail(s, e, what, err);
+    }
+    mysql_stmt_free_result(st);
+    if (frc == MYSQL_NO_DATA)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: the query returned no row", what);
+    return OW_OK;
+}
+
+/* Runs sql (parameters in params, may be NULL) and reads one integer. */
+int ow_store_query_int(ow_store *s, const char *sql, ow_params *params, int64_t *v,
+                       const char *what, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res;
+    long long value = 0;
+    ow_mybool nul = 0;
+    int rc = ow_store_prepare(s, sql, &st, err);
+
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, params, what, err);
+    ow_result_int(&res, &value, &nul);
+    if (rc == OW_OK)
+        rc = ow_store_fetch_single(s, st, &res, what, err);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    *v = nul ? 0 : value;
+    return rc;
+}
+
+/* Starts a read-only transaction that sees one consistent snapshot. The
+ * caller ends it with ow_store_rollback. */
+int ow_store_begin_snapshot(ow_store *s, ow_error *err)
+{
+    int rc = ow_store_connect(s, err);
+
+    if (rc == OW_OK)
+        rc = ow_store_exec_static(s, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", err);
+    if (rc == OW_OK)
+        rc = ow_store_exec_static(s, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY", err);
+    return rc;
+}
+
+size_t ow_store_text_len(unsigned long len, size_t cap)
+{
+    return len < cap ? (size_t)len : cap - 1;
+}
