@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "archive.h"
+#include "record_json.h"
 
 #define ARCHIVE_PREFIX "requests-"
 #define ARCHIVE_SUFFIX ".jsonl.gz"
@@ -37,11 +38,6 @@ int ow_archive_check_dir(const char *dir, char err[OW_ARCHIVE_ERR_MAX])
     return -1;
 }
 
-static int put(json_t *obj, const char *name, json_t *value)
-{
-    return value == NULL || json_object_set_new(obj, name, value) != 0;
-}
-
 /* The body as a JSON string; bytes that are not UTF-8 (the worker never
  * stores such) go out as response_body_hex instead, so nothing is lost. */
 static int put_body(json_t *j, const ow_buf *body)
@@ -56,7 +52,7 @@ static int put_body(json_t *j, const ow_buf *body)
     if (hex == NULL)
         return 1;
     ow_hex((const unsigned char *)body->data, body->len, hex);
-    bad = put(j, "response_body_hex", json_string(hex));
+    bad = ow_json_put(j, "response_body_hex", json_string(hex));
     free(hex);
     return bad;
 }
@@ -67,8 +63,8 @@ static json_t *orders_json(const ow_record *r)
 
     for (size_t i = 0; a != NULL && i < r->n_orders; i++) {
         json_t *o = json_object();
-        int bad = o == NULL || put(o, "id", json_integer(r->orders[i].id)) ||
-                  put(o, "order_no", json_string(r->orders[i].order_no));
+        int bad = o == NULL || ow_json_put(o, "id", json_integer(r->orders[i].id)) ||
+                  ow_json_put(o, "order_no", json_string(r->orders[i].order_no));
 
         if (bad || json_array_append_new(a, o) != 0) {
             if (bad)
@@ -83,21 +79,18 @@ static json_t *orders_json(const ow_record *r)
 static json_t *record_json(const ow_record *r)
 {
     char created[OW_TIMESTAMP_TEXT_MAX];
-    json_t *j = json_object();
+    json_t *j = ow_record_json_head(r);
     int bad = j == NULL;
 
     if (bad)
         return NULL;
     ow_timestamp_format(&r->created_at, created);
-    bad |= put(j, "id", json_integer(r->id));
-    bad |= put(j, "user_id", json_integer(r->user_id));
-    bad |= put(j, "idempotency_key", json_stringn(r->key, r->key_len));
-    bad |= put(j, "request_digest", json_string(r->digest_hex));
-    bad |= put(j, "status", json_string(r->status));
-    bad |= put(j, "response_status", json_integer(r->response_status));
+    bad |= ow_json_put(j, "request_digest", json_string(r->digest_hex));
+    bad |= ow_json_put(j, "status", json_string(r->status));
+    bad |= ow_json_put(j, "response_status", json_integer(r->response_status));
     bad |= put_body(j, &r->response);
-    bad |= put(j, "created_at", json_string(created));
-    bad |= put(j, "orders", orders_json(r));
+    bad |= ow_json_put(j, "created_at", json_string(created));
+    bad |= ow_json_put(j, "orders", orders_json(r));
     if (bad)
         json_decref(j);
     return bad ? NULL : j;

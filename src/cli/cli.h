@@ -34,6 +34,15 @@ int ow_cli_load_config(const char *path, ow_config *cfg);
 /* A subcommand's start: refuses options not in known, then loads --config.
  * Returns OW_EXIT_OK with cfg loaded, or the exit code (printed). */
 int ow_cli_begin(int argc, char **argv, const char *const *known, const char *cmd, ow_config *cfg);
+/* Loads --config and checks every database's recorded shard map (see
+ * ow_cli_check_shard_maps). Returns OW_EXIT_OK with cfg loaded, or the exit
+ * code (printed) with nothing left to clean up. */
+int ow_cli_config_with_maps(int argc, char **argv, const char *cmd, ow_config *cfg);
+/* The value v of option name as an integer from lo to hi into *out; else
+ * prints "order-worker CMD: NAME: must be an integer from LO to HI<what>,
+ * got "V"" and returns OW_EXIT_USAGE. what (may be "") says more. */
+int ow_cli_int_range(const char *cmd, const char *name, const char *v, int64_t lo, int64_t hi,
+                     const char *what, int64_t *out);
 /* Finds "--name VALUE" style options; returns the value or NULL. */
 const char *ow_cli_opt(int argc, char **argv, const char *name);
 int ow_cli_flag(int argc, char **argv, const char *name);

@@ -91,14 +91,9 @@ int ow_cmd_audit(int argc, char **argv, const volatile sig_atomic_t *stop)
     (void)stop;
     if (ow_cli_args(argc, argv, known, "audit", NULL, 0) < 0)
         return OW_EXIT_USAGE;
-    code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+    code = ow_cli_config_with_maps(argc, argv, "audit", &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    code = ow_cli_check_shard_maps(&cfg, "audit");
-    if (code != OW_EXIT_OK) {
-        ow_config_cleanup(&cfg);
-        return code;
-    }
     /* Each shard is audited on its own (a user's rows are all on one); a
      * database error outranks findings in the exit status. */
     for (unsigned i = 0; i < ow_cli_shards(&cfg); i++) {

@@ -173,3 +173,13 @@ int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user)
     }
     return 0;
 }
+
+int ow_cli_int_range(const char *cmd, const char *name, const char *v, int64_t lo, int64_t hi,
+                     const char *what, int64_t *out)
+{
+    if (ow_parse_int64(v, out) == OW_OK && *out >= lo && *out <= hi)
+        return OW_EXIT_OK;
+    fprintf(stderr, "order-worker %s: %s: must be an integer from %lld to %lld%s, got \"%s\"\n",
+            cmd, name, (long long)lo, (long long)hi, what, v);
+    return OW_EXIT_USAGE;
+}

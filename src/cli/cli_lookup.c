@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "record_json.h"
 #include "ow/store_lookup.h"
 #include "cli.h"
 
@@ -37,12 +38,6 @@ void ow_help_lookup(void)
          "unreadable file and no record, 2 bad arguments or configuration.");
 }
 
-/* Adds value under name; a NULL value (jansson out of memory) counts as a failure. */
-static int put(json_t *obj, const char *name, json_t *value)
-{
-    return value == NULL || json_object_set_new(obj, name, value) != 0;
-}
-
 static json_t *order_json(const ow_record_order *o)
 {
     json_t *j = json_object();
@@ -50,12 +45,13 @@ static json_t *order_json(const ow_record_order *o)
 
     if (bad)
         return NULL;
-    bad |= put(j, "order_id", json_integer(o->id));
-    bad |= put(j, "order_no", json_string(o->order_no));
-    bad |= put(j, "external_order_no", json_stringn(o->external_order_no, o->ext_len));
-    bad |= put(j, "amount", json_string(o->amount));
-    bad |= put(j, "product_id", o->product_id > 0 ? json_integer(o->product_id) : json_null());
-    bad |= put(j, "quantity", json_integer(o->quantity));
+    bad |= ow_json_put(j, "order_id", json_integer(o->id));
+    bad |= ow_json_put(j, "order_no", json_string(o->order_no));
+    bad |= ow_json_put(j, "external_order_no", json_stringn(o->external_order_no, o->ext_len));
+    bad |= ow_json_put(j, "amount", json_string(o->amount));
+    bad |=
+        ow_json_put(j, "product_id", o->product_id > 0 ? json_integer(o->product_id) : json_null());
+    bad |= ow_json_put(j, "quantity", json_integer(o->quantity));
     if (bad)
         json_decref(j);
     return bad ? NULL : j;
@@ -92,23 +88,20 @@ static json_t *response_json(const ow_record *r)
 static json_t *record_json(const ow_record *r)
 {
     char created[OW_TIMESTAMP_TEXT_MAX], updated[OW_TIMESTAMP_TEXT_MAX];
-    json_t *j = json_object();
+    json_t *j = ow_record_json_head(r);
     int bad = j == NULL;
 
     if (bad)
         return NULL;
     ow_timestamp_format(&r->created_at, created);
     ow_timestamp_format(&r->updated_at, updated);
-    bad |= put(j, "id", json_integer(r->id));
-    bad |= put(j, "user_id", json_integer(r->user_id));
-    bad |= put(j, "idempotency_key", json_stringn(r->key, r->key_len));
-    bad |= put(j, "status", json_string(r->status));
-    bad |= put(j, "request_digest", json_string(r->digest_hex));
-    bad |= put(j, "response_status", json_integer(r->response_status));
-    bad |= put(j, "created_at", json_string(created));
-    bad |= put(j, "updated_at", json_string(updated));
-    bad |= put(j, "orders", orders_json(r));
-    bad |= put(j, "response", response_json(r));
+    bad |= ow_json_put(j, "status", json_string(r->status));
+    bad |= ow_json_put(j, "request_digest", json_string(r->digest_hex));
+    bad |= ow_json_put(j, "response_status", json_integer(r->response_status));
+    bad |= ow_json_put(j, "created_at", json_string(created));
+    bad |= ow_json_put(j, "updated_at", json_string(updated));
+    bad |= ow_json_put(j, "orders", orders_json(r));
+    bad |= ow_json_put(j, "response", response_json(r));
     if (bad)
         json_decref(j);
     return bad ? NULL : j;
@@ -252,14 +245,9 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
     if (code == OW_EXIT_OK && ow_cli_opt(argc, argv, "--archive") != NULL)
         return lookup_archive(ow_cli_opt(argc, argv, "--archive"), user, key);
     if (code == OW_EXIT_OK)
-        code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), &cfg);
+        code = ow_cli_config_with_maps(argc, argv, "lookup", &cfg);
     if (code != OW_EXIT_OK)
         return code;
-    code = ow_cli_check_shard_maps(&cfg, "lookup");
-    if (code != OW_EXIT_OK) {
-        ow_config_cleanup(&cfg);
-        return code;
-    }
     /* The user's shard; shard 0 is mysql.host when unsharded. */
     s = ow_cli_shard_store_new(
         &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);

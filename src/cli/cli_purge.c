@@ -121,14 +121,9 @@ static int purge_args(int argc, char **argv, int64_t *older_than, purge_run *p)
         return OW_EXIT_USAGE;
     }
     v = ow_cli_opt(argc, argv, "--workers-cache-ttl");
-    if (v != NULL && (ow_parse_int64(v, &p->workers_ttl) != OW_OK || p->workers_ttl < 1 ||
-                      p->workers_ttl > OW_CACHE_TTL_MAX_S)) {
-        fprintf(stderr,
-                "order-worker purge: --workers-cache-ttl: must be an integer from 1 to %d "
-                "(seconds, as cache.ttl_s), got \"%s\"\n",
-                OW_CACHE_TTL_MAX_S, v);
+    if (v != NULL && ow_cli_int_range("purge", "--workers-cache-ttl", v, 1, OW_CACHE_TTL_MAX_S,
+                                      " (seconds, as cache.ttl_s)", &p->workers_ttl) != OW_EXIT_OK)
         return OW_EXIT_USAGE;
-    }
     p->archive = ow_cli_opt(argc, argv, "--archive");
     if (p->archive != NULL && ow_archive_check_dir(p->archive, p->archive_err) != 0) {
         fprintf(stderr, "order-worker purge: %s\n", p->archive_err);

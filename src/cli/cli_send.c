@@ -125,14 +125,9 @@ static int parse_send_args(int argc, char **argv, send_args *a)
     }
     t = ow_cli_opt(argc, argv, "--timeout-ms");
     a->timeout_ms = SEND_TIMEOUT_DEFAULT_MS;
-    if (t != NULL && (ow_parse_int64(t, &a->timeout_ms) != OW_OK || a->timeout_ms < 1 ||
-                      a->timeout_ms > SEND_TIMEOUT_MAX_MS)) {
-        fprintf(stderr,
-                "order-worker send: --timeout-ms: must be an integer from 1 to %d, got "
-                "\"%s\"\n",
-                SEND_TIMEOUT_MAX_MS, t);
+    if (t != NULL && ow_cli_int_range("send", "--timeout-ms", t, 1, SEND_TIMEOUT_MAX_MS, "",
+                                      &a->timeout_ms) != OW_EXIT_OK)
         return OW_EXIT_USAGE;
-    }
     a->path = pos[0];
     a->wait = ow_cli_flag(argc, argv, "--wait");
     warn_bad_key(a->key);

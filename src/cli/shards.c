@@ -194,3 +194,15 @@ int ow_cli_check_migrate_maps(const ow_config *cfg, int remap)
     print_maps(cfg, rec);
     return OW_EXIT_USAGE;
 }
+
+int ow_cli_config_with_maps(int argc, char **argv, const char *cmd, ow_config *cfg)
+{
+    int code = ow_cli_load_config(ow_cli_opt(argc, argv, "--config"), cfg);
+
+    if (code != OW_EXIT_OK)
+        return code;
+    code = ow_cli_check_shard_maps(cfg, cmd);
+    if (code != OW_EXIT_OK)
+        ow_config_cleanup(cfg);
+    return code;
+}
