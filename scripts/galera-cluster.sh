@@ -42,6 +42,9 @@
 #   OW_GALERA_PARTITION_MAX_S  a partition's rules are removed after this many
 #                       seconds even if nobody heals it (default 180)
 #   OW_MARIADB_BUFFER_POOL, OW_MARIADB_ARGS   as for scripts/services.sh
+#   OW_GALERA_FAULTS=FILE OW_GALERA_MARK=NAME   kill, node-down and partition
+#                       append "NAME MS N" to FILE at the moment they act
+#                       (the signal sent, the first rule added)
 #
 # The nodes run as the `mysql` user (the rsync state transfer's daemon on
 # the joiner does not run as root, so the data must be mysql's). Only
@@ -271,6 +274,13 @@ load_state() {
   read -r -a ADDRS <<<"$(env_get OW_GALERA_ADDRS)"
 }
 
+# The moment a fault acts, for a caller's faults file.
+mark() {  # N
+  if [[ -n ${OW_GALERA_FAULTS:-} && -n ${OW_GALERA_MARK:-} ]]; then
+    echo "$OW_GALERA_MARK $(date +%s%3N) $1" >>"$OW_GALERA_FAULTS"
+  fi
+}
+
 check_node() { [[ $1 =~ ^[123]$ ]] || die "node must be 1, 2 or 3 (got '${1:-}')"; }
 
 # How node N's last join went, from its log after byte OFF: "IST (K
@@ -308,6 +318,7 @@ cmd_node_down() {
   check_node "$n"
   load_state
   pid="$(node_pid "$n")" || { say "node $n is not running"; return 0; }
+  mark "$n"
   stop_pid "$n" "$pid" TERM
   say "node $n stopped (pid $pid, clean shutdown); data kept"
 }
@@ -317,6 +328,7 @@ cmd_kill() {
   check_node "$n"
   load_state
   pid="$(node_pid "$n")" || die "node $n is not running"
+  mark "$n"
   kill -KILL "$pid"
   while pid_running "$pid"; do sleep 0.05; done
   rm -f "$(node_dir "$n")/mariadbd.pid"
@@ -449,6 +461,7 @@ cmd_partition() {
   # Any failure below removes the rules again.
   PARTITION_OK=0
   trap 'if ((PARTITION_OK == 0)); then remove_rules; fi' EXIT
+  mark "$n"
   add_rules "$n"
   # The rules go even if nobody heals (the caller killed, for instance):
   # a watchdog in its own process group, without our lock or output.
