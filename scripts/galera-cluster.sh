@@ -56,7 +56,8 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OW_RUN_DIR="${OW_RUN_DIR:-$REPO_ROOT/.run}"
 mkdir -p "$OW_RUN_DIR"
-export OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
+OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
+export OW_RUN_DIR
 G_DIR="$OW_RUN_DIR/galera"
 G_ENV="$OW_RUN_DIR/galera.env"
 RUN_TAG="$(printf '%s' "$OW_RUN_DIR" | md5sum | cut -c1-12)"
@@ -104,7 +105,7 @@ port_in_use() {  # PORT: listened on at any address?
 pick_port() {  # VAR [FORCED]
   local p i
   if [[ -n ${2:-} ]]; then
-    [[ $2 =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= 65535)) || die "invalid port '$2'"
+    if ! [[ $2 =~ ^[0-9]+$ ]] || (($2 < 1 || $2 > 65535)); then die "invalid port '$2'"; fi
     port_in_use "$2" && die "requested port $2 is already in use"
     printf -v "$1" '%s' "$2"
     return 0
@@ -220,8 +221,9 @@ node_args() {  # N -> NODE_ARGS
     --wsrep-cluster-address="gcomm://$gcomm" --wsrep-node-name="node$n"
     --wsrep-node-address="$a" --wsrep-node-incoming-address="$a:$PORT"
     --wsrep-provider-options="base_host=$a;base_port=$GPORT;gmcast.listen_addr=tcp://$a:$GPORT;ist.recv_addr=$a:$IPORT;gcache.size=128M;$EVS"
-    --wsrep-sst-method=rsync --wsrep-sst-receive-address="$a:$SPORT" --wsrep-slave-threads=2
-    ${OW_MARIADB_ARGS:-})
+    --wsrep-sst-method=rsync --wsrep-sst-receive-address="$a:$SPORT" --wsrep-slave-threads=2)
+  # shellcheck disable=SC2206  # space-separated options, as in services.sh
+  NODE_ARGS+=(${OW_MARIADB_ARGS:-})
 }
 
 # After a kill the state file says seqno -1: recover the position from
@@ -465,6 +467,7 @@ cmd_partition() {
   add_rules "$n"
   # The rules go even if nobody heals (the caller killed, for instance):
   # a watchdog in its own process group, without our lock or output.
+  # shellcheck disable=SC2016  # expanded by the inner bash
   setsid bash -c 'sleep "$1"; exec "$2" heal-rules' _ "$PARTITION_MAX_S" "$REPO_ROOT/scripts/galera-cluster.sh" \
     >/dev/null 2>&1 </dev/null 8>&- &
   echo $! >"$G_DIR/partition.watchdog"
@@ -479,6 +482,7 @@ cmd_partition() {
   done
   size=${#others[@]}
   for x in "${others[@]}"; do wait_synced "$x" "$size" 60; done
+  # shellcheck disable=SC2034  # read by the EXIT trap
   PARTITION_OK=1
   say "node $n is non-Primary and still accepts connections (state: $st); the others are Primary, size $size"
 }

@@ -190,7 +190,7 @@ find_writer
 w=$WRITER
 OW_GALERA_MARK=galera-kill-start cluster kill "$w"
 sleep "$KILL_S"
-cluster node-up "$w" && expect_ist "$w" || fail "node $w did not rejoin after the kill"
+if cluster node-up "$w"; then expect_ist "$w"; else fail "node $w did not rejoin after the kill"; fi
 fault galera-kill-end "$w"
 sleep 8
 
@@ -214,14 +214,14 @@ find_writer
 w=$WRITER
 OW_GALERA_MARK=galera-restart-start cluster node-down "$w"
 sleep "$RESTART_S"
-cluster node-up "$w" && expect_ist "$w" || fail "node $w did not rejoin after its restart"
+if cluster node-up "$w"; then expect_ist "$w"; else fail "node $w did not rejoin after its restart"; fi
 fault galera-restart-end "$w"
 sleep 8
 
 # 4. A rolling restart, one node after the other.
 for n in 1 2 3; do
   OW_GALERA_MARK=galera-rolling-start cluster node-down "$n"
-  cluster node-up "$n" && expect_ist "$n" || fail "node $n did not rejoin in the rolling restart"
+  if cluster node-up "$n"; then expect_ist "$n"; else fail "node $n did not rejoin in the rolling restart"; fi
   fault galera-rolling-end "$n"
 done
 sleep 5
