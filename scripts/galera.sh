@@ -37,7 +37,8 @@ KILL_S="${OW_GALERA_KILL_S:-20}"
 PARTITION_S="${OW_GALERA_PARTITION_S:-20}"
 RESTART_S="${OW_GALERA_RESTART_S:-10}"
 PARTS=4
-LIMIT_S=330
+LIMIT_S=330   # the catch-up's deadline
+HARD_LIMIT_S="${OW_GALERA_HARD_LIMIT_S:-480}"  # the whole run is stopped (and cleaned up) after this
 export OW_RUN_DIR="$ROOT/.run/galera"
 RUN="$OW_RUN_DIR"
 FAULTS="$RUN/faults.log"
@@ -66,6 +67,8 @@ cleanup() {
   for i in 1 2; do rm -f "$RUN/replica-$i.enabled"; done
   for pidf in "$RUN"/replica-*.pid; do [[ -f $pidf ]] && kill -9 "$(cat "$pidf")" 2>/dev/null; done
   [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
+  pkill -P "$WATCHDOG_PID" 2>/dev/null
+  kill "$WATCHDOG_PID" 2>/dev/null
   wait 2>/dev/null
   "$CLUSTER" stop >/dev/null 2>&1
   "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
@@ -78,9 +81,13 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+trap 'say "FAIL: stopped after ${HARD_LIMIT_S} s"; exit 1' TERM
+# Every step has its own bound; this one holds if several run long at once.
+( sleep "$HARD_LIMIT_S"; kill -TERM $$ ) >/dev/null 2>&1 </dev/null &
+WATCHDOG_PID=$!
 
 mkdir -p "$RUN"
-rm -f "$RUN"/replica-* "$FAULTS" "$RUN"/worker-*.log "$RUN/exits.log" "$RUN/gen.stop"
+rm -f "$RUN"/replica-* "$FAULTS" "$RUN"/worker-*.log "$RUN/exits.log" "$RUN/gen.stop" "$RUN"/verify*.log
 iptables -S >"$RUN/iptables-start.txt"
 : >"$FAULTS"
 # The broker and the cluster start side by side.
@@ -140,7 +147,12 @@ supervise() {  # INDEX
     if [[ -f $RUN/replica-$i.enabled ]]; then sleep 1; fi
   done
 }
-for i in 1 2; do touch "$RUN/replica-$i.enabled"; supervise "$i" & done
+SUPERVISORS=()
+for i in 1 2; do
+  touch "$RUN/replica-$i.enabled"
+  supervise "$i" &
+  SUPERVISORS+=("$!")
+done
 
 # The node the replicas write to: the one whose count of transactions that
 # began there grows most over 2 s; the last one seen when none grows.
@@ -253,7 +265,7 @@ for pidf in "$RUN"/replica-*.pid; do
   fail "replica ${pidf##*/} did not stop within 30 s of SIGTERM"
   kill -9 "$(cat "$pidf")" 2>/dev/null || true
 done
-wait
+wait "${SUPERVISORS[@]}"
 unexpected=$(grep -vE ' exit 0 at ' "$RUN/exits.log" || true)
 if [[ -n $unexpected ]]; then
   fail "a replica exited other than by its clean stop:"
