@@ -25,6 +25,7 @@
 #   OW_GALERA_PARTITION_S=20 OW_GALERA_RESTART_S=10
 #   OW_GALERA_WORKER_HOSTS=127.0.0.11   the replicas' mysql.host instead of the
 #                                     three nodes (to see the run fail without a list)
+#   OW_GALERA_PARTITION_NODE=1        cut off this node instead of the writer
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -208,7 +209,7 @@ sleep 8
 
 # 2. The writer cut off from the other two for PARTITION_S.
 find_writer
-w=$WRITER
+w=${OW_GALERA_PARTITION_NODE:-$WRITER}
 t0=$(now_ms)
 if OW_GALERA_MARK=galera-partition-start cluster partition "$w"; then
   say "node $w non-Primary $(($(now_ms) - t0)) ms after the cut, still accepting connections"
