@@ -45,6 +45,9 @@
 #                                     (decide, replay, tuned) and the worker's instructions
 #                                     per message (callgrind over ow-path); --build DIR
 #                                     measures another build: see scripts/bench-cost.sh
+#   scripts/bench.sh --galera [--quick]  deciding throughput on a three-node Galera
+#                                     cluster against a single MariaDB: ratios:
+#                                     galera/single = X; see scripts/bench-galera.sh
 #
 # Any other option goes to ow-bench (`build/ow-bench --help` lists them),
 # e.g. -n 20000, --naive-prefix 500, --tuned-lanes 8, --lanes 1,4,
@@ -76,6 +79,7 @@ case " $* " in
   *" --growth "* | *" --purge "*) exec "$ROOT/scripts/bench-growth.sh" "$@" ;;
   *" --shards "*) exec "$ROOT/scripts/bench-shards.sh" "$@" ;;
   *" --cost "*) exec "$ROOT/scripts/bench-cost.sh" "$@" ;;
+  *" --galera "*) exec "$ROOT/scripts/bench-galera.sh" "$@" ;;
 esac
 
 OUT="" QUICK=0 VERIFY=0 SWEEP=0 BROKER_CPUS="" BROKER_NICE="" RATE="" PASS=()

@@ -27,7 +27,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
   libcmocka-dev libmicrohttpd-dev zlib1g-dev
-  mariadb-server mariadb-client
+  mariadb-server mariadb-client galera-4 rsync iproute2 iptables
   clang clang-format libclang-rt-14-dev valgrind
   gnuplot-nox curl kcat jq openssl apache2-utils
   openjdk-17-jre-headless openjdk-17-jdk-headless maven

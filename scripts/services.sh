@@ -12,6 +12,8 @@
 #   mariadb-down | kafka-down  stop ONE service, keep its data and port
 #   mariadb-up   | kafka-up    start it again on the same port and data
 #   restart-mariadb | restart-kafka   down + up
+#   start|stop|status galera   a three-node MariaDB Galera cluster, and
+#   galera COMMAND [N]         its faults: scripts/galera-cluster.sh
 #
 # State lives in $OW_RUN_DIR (default <repo>/.run). `start` writes
 # $OW_RUN_DIR/services.env, `export VAR=value` lines to `source`:
@@ -791,6 +793,7 @@ cmd_stop() {
     rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
   done
   if [[ ${1:-all} == all ]]; then
+    if [[ -f $OW_RUN_DIR/galera.env ]]; then "$REPO_ROOT/scripts/galera-cluster.sh" stop; fi
     rm -rf "$MDB_DIR" "$K_DIR" "$K_SHM_DATA"
     rm -f "$STATE_FILE" "$STATE_FILE.tmp"
     say "removed data dirs and state file (logs kept in $OW_RUN_DIR)"
@@ -833,6 +836,10 @@ main() {
   local cmd=${1:-}
   [[ -n $cmd ]] || usage
   shift || true
+  if [[ $cmd == galera || ${1:-} == galera ]]; then
+    [[ $cmd == galera ]] || set -- "$cmd"
+    exec "$REPO_ROOT/scripts/galera-cluster.sh" "$@"
+  fi
 
   # One services.sh at a time per $OW_RUN_DIR (daemons get fd 9 closed).
   if command -v flock >/dev/null 2>&1; then

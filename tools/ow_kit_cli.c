@@ -9,14 +9,16 @@
  *   ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION
  *                                        one LITERAL ALLOW ACL (TYPE topic, group, cluster)
  *   ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]
- *              [--clash P] [--invalid P] [--items MAX] [--prefix K]
- *                                        produce a deterministic mix (kit_gen)
+ *              [--clash P] [--invalid P] [--items MAX] [--prefix K] [--stop-file F]
+ *                                        produce a deterministic mix (kit_gen); with
+ *                                        --stop-file, stop early once F exists
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kit.h"
 
@@ -30,6 +32,7 @@ static int cmd_gen(int argc, char **argv)
     uint64_t seed = 1;
     int retry = 25, reuse = 2, clash = 2, invalid = 1, items = 10;
     const char *prefix = "k";
+    const char *stop_file = NULL;
     kit_gen *g;
     rd_kafka_t *p;
     struct timespec t0, now;
@@ -55,6 +58,8 @@ static int cmd_gen(int argc, char **argv)
             items = (int)v;
         else if (strcmp(argv[i], "--prefix") == 0)
             prefix = argv[i + 1];
+        else if (strcmp(argv[i], "--stop-file") == 0)
+            stop_file = argv[i + 1];
         else
             return usage();
     }
@@ -64,7 +69,13 @@ static int cmd_gen(int argc, char **argv)
         return 1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long i = 0; i < n; i++) {
-        const kit_gen_msg *m = kit_gen_next(g);
+        const kit_gen_msg *m;
+
+        if (stop_file != NULL && i % 16 == 0 && access(stop_file, F_OK) == 0) {
+            n = i;
+            break;
+        }
+        m = kit_gen_next(g);
 
         counts[m->kind]++;
         if (kit_produce(p, argv[3], -1, m->has_key ? m->key : NULL, m->key_len, m->value, m->len) !=
@@ -94,14 +105,15 @@ static int cmd_gen(int argc, char **argv)
 
 static int usage(void)
 {
-    fputs("usage: ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS\n"
-          "       ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key] < value\n"
-          "       ow-kit read BOOTSTRAP TOPIC\n"
-          "       ow-kit lag BOOTSTRAP GROUP TOPIC\n"
-          "       ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION\n"
-          "       ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]\n"
-          "                  [--clash P] [--invalid P] [--items MAX] [--prefix K]\n",
-          stderr);
+    fputs(
+        "usage: ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS\n"
+        "       ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key] < value\n"
+        "       ow-kit read BOOTSTRAP TOPIC\n"
+        "       ow-kit lag BOOTSTRAP GROUP TOPIC\n"
+        "       ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION\n"
+        "       ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]\n"
+        "                  [--clash P] [--invalid P] [--items MAX] [--prefix K] [--stop-file F]\n",
+        stderr);
     return 2;
 }
 

@@ -9,7 +9,17 @@
  *
  *   ow-verify --bootstrap B --group G --input T --results T --dlq T
  *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
- *             --database D [--faults FILE] [--shards LIST [--shard-buckets B]]
+ *             --database D [--faults FILE] [--failover-max-ms MS]
+ *             [--shards LIST [--shard-buckets B]]
+ *
+ * --mysql-host may name the nodes of one cluster, comma-separated (the
+ * mysql.host form): ow-verify reads the first that answers and, on
+ * Galera, is Synced in the Primary component, with reads that wait for
+ * every committed write; it also compares the worker's tables on every
+ * node (CHECKSUM TABLE). Faults that last a while ("NAME-start MS N" ...
+ * "NAME-end MS N" lines of the faults file) get their failover time and
+ * the answers given during them; --failover-max-ms makes a fault whose
+ * failover is slower than that, or no shorter than the fault, a violation.
  *
  * With --shards (mysql.shards syntax, user and password from
  * --mysql-*), the database checks run on every shard, each row must be on
@@ -24,6 +34,7 @@
 
 #include "kit.h"
 #include "ow/store_audit.h"
+#include "verify_cluster.h"
 #include "ow/error.h"
 #include "ow/htab.h"
 #include "ow/idgen.h"
@@ -119,6 +130,7 @@ typedef struct {
     unsigned port;
     const char *shards;
     uint32_t buckets;
+    long long failover_max_ms; /* 0: failover times are only reported */
 } args_t;
 
 /* The shards' connections; n is 0 without --shards. */
@@ -377,8 +389,10 @@ static long long order_violations(const kit_msgs *results)
             continue;
         *ix_slot(&seen, k2, 1) = 1;
         max = ix_slot(&maxfirst, k1, 0);
-        if (max != NULL && (long long)*max > off)
-            bad++;
+        if (max != NULL && (long long)*max > off && bad++ < 3)
+            printf("verify: inversion: partition %lld user %lld key %.*s: offset %lld's first "
+                   "result left after offset %zu's\n",
+                   part, user, (int)r->key_len, r->key, off, *max);
         if (max == NULL || (long long)*max < off)
             *ix_slot(&maxfirst, k1, 1) = (size_t)off;
     }
@@ -404,7 +418,7 @@ static void usage(void)
 {
     fputs("usage: ow-verify --bootstrap B --group G --input T --results T --dlq T "
           "--mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW] --database D "
-          "[--faults FILE] [--shards LIST [--shard-buckets B]]\n",
+          "[--faults FILE] [--failover-max-ms MS] [--shards LIST [--shard-buckets B]]\n",
           stderr);
     exit(2);
 }
@@ -445,6 +459,8 @@ static void parse_args(int argc, char **argv, args_t *a)
             a->shards = v;
         else if (strcmp(k, "--shard-buckets") == 0)
             a->buckets = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--failover-max-ms") == 0)
+            a->failover_max_ms = strtoll(v, NULL, 10);
         else
             usage();
     }
@@ -750,6 +766,151 @@ static long long shard_hang(const char *path, const kit_msgs *results)
     return gap >= 3000 || n == 0;
 }
 
+/* --- Faults that last a while (the galera tier) --------------------------- */
+
+typedef struct {
+    char name[32];
+    long long t;
+    unsigned node;
+} window_ev;
+
+typedef struct {
+    long long results, first, replays, in_progress, invalid;
+} answers_t;
+
+#define WINDOW_PARTS 256
+
+/* A decision committed when it was answered: a first 201 (a 409 needs
+ * only a read, a replay not even that). */
+static int committed_now(const kit_msg *r)
+{
+    return strstr(r->value, "\"code\":\"CREATED\"") != NULL && !is_replay(r);
+}
+
+/* Per input partition, the first decision committed at or after t for a
+ * message produced at or after t (a result published after t for a
+ * decision committed before it does not show that the service moved on).
+ * *first is the earliest of them, *all the latest: when every partition
+ * decided again. Returns how many partitions had one. */
+static int decisions_after(const kit_msgs *results, index_t *src, input_t *ins, long long t,
+                           long long *first, long long *all)
+{
+    long long per[WINDOW_PARTS];
+    int counted = 0;
+
+    for (int p = 0; p < WINDOW_PARTS; p++)
+        per[p] = -1;
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+        const input_t *in;
+        int p;
+
+        if (r->timestamp_ms < t || !committed_now(r))
+            continue;
+        in = source_of(r, src, ins);
+        if (in == NULL || in->m->timestamp_ms < t || in->m->partition < 0 ||
+            in->m->partition >= WINDOW_PARTS)
+            continue;
+        p = in->m->partition;
+        if (per[p] < 0 || r->timestamp_ms < per[p])
+            per[p] = r->timestamp_ms;
+    }
+    *first = *all = -1;
+    for (int p = 0; p < WINDOW_PARTS; p++) {
+        if (per[p] < 0)
+            continue;
+        counted++;
+        if (*first < 0 || per[p] < *first)
+            *first = per[p];
+        if (per[p] > *all)
+            *all = per[p];
+    }
+    return counted;
+}
+
+static void count_answers(const kit_msgs *results, long long from, long long until, answers_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    for (size_t i = 0; i < results->n; i++) {
+        const kit_msg *r = &results->v[i];
+
+        if (r->timestamp_ms < from || r->timestamp_ms > until)
+            continue;
+        a->results++;
+        if (strstr(r->value, "\"REQUEST_IN_PROGRESS\"") != NULL)
+            a->in_progress++;
+        else if (strstr(r->value, "\"status\":400") != NULL)
+            a->invalid++;
+        else if (is_replay(r))
+            a->replays++;
+        else
+            a->first++;
+    }
+}
+
+/* One fault from its start event s to its end event e; 1 when its
+ * failover (every partition deciding again) breaks the bound. */
+static int report_window(const window_ev *s, const window_ev *e, const kit_msgs *results,
+                         index_t *src, input_t *ins, long long max_ms)
+{
+    long long first, all, lasted = e->t - s->t;
+    int parts = decisions_after(results, src, ins, s->t, &first, &all);
+    long long failover = all >= 0 ? all - s->t : -1;
+    answers_t a;
+    int bad;
+
+    count_answers(results, s->t, e->t, &a);
+    bad = max_ms > 0 && (failover < 0 || failover > max_ms || failover >= lasted);
+    printf("verify: fault %.*s (node %u): lasted %lld ms; failover %lld ms (every partition "
+           "deciding again, %d partitions; the first after %lld ms); answers while it lasted: "
+           "%lld (first-time %lld, replays %lld, in progress %lld, invalid %lld)%s\n",
+           (int)(strlen(s->name) - 6), s->name, s->node, lasted, failover, parts,
+           first >= 0 ? first - s->t : -1, a.results, a.first, a.replays, a.in_progress, a.invalid,
+           bad ? " SLOW" : "");
+    return bad;
+}
+
+/* Every "NAME-start MS N" of the faults file with the next "NAME-end MS N"
+ * after it. The failover time is from the start until every input
+ * partition had a decision committed for a message sent after the start.
+ * Returns the number of faults
+ * whose failover is missing, above max_ms or not shorter than the fault
+ * (the service came back only with the node), or -1 when the file has
+ * none. */
+static long long fault_windows(const char *path, const kit_msgs *results, index_t *src,
+                               input_t *ins, long long max_ms)
+{
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    static window_ev ev[1024];
+    char line[256], end[40];
+    size_t n = 0;
+    long long bad = 0, found = 0;
+
+    if (f == NULL)
+        return -1;
+    while (n < sizeof(ev) / sizeof(ev[0]) && fgets(line, sizeof(line), f) != NULL) {
+        ev[n].node = 0;
+        if (sscanf(line, "%31s %lld %u", ev[n].name, &ev[n].t, &ev[n].node) >= 2)
+            n++;
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(ev[i].name);
+
+        if (len <= 6 || strcmp(ev[i].name + len - 6, "-start") != 0)
+            continue;
+        snprintf(end, sizeof(end), "%.*s-end", (int)(len - 6), ev[i].name);
+        for (size_t j = i + 1; j < n; j++) {
+            if (strcmp(ev[j].name, end) == 0 && ev[j].node == ev[i].node) {
+                bad += report_window(&ev[i], &ev[j], results, src, ins, max_ms);
+                found++;
+                break;
+            }
+        }
+    }
+    return found > 0 ? bad : -1;
+}
+
 /* The audit maps onto the lines below: I1 duplicate request keys, I2
  * duplicate orders, I3 orders without a SUCCEEDED request (which contains
  * the FAILED requests owning orders), I7 requests not in a final state. A
@@ -831,6 +992,9 @@ int main(int argc, char **argv)
     tally_t t;
     ow_audit_report rep;
     MYSQL *db;
+    static char node[256];
+    vc_target cluster;
+    long long nodes_bad, windows_bad;
     int64_t ends[256], committed[256];
     int parts;
     long long lag = 0, dlq_bad = 0, valid = 0;
@@ -844,11 +1008,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "verify: cannot read the topics\n");
         return 2;
     }
-    db = mysql_init(NULL);
-    if (mysql_real_connect(db, a.host, a.user, a.password, a.database, a.port, NULL, 0) == NULL) {
-        fprintf(stderr, "verify: %s\n", mysql_error(db));
+    cluster = (vc_target){a.host, a.port, a.user, a.password, a.database};
+    db = vc_connect(&cluster, node, sizeof(node));
+    if (db == NULL)
         return 2;
-    }
+    a.host = node; /* the audit reads the same node */
     if (connect_shards(&a) != 0 || audit(&a, &rep) != 0)
         return 2;
     recs = load_records(db, &n_recs, &recix);
@@ -935,6 +1099,14 @@ int main(int argc, char **argv)
             verdict("a hung shard holds up only its own users (gap < 3 s)", hang, "violations");
     }
     resume_times(a.faults, &results);
+    windows_bad = fault_windows(a.faults, &results, &src, ins, a.failover_max_ms);
+    if (a.failover_max_ms > 0)
+        verdict("every fault's failover within the bound and the fault",
+                windows_bad < 0 ? 1 : windows_bad, "slow or missing failovers");
+    nodes_bad = vc_compare_nodes(&cluster, node);
+    if (nodes_bad >= 0)
+        verdict("every node of the cluster holds the same rows", nodes_bad,
+                "differing or unsynced nodes");
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");
     mysql_close(db);
     return violations == 0 ? 0 : 1;
