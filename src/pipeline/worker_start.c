@@ -250,7 +250,9 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc == OW_OK)
         rc = create_clients(w, err);
     if (rc == OW_OK)
-        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
+        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->txn, err);
+    if (rc == OW_OK)
+        rc = ow_txn_start(&w->txn, w->producer, w->consumer, err);
     /* A missing ACL stops the worker before it decides anything. The
      * consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)
