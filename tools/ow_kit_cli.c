@@ -20,7 +20,8 @@
  *                                        open (the process exits as if killed)
  *   ow-kit lso-watch BOOTSTRAP TOPIC FILE [--interval-ms 100] [--seconds S]
  *                                        every interval, one line "WALL_MS P:LSO:HW ..."
- *                                        (-1: no answer) until SIGTERM or S seconds
+ *                                        from a read_committed consumer's latest fetch
+ *                                        responses, until SIGTERM or S seconds
  */
 #include <jansson.h>
 #include <signal.h>
@@ -352,15 +353,99 @@ static long long wall_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Samples the last stable offset (a read_committed client's end offset)
- * and the high watermark of every partition of topic. */
+typedef struct {
+    FILE *f;
+    const char *topic;
+} lso_watch;
+
+/* librdkafka's statistics: per partition, the high watermark and last
+ * stable offset of the latest fetch response, one consistent pair. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    lso_watch *w = opaque;
+    json_t *root = json_loadb(json, len, 0, NULL);
+    json_t *parts =
+        json_object_get(json_object_get(json_object_get(root, "topics"), w->topic), "partitions");
+    int n = 0;
+
+    (void)rk;
+    for (;; n++) {
+        char key[12];
+
+        snprintf(key, sizeof(key), "%d", n);
+        if (json_object_get(parts, key) == NULL)
+            break;
+    }
+    if (n > 0) {
+        fprintf(w->f, "%lld", wall_ms());
+        for (int p = 0; p < n; p++) {
+            char key[12];
+            json_t *pj;
+
+            snprintf(key, sizeof(key), "%d", p);
+            pj = json_object_get(parts, key);
+            fprintf(w->f, " %d:%lld:%lld", p,
+                    (long long)json_integer_value(json_object_get(pj, "ls_offset")),
+                    (long long)json_integer_value(json_object_get(pj, "hi_offset")));
+        }
+        fputc('\n', w->f);
+        fflush(w->f);
+    }
+    json_decref(root);
+    return 0;
+}
+
+/* A read_committed consumer at the end of every partition of topic:
+ * each fetch response carries the partition's high watermark and last
+ * stable offset, and the statistics report them every interval. */
+static rd_kafka_t *lso_consumer(const char *bootstrap, const char *topic, long interval,
+                                lso_watch *w)
+{
+    char errstr[256], iv[24];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_t *rk;
+    rd_kafka_topic_partition_list_t *l;
+    int n;
+
+    snprintf(iv, sizeof(iv), "%ld", interval);
+    rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "group.id", "ow-kit-lso-watch", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "isolation.level", "read_committed", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "fetch.wait.max.ms", iv, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "statistics.interval.ms", iv, errstr, sizeof(errstr));
+    rd_kafka_conf_set_stats_cb(c, on_stats);
+    rd_kafka_conf_set_opaque(c, w);
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+    if (rk == NULL)
+        return NULL;
+    /* The statistics callback is served from the main queue: route it to
+     * the consumer's, which the loop polls. */
+    rd_kafka_poll_set_consumer(rk);
+    n = kit_partition_count(rk, topic);
+    for (int i = 0; i < 40 && n <= 0; i++) {
+        usleep(250 * 1000);
+        n = kit_partition_count(rk, topic);
+    }
+    l = rd_kafka_topic_partition_list_new(n > 0 ? n : 1);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_END;
+    if (n <= 0 || rd_kafka_assign(rk, l) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_destroy(rk);
+        rk = NULL;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    return rk;
+}
+
+/* Samples the last stable offset and the high watermark of every
+ * partition of topic (what a read_committed consumer is told). */
 static int cmd_lso_watch(int argc, char **argv)
 {
     long interval = 100, seconds = 0;
-    rd_kafka_t *lso, *hw;
-    FILE *f;
-    int n = -1;
-    int64_t lsos[256], hws[256];
+    lso_watch w = {NULL, argv[3]};
+    rd_kafka_t *rk;
     long long until;
 
     for (int i = 5; i + 1 < argc; i += 2) {
@@ -375,37 +460,22 @@ static int cmd_lso_watch(int argc, char **argv)
         return usage();
     signal(SIGTERM, on_stop);
     signal(SIGINT, on_stop);
-    lso = kit_offsets_client(argv[2], KIT_READ_COMMITTED);
-    hw = kit_offsets_client(argv[2], KIT_READ_UNCOMMITTED);
-    f = fopen(argv[4], "w");
-    if (lso == NULL || hw == NULL || f == NULL) {
-        fprintf(stderr, "ow-kit: lso-watch: cannot start (clients or %s)\n", argv[4]);
+    w.f = fopen(argv[4], "w");
+    rk = w.f != NULL ? lso_consumer(argv[2], argv[3], interval, &w) : NULL;
+    if (rk == NULL) {
+        fprintf(stderr, "ow-kit: lso-watch: cannot watch %s into %s\n", argv[3], argv[4]);
         return 1;
     }
     until = seconds > 0 ? wall_ms() + seconds * 1000 : -1;
     while (!watch_stop && (until < 0 || wall_ms() < until)) {
-        long long t = wall_ms(), spent;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 50);
 
-        if (n <= 0)
-            n = kit_partition_count(lso, argv[3]);
-        if (n > 256)
-            n = 256;
-        if (n > 0) {
-            kit_query_ends(lso, argv[3], n, (int)interval * 3, lsos);
-            kit_query_ends(hw, argv[3], n, (int)interval * 3, hws);
-            fprintf(f, "%lld", t);
-            for (int p = 0; p < n; p++)
-                fprintf(f, " %d:%lld:%lld", p, (long long)lsos[p], (long long)hws[p]);
-            fputc('\n', f);
-            fflush(f);
-        }
-        spent = wall_ms() - t;
-        if (spent < interval)
-            usleep((useconds_t)(interval - spent) * 1000);
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
     }
-    fclose(f);
-    rd_kafka_destroy(lso);
-    rd_kafka_destroy(hw);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    fclose(w.f);
     return 0;
 }
 
