@@ -17,6 +17,10 @@
 #                                    instead of the database outage, shard 1 is
 #                                    killed (kill -9) for 12 s; ow-verify checks
 #                                    across the shards
+#   OW_CHAOS_BROKERS=3               on three brokers (scripts/kafka-cluster.sh:
+#                                    replication 3, min ISR 2): before the outage of
+#                                    every broker, the one leading the most
+#                                    partitions is killed (kill -9) for 12 s
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +32,9 @@ PARTS="${OW_CHAOS_PARTITIONS:-6}"
 LIMIT_S=360
 SHARDED="${OW_CHAOS_SHARDS:-0}"
 [[ $SHARDED == 0 || $SHARDED == 3 ]] || { echo "chaos: OW_CHAOS_SHARDS must be 3 (or unset)" >&2; exit 2; }
+BROKERS="${OW_CHAOS_BROKERS:-1}"
+[[ $BROKERS == 1 || $BROKERS == 3 ]] || { echo "chaos: OW_CHAOS_BROKERS must be 1 or 3" >&2; exit 2; }
+if ((BROKERS == 3)); then export OW_KAFKA_BROKERS=3; fi
 export OW_RUN_DIR="$ROOT/.run/chaos"
 RUN="$OW_RUN_DIR"
 FAULTS="$RUN/faults.log"
@@ -177,7 +184,20 @@ fault mariadb-up
 say "MariaDB is back"
 fi
 sleep 8
-say "stopping the Kafka broker"
+if ((BROKERS == 3)); then
+  # Leaders, and perhaps the group's coordinator, move to the other two;
+  # produce with acks=all goes on with two in-sync replicas.
+  node="$("$ROOT/scripts/kafka-cluster.sh" most-leaders)"
+  say "killing broker $node (it leads the most partitions) for 12 s"
+  "$ROOT/scripts/kafka-cluster.sh" kill "$node" >/dev/null
+  fault broker-kill "$node"
+  sleep 12
+  "$ROOT/scripts/kafka-cluster.sh" restart "$node" >/dev/null
+  fault broker-up "$node"
+  "$ROOT/scripts/kafka-cluster.sh" wait-isr 60 >/dev/null
+  say "broker $node is back, every partition with 3 in-sync replicas"
+fi
+say "stopping the Kafka broker$( ((BROKERS == 3)) && echo 's, all three')"
 fault kafka-down
 "$ROOT/scripts/services.sh" kafka-down >/dev/null
 sleep 5
