@@ -34,7 +34,10 @@ SHARDED="${OW_CHAOS_SHARDS:-0}"
 [[ $SHARDED == 0 || $SHARDED == 3 ]] || { echo "chaos: OW_CHAOS_SHARDS must be 3 (or unset)" >&2; exit 2; }
 BROKERS="${OW_CHAOS_BROKERS:-1}"
 [[ $BROKERS == 1 || $BROKERS == 3 ]] || { echo "chaos: OW_CHAOS_BROKERS must be 1 or 3" >&2; exit 2; }
-if ((BROKERS == 3)); then export OW_KAFKA_BROKERS=3; fi
+# The generation spans every fault (the cluster's take 30 s more), so that
+# each recovery is measured under load.
+GEN_S=60
+if ((BROKERS == 3)); then export OW_KAFKA_BROKERS=3; GEN_S=100; fi
 export OW_RUN_DIR="$ROOT/.run/chaos"
 RUN="$OW_RUN_DIR"
 FAULTS="$RUN/faults.log"
@@ -155,8 +158,8 @@ killer() {  # SECONDS
 }
 
 for i in 1 2 3; do start_replica "$i"; done
-say "3 replicas started; producing $N messages over about 60 s"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((N / 60 + 1)) --seed 20261130 \
+say "3 replicas started; producing $N messages over about $GEN_S s"
+"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((N / GEN_S + 1)) --seed 20261130 \
   --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix chaos 2>"$RUN/gen.log" &
 GEN_PID=$!
 sleep 5

@@ -176,8 +176,9 @@ broker_fault() {  # NODE WHY
 "$KIT" lso-watch "$BOOT" $OUT "$RUN/lso.txt" --interval-ms 100 --seconds "$LIMIT_S" &
 WATCH_PID=$!
 for i in 1 2 3; do start_replica "$i"; done
-say "3 replicas started; producing $N messages over about 60 s"
-"$KIT" gen "$BOOT" $IN "$N" --rate $((N / 60 + 1)) --seed 20261205 \
+# Over 75 s: the generation spans both broker faults.
+say "3 replicas started; producing $N messages over about 75 s"
+"$KIT" gen "$BOOT" $IN "$N" --rate $((N / 75 + 1)) --seed 20261205 \
   --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix eos 2>"$RUN/gen.log" &
 GEN_PID=$!
 sleep 5
