@@ -18,6 +18,10 @@
 #                two replicas, every refused certificate, password and ACL
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
 #   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
+#   chaos-cluster (not in the default list) the chaos run on three brokers, the one
+#                leading the most partitions killed too (OW_CHAOS_BROKERS=3 scripts/chaos.sh)
+#   eos          scripts/eos.sh: three exactly-once replicas on three brokers, replica
+#                and broker kills, scaling; read_committed checks: one result per message
 #   chaos-shards (not in the default list) the chaos run over three MariaDB shards,
 #                one of them killed for 12 s (OW_CHAOS_SHARDS=3 scripts/chaos.sh)
 #   shards       scripts/shards.sh: three MariaDB shards, two replicas, the mix, the
@@ -43,7 +47,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos shards}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -174,6 +178,14 @@ if has_tier chaos; then
   grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
 fi
 
+if has_tier chaos-cluster; then
+  OW_CHAOS_BROKERS=3 script_tier chaos-cluster "$ROOT/scripts/chaos.sh"
+  grep -E '^verify: (figures|faults|resume|broker kills)' "$LOGS/chaos-cluster.log" | sed 's/^/test:   /' || true
+fi
+if has_tier eos; then
+  script_tier eos "$ROOT/scripts/eos.sh"
+  grep -E '^verify: (exactly-once figures|faults|broker kills)' "$LOGS/eos.log" | sed 's/^/test:   /' || true
+fi
 if has_tier chaos-shards; then
   OW_CHAOS_SHARDS=3 script_tier chaos-shards "$ROOT/scripts/chaos.sh"
   grep -E '^verify: (figures|faults|resume|shard outage)' "$LOGS/chaos-shards.log" | sed 's/^/test:   /' || true
