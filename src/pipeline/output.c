@@ -497,11 +497,16 @@ void ow_output_publish(ow_output *o, ow_job *job)
     ow_sequencer_ready(o->seq, job, &release, &drop);
     settle_dropped(o, drop);
     while (release != NULL) {
-        ow_job *next = release->seq_next;
+        int32_t partition = release->t.partition;
 
-        release->seq_next = NULL;
-        publish_now(o, release);
-        release = next;
+        while (release != NULL) {
+            ow_job *next = release->seq_next;
+
+            release->seq_next = NULL;
+            publish_now(o, release);
+            release = next;
+        }
+        ow_sequencer_next(o->seq, partition, &release);
     }
 }
 

@@ -9,6 +9,7 @@
 
 typedef struct {
     int open;        /* an epoch is under way */
+    int releasing;   /* a thread is producing released jobs: it takes the next ones too */
     uint32_t epoch;  /* the ledger's epoch of the queued jobs */
     int64_t barrier; /* no job after this offset is released (INT64_MAX: none) */
     ow_job *head, *tail;
@@ -82,6 +83,7 @@ static void close_part(seq_part *p, ow_job **drop)
     }
     p->head = p->tail = NULL;
     p->open = 0;
+    p->releasing = 0;
 }
 
 int ow_sequencer_append(ow_sequencer *s, ow_job *job, ow_job **drop)
@@ -166,6 +168,17 @@ static void pop_ready(seq_part *p, ow_job **release)
     }
 }
 
+/* Takes the partition's ready head for the caller, unless another thread
+ * is producing that partition's jobs: it will take them in turn, so that
+ * one partition's outputs are produced in order. mu held. */
+static void take_turn(seq_part *p, ow_job **release)
+{
+    if (p->releasing)
+        return;
+    pop_ready(p, release);
+    p->releasing = *release != NULL;
+}
+
 void ow_sequencer_ready(ow_sequencer *s, ow_job *job, ow_job **release, ow_job **drop)
 {
     seq_part *p;
@@ -180,9 +193,21 @@ void ow_sequencer_ready(ow_sequencer *s, ow_job *job, ow_job **release, ow_job *
             unlink_job(p, job);
             push(drop, job);
         } else {
-            pop_ready(p, release);
+            take_turn(p, release);
         }
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ow_sequencer_next(ow_sequencer *s, int32_t partition, ow_job **release)
+{
+    seq_part *p;
+
+    pthread_mutex_lock(&s->mu);
+    p = &s->parts[partition];
+    p->releasing = 0;
+    if (p->open)
+        take_turn(p, release);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -42,8 +42,14 @@ void ow_sequencer_free(ow_sequencer **s);
 int ow_sequencer_append(ow_sequencer *s, ow_job *job, ow_job **drop);
 /* job is decided. The jobs that may be produced now, job among them or not,
  * are put on *release in order (linked by seq_next); jobs that can never
- * be, on *drop. */
+ * be, on *drop. A caller that got jobs is its partition's releaser: it
+ * produces them, then asks ow_sequencer_next for more until there are
+ * none; meanwhile other callers get none of that partition, so that its
+ * outputs are produced in order (one key's results stay in order). */
 void ow_sequencer_ready(ow_sequencer *s, ow_job *job, ow_job **release, ow_job **drop);
+/* The releaser of partition produced what it got: the next ready jobs, or
+ * none (and it is no longer the releaser). */
+void ow_sequencer_next(ow_sequencer *s, int32_t partition, ow_job **release);
 /* job is given up without outputs: it leaves the order and becomes its
  * partition's barrier; waiting jobs behind it go on *drop. The caller
  * settles job itself. */

@@ -52,17 +52,26 @@ static const char *names(ow_job *list, char *buf, size_t size)
     return buf;
 }
 
+/* Marks job i ready; what it released, as a releaser that produces at once
+ * and then asks for the next ones until there are none. */
 static const char *ready(ow_sequencer *s, int i, const char **dropped)
 {
     static char rel[64], drp[64];
-    ow_job *release = NULL, *drop = NULL;
+    ow_job *release = NULL, *drop = NULL, *all = NULL, **end = &all;
 
     ow_sequencer_ready(s, &jobs[i], &release, &drop);
     if (dropped != NULL)
         *dropped = names(drop, drp, sizeof(drp));
     else
         assert_null(drop);
-    return names(release, rel, sizeof(rel));
+    while (release != NULL) {
+        *end = release;
+        while (*end != NULL)
+            end = &(*end)->seq_next;
+        release = NULL;
+        ow_sequencer_next(s, jobs[i].t.partition, &release);
+    }
+    return names(all, rel, sizeof(rel));
 }
 
 static void test_released_in_tracked_order(void **state)
@@ -79,6 +88,35 @@ static void test_released_in_tracked_order(void **state)
     assert_string_equal(ready(s, 3, NULL), "3 4");
     ow_sequencer_free(&s);
     assert_null(s);
+}
+
+/* While one thread produces a partition's released jobs, jobs that become
+ * ready go to it, not to their own threads: one key's results stay in
+ * order even when its messages were decided by different lanes. */
+static void test_one_releaser_per_partition(void **state)
+{
+    ow_sequencer *s = fresh(4, 1);
+    ow_job *first = NULL, *second = NULL, *drop = NULL;
+    char buf[64];
+
+    (void)state;
+    append(s, 0, 3);
+    ow_sequencer_ready(s, &jobs[0], &first, &drop);
+    assert_string_equal(names(first, buf, sizeof(buf)), "0");
+    /* Job 1 is ready while job 0 is still being produced: not released to
+     * its caller... */
+    ow_sequencer_ready(s, &jobs[1], &second, &drop);
+    assert_null(second);
+    assert_null(drop);
+    /* ...but to the releaser when it asks for more. */
+    ow_sequencer_next(s, 4, &second);
+    assert_string_equal(names(second, buf, sizeof(buf)), "1");
+    second = NULL;
+    ow_sequencer_next(s, 4, &second);
+    assert_null(second);
+    /* No releaser now: the next ready one releases itself. */
+    assert_string_equal(ready(s, 2, NULL), "2");
+    ow_sequencer_free(&s);
 }
 
 static void test_partitions_do_not_wait_for_each_other(void **state)
@@ -161,6 +199,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_released_in_tracked_order),
+        cmocka_unit_test(test_one_releaser_per_partition),
         cmocka_unit_test(test_partitions_do_not_wait_for_each_other),
         cmocka_unit_test(test_abandoned_job_stops_its_partition),
         cmocka_unit_test(test_epoch_end_drops_and_forgets),
