@@ -121,7 +121,8 @@ int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque)
 
         if (!p->assigned)
             continue;
-        fn(opaque, (int32_t)i, p->first_offset);
+        fn(opaque, (int32_t)i, p->track != NULL ? ow_offset_track_committed(p->track) : -1,
+           p->first_offset);
         if (new_epoch(p, 1) != OW_OK)
             rc = OW_ENOMEM;
     }

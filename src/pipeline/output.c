@@ -240,6 +240,11 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
                    const void *value, size_t len, rd_kafka_headers_t *h)
 {
     ow_ledger_produced(&job->t);
+    if (o->producer == NULL) { /* it failed and could not be replaced: the worker stops */
+        rd_kafka_headers_destroy(h);
+        ow_job_settle(o->ledger, job, 0);
+        return OW_EFATAL;
+    }
     if (len + job->out_key_len >= atomic_load(&o->refused_at)) {
         rd_kafka_headers_destroy(h);
         return OW_EINVAL;
@@ -606,6 +611,15 @@ static void transaction_delivery_failed(ow_output *o, const rd_kafka_message_t *
            OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_INT("partition", job->t.partition),
            OW_F_INT("offset", job->t.offset), OW_F_STR("then", "the transaction is aborted"));
     ow_txn_want_abort(o->txn);
+}
+
+void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m)
+{
+    ow_output_tag *tag = m->_private;
+
+    OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
+           OW_F_STR("error", rd_kafka_err2str(m->err)));
+    ow_job_settle(o->ledger, ow_job_of_tag(tag), 0);
 }
 
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)

@@ -90,6 +90,9 @@ void ow_output_publish(ow_output *o, ow_job *job);
 /* Publishes a job's REQUEST_IN_PROGRESS answer; the caller keeps its hold,
  * and the job waits for this answer's acknowledgement too. */
 void ow_output_in_progress(ow_output *o, ow_job *job);
+/* The delivery report of an output of a producer being replaced: its job
+ * ends not done, and is redone. */
+void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m);
 /* The delivery report of an output (the producer's dr_msg_cb). */
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m);
 /* Produces the notices waiting; called by the delivery poller after each

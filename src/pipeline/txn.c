@@ -118,8 +118,6 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
 
 void ow_txn_enter(ow_txn *tx)
 {
-    if (!tx->enabled)
-        return;
     pthread_mutex_lock(&tx->gate_mu);
     while (tx->closing)
         pthread_cond_wait(&tx->gate_cv, &tx->gate_mu);
@@ -129,8 +127,6 @@ void ow_txn_enter(ow_txn *tx)
 
 void ow_txn_leave(ow_txn *tx)
 {
-    if (!tx->enabled)
-        return;
     pthread_mutex_lock(&tx->gate_mu);
     if (--tx->inside == 0)
         pthread_cond_broadcast(&tx->gate_cv);
@@ -139,8 +135,6 @@ void ow_txn_leave(ow_txn *tx)
 
 void ow_txn_close(ow_txn *tx)
 {
-    if (!tx->enabled)
-        return;
     pthread_mutex_lock(&tx->gate_mu);
     tx->closing = 1;
     while (tx->inside > 0)
@@ -150,8 +144,6 @@ void ow_txn_close(ow_txn *tx)
 
 void ow_txn_open(ow_txn *tx)
 {
-    if (!tx->enabled)
-        return;
     pthread_mutex_lock(&tx->gate_mu);
     tx->closing = 0;
     pthread_cond_broadcast(&tx->gate_cv);
@@ -254,12 +246,14 @@ typedef struct {
     rd_kafka_topic_partition_list_t *l;
 } rewind_args;
 
-static void add_rewind(void *opaque, int32_t partition, int64_t first)
+static void add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
     rewind_args *a = opaque;
     rd_kafka_topic_partition_list_t *l = a->l;
-    int64_t to = partition >= 0 && (size_t)partition < a->n ? a->committed[partition] : -1;
+    int64_t to;
 
+    (void)stored; /* acknowledged, but maybe in the aborted transaction */
+    to = partition >= 0 && (size_t)partition < a->n ? a->committed[partition] : -1;
     if (to < 0)
         to = first;
     if (to >= 0)

@@ -1,7 +1,8 @@
 /*
  * The Kafka transaction of exactly-once mode (txn.c). Private to the
- * pipeline. With processing.guarantee = at_least_once every function here
- * does nothing.
+ * pipeline. With processing.guarantee = at_least_once only the gate works
+ * (the worker closes it to replace a failed producer); the rest does
+ * nothing.
  *
  * Outputs are produced only inside a transaction, between ow_txn_enter and
  * ow_txn_leave (a lane's whole publication of a batch). The consumer

@@ -246,6 +246,8 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
              * acknowledgements bring the in-flight count down. */
             rd_kafka_message_t *m;
 
+            if (atomic_load(&w.producer_failed))
+                ow_worker_replace_producer(&w);
             if (ow_txn_due(&w.txn, ow_clock_mono_ms()))
                 ow_txn_commit(&w.txn, "interval", ow_clock_mono_ms() + TXN_FLUSH_WAIT_MS);
 

@@ -41,6 +41,7 @@ typedef struct {
     pthread_t poller;
     int poller_started;
     _Atomic int poller_stop;
+    _Atomic int producer_failed; /* at_least_once: the producer failed fatally, replace it */
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
 
@@ -87,5 +88,10 @@ int ow_worker_start_http(ow_worker *w, ow_error *err);
 /* worker_start.c: clients, watches, lanes, the poller, the endpoint, the
  * checks, the subscription. */
 int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err);
+/* at_least_once: replaces a producer that failed fatally (librdkafka 2.0's
+ * idempotent producer can, after a partition leader change): its outputs
+ * in flight are given up, every partition goes back to its stored offset,
+ * and a new producer takes over. Consumer thread. */
+void ow_worker_replace_producer(ow_worker *w);
 
 #endif

@@ -70,10 +70,11 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition);
 /* The revoke is over: the partition is unassigned and its epoch ends. */
 void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
 
-/* Every assigned partition goes back to where its epoch began: fn gets the
+/* Every assigned partition goes back: fn gets its stored watermark and the
  * first offset tracked in the epoch (-1: none), then a new epoch starts,
- * so every ticket in flight is stale. For an aborted Kafka transaction. */
-typedef void (*ow_ledger_rewind_fn)(void *opaque, int32_t partition, int64_t first);
+ * so every ticket in flight is stale. For an aborted Kafka transaction or
+ * a replaced producer. */
+typedef void (*ow_ledger_rewind_fn)(void *opaque, int32_t partition, int64_t stored, int64_t first);
 int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque);
 
 /* Tracks a consumed message and fills its ticket, held by the caller. OW_ENOTFOUND when the
