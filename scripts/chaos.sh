@@ -17,10 +17,12 @@
 #                                    instead of the database outage, shard 1 is
 #                                    killed (kill -9) for 12 s; ow-verify checks
 #                                    across the shards
-#   OW_CHAOS_BROKERS=3               on three brokers (scripts/kafka-cluster.sh:
-#                                    replication 3, min ISR 2): before the outage of
-#                                    every broker, the one leading the most
-#                                    partitions is killed (kill -9) for 12 s
+#   OW_CHAOS_BROKERS=3               (the default) on three brokers
+#                                    (scripts/kafka-cluster.sh: replication 3, min
+#                                    ISR 2): before the outage of every broker, the
+#                                    one leading the most partitions is killed
+#                                    (kill -9) for 12 s
+#   OW_CHAOS_BROKERS=1               on one broker, restarted for the outage
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +34,7 @@ PARTS="${OW_CHAOS_PARTITIONS:-6}"
 LIMIT_S=360
 SHARDED="${OW_CHAOS_SHARDS:-0}"
 [[ $SHARDED == 0 || $SHARDED == 3 ]] || { echo "chaos: OW_CHAOS_SHARDS must be 3 (or unset)" >&2; exit 2; }
-BROKERS="${OW_CHAOS_BROKERS:-1}"
+BROKERS="${OW_CHAOS_BROKERS:-3}"
 [[ $BROKERS == 1 || $BROKERS == 3 ]] || { echo "chaos: OW_CHAOS_BROKERS must be 1 or 3" >&2; exit 2; }
 # The generation spans every fault (the cluster's take 30 s more), so that
 # each recovery is measured under load.
