@@ -57,7 +57,9 @@ mkdir -p "$LOGS"
 failed=0
 for tier in $TIERS; do
   log="$LOGS/sanitize-$tier.log"
-  if ctest --test-dir "$BUILD" -L "^$tier\$" --output-on-failure >"$log" 2>&1; then
+  jobs=1
+  [[ $tier != integration ]] || jobs=${OW_TEST_INTEGRATION_JOBS:-4}
+  if ctest --test-dir "$BUILD" -L "^$tier\$" -j "$jobs" --output-on-failure >"$log" 2>&1; then
     say "tier $tier passed ($(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$log" || echo '?'))"
   else
     failed=1

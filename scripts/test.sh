@@ -120,9 +120,13 @@ start_services() {
 }
 
 ctest_tier() {  # LABEL
-  local tier=$1 log="$LOGS/ctest-$1.log" status programs cases passed
+  local tier=$1 log="$LOGS/ctest-$1.log" status programs cases passed jobs=1
+  # Integration tests use databases of their own and mostly wait (the mock
+  # cluster's scenarios): side by side. e2e tests stop and restart the
+  # shared broker and database: one at a time.
+  [[ $tier != integration ]] || jobs=${OW_TEST_INTEGRATION_JOBS:-4}
   say "tier $tier"
-  if ctest --test-dir "$BUILD" -L "^$tier\$" --output-on-failure -V >"$log" 2>&1; then
+  if ctest --test-dir "$BUILD" -L "^$tier\$" -j "$jobs" --output-on-failure -V >"$log" 2>&1; then
     status=passed
   else
     status=FAILED
