@@ -19,7 +19,7 @@
 # The three nodes share this machine's cores with the worker and the
 # broker, and replication between them costs no network latency: the
 # ratio says what certification and applying cost here, not what a
-# cluster over a network gives (docs/performance.md).
+# cluster over a network gives (docs/performance.md, "Knobs").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

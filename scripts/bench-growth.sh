@@ -88,7 +88,7 @@ source "$OW_RUN_DIR/services.env"
 
 # The broker warms up as in scripts/bench.sh, so that step 0 is not
 # measured on a cold broker (the first full run's step 0 was, which made
-# every later step look better than it: docs/performance.md). The paced
+# every later step look better than it). The paced
 # warm-up matters for the p99 at step 0, which the target compares with
 # the top step's: the second full curve's step 0 was 202 ms, from 57-99 ms
 # at the other steps, with only the JVM warm-up before it.
