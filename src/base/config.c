@@ -38,9 +38,12 @@ static const config_row config_table[] = {
     {"topic.dlq", CT_STRING, 0, 0, "order-batches.dlq", 0, ROW_OFF(topic_dlq),
      "Dead-letter topic for the original bytes of invalid messages."},
     {"mysql.host", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(mysql_host),
-     "MySQL/MariaDB host name or address. localhost means the client library's Unix socket "
-     "($MYSQL_UNIX_PORT, else its default, /run/mysqld/mysqld.sock on Debian) and mysql.port is "
-     "then not used; give 127.0.0.1 for TCP."},
+     "MySQL/MariaDB host name or address, or the nodes of one cluster (Galera) separated by "
+     "commas, all on mysql.port: the worker and serve use one node at a time, the first that is "
+     "ready in this order, and move on when it is lost or not ready (docs/operations.md, \"Node "
+     "lists\"). localhost means the client library's Unix socket ($MYSQL_UNIX_PORT, else its "
+     "default, /run/mysqld/mysqld.sock on Debian) and mysql.port is then not used; give "
+     "127.0.0.1 for TCP."},
     {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
      "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
@@ -78,8 +81,10 @@ static const config_row config_table[] = {
     {"mysql.shards", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shards),
      "Comma-separated host[:port][/database] of each shard, in shard order (port and "
      "database default to mysql.port and mysql.database; credentials and TLS are the "
-     "mysql.* keys). Empty: one database, mysql.host. Never reorder it: run refuses a list "
-     "that disagrees with the map migrate recorded."},
+     "mysql.* keys); host may be the nodes of one cluster separated by | "
+     "(10.0.0.1|10.0.0.2|10.0.0.3:3306/orders), used like a mysql.host list. Empty: one "
+     "database, mysql.host. Never reorder the entries: run refuses a list that disagrees with "
+     "the map migrate recorded (the nodes within an entry may be reordered)."},
     {"mysql.shard_password_files", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shard_password_files),
      "Per-shard passwords: comma-separated files (one line each), in mysql.shards order; an "
      "empty entry uses mysql.password. Empty: every shard uses mysql.password."},
