@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/nodes.h"
 #include "ow/util.h"
 
 typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL } config_type;
@@ -610,6 +611,23 @@ static void print_value(const ow_config *cfg, const config_row *row, FILE *out)
     }
 }
 
+/* How a node list is used, after mysql.host and mysql.shards. */
+static void print_nodes_note(const ow_config *cfg, const config_row *row, FILE *out)
+{
+    unsigned lists = 0;
+
+    if (strcmp(row->name, "mysql.host") == 0 && ow_nodes_count(cfg->mysql_host) > 1)
+        fprintf(out, "; %u nodes of one cluster, one used at a time, the first ready in order",
+                ow_nodes_count(cfg->mysql_host));
+    if (strcmp(row->name, "mysql.shards") != 0)
+        return;
+    for (unsigned i = 0; i < cfg->shards.n; i++)
+        lists += ow_nodes_count(cfg->shards.addr[i].host) > 1;
+    if (lists > 0)
+        fprintf(out, "; %u of %u shards are clusters of several nodes, one used at a time", lists,
+                cfg->shards.n);
+}
+
 void ow_config_print(const ow_config *cfg, FILE *out)
 {
     for (size_t i = 0; i < N_ROWS; i++) {
@@ -620,6 +638,7 @@ void ow_config_print(const ow_config *cfg, FILE *out)
             fprintf(out, " (%s)", cfg->source_where[i]);
         else if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_ENV)
             fprintf(out, " (%s)", cfg->source_where[i] + strlen("environment "));
+        print_nodes_note(cfg, &config_table[i], out);
         fputc('\n', out);
     }
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
