@@ -260,6 +260,9 @@ static int store_fail_text(ow_store *s, unsigned e, const char *text, const char
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
                           what, e, msg);
         s->broken = 1;
+        /* The watch need not wait for its next round to look at the node. */
+        if (s->gate != NULL)
+            ow_gate_wake(s->gate);
     } else if (is_transient_server_error(e)) {
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
                           what, e, msg);

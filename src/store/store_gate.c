@@ -146,6 +146,23 @@ static void wait_slice(ow_db_gate *g, int64_t deadline_ms)
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 }
 
+void ow_gate_wake(ow_db_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->wake = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void ow_gate_nap(ow_db_gate *g, int64_t deadline_ms, int64_t not_before_ms)
+{
+    pthread_mutex_lock(&g->mu);
+    while (ow_clock_mono_ms() < deadline_ms && !(g->wake && ow_clock_mono_ms() >= not_before_ms))
+        wait_slice(g, deadline_ms);
+    g->wake = 0;
+    pthread_mutex_unlock(&g->mu);
+}
+
 void ow_gate_wait_known(ow_db_gate *g, int64_t deadline_ms)
 {
     pthread_mutex_lock(&g->mu);

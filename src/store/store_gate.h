@@ -31,6 +31,7 @@ typedef struct {
     ow_watch_state state;
     ow_error why;  /* the last failure */
     unsigned node; /* the current node: an index into the database's node list */
+    int wake;      /* a connection was lost: the watch checks now */
     ow_gate_user *users;
     size_t n_users, cap_users;
 } ow_db_gate;
@@ -55,6 +56,13 @@ void ow_gate_set_node(ow_db_gate *g, unsigned node, int interrupt);
  * interrupts every user's socket. Returns the state before. */
 ow_watch_state ow_gate_set(ow_db_gate *g, int rc, const ow_error *err);
 ow_watch_state ow_gate_state(ow_db_gate *g, ow_error *why);
+/* From a connection that was just lost on the current node: the watch
+ * runs its check now instead of at its next round. */
+void ow_gate_wake(ow_db_gate *g);
+/* The watch's pause between rounds: until deadline_ms, or a wake that
+ * comes after not_before_ms (so that lost connections cannot make it
+ * check without pause). */
+void ow_gate_nap(ow_db_gate *g, int64_t deadline_ms, int64_t not_before_ms);
 /* Waits while the state is unknown, until deadline_ms. */
 void ow_gate_wait_known(ow_db_gate *g, int64_t deadline_ms);
 /* Waits until up, deadline_ms or *stop; 1 when up. */

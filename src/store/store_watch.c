@@ -11,6 +11,9 @@
 #include "store_parts.h"
 
 #define PING_INTERVAL_MS 1000
+/* The shortest pause between two rounds when lost connections wake the
+ * watch early. */
+#define WAKE_MIN_MS 100
 /* How often a watch on a later node of its list probes the earlier ones,
  * and how many probes in a row one must pass before the watch returns to
  * it: a node that has just rejoined its cluster is given a few seconds to
@@ -217,18 +220,13 @@ static void *watch_main(void *arg)
 {
     ow_store_watch *w = arg;
 
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        struct timespec ts;
+    while (!stopping(w)) {
+        int64_t start = ow_clock_mono_ms();
 
-        pthread_mutex_unlock(&w->mu);
         watch_round(w);
-        pthread_mutex_lock(&w->mu);
-        if (w->stop)
-            break;
-        ow_deadline_after_ms(PING_INTERVAL_MS, &ts);
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        ow_gate_nap(&w->gate, start + PING_INTERVAL_MS, ow_clock_mono_ms() + WAKE_MIN_MS);
     }
+    pthread_mutex_lock(&w->mu);
     w->exited = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -253,6 +251,7 @@ void ow_store_watch_stop(ow_store_watch *w, int64_t deadline_ms)
     w->stop = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    ow_gate_wake(&w->gate);       /* the pause between rounds */
     ow_store_interrupt(w->probe); /* a ping waiting for an answer */
     ow_store_interrupt(w->scout);
     pthread_mutex_lock(&w->mu);
