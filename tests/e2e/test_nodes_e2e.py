@@ -9,6 +9,8 @@ must
   * use B while A refuses connections (and say so: db_node, /readyz);
   * return to A once it answers again, with every connection of the worker
     (the proxy counts them), and decide through it;
+  * take a 1047 from A (the error a Galera node that is not ready answers,
+    which the proxy injects) as a reason to retry, not to stop;
   * when A is lost with its connections cut, go on through B within
     seconds, without a fatal error, and exit 0 when stopped.
 
@@ -47,6 +49,7 @@ class Proxy:
         self.conns = []
         self.accepted = 0
         self.live = 0  # connections whose both directions still run
+        self.inject = 0  # commands still to be answered 1047
         self.mu = threading.Lock()
 
     def start(self):
@@ -72,16 +75,20 @@ class Proxy:
                 self.accepted += 1
                 self.live += 1
                 self.conns += [c, u]
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b, done), daemon=True).start()
+            threading.Thread(target=self._pump, args=(c, u, done, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, done, False), daemon=True).start()
 
-    def _pump(self, a, b, done):
+    def _pump(self, a, b, done, from_client):
+        buf = b""
         try:
             while True:
                 data = a.recv(65536)
                 if not data:
                     break
-                b.sendall(data)
+                if not from_client:
+                    b.sendall(data)
+                    continue
+                buf = self._client_packets(buf + data, a, b)
         except OSError:
             pass
         for s in (a, b):
@@ -93,6 +100,27 @@ class Proxy:
             if not done[0]:
                 done[0] = True
                 self.live -= 1
+
+    def _client_packets(self, buf, client, server):
+        """Forwards the client's whole packets; while inject > 0, answers a
+        command that reads or writes (COM_QUERY, COM_STMT_PREPARE,
+        COM_STMT_EXECUTE) with the error a Galera node that is not ready
+        gives, 1047, instead of forwarding it. Returns what is left over."""
+        while len(buf) >= 4:
+            n = int.from_bytes(buf[:3], "little")
+            if len(buf) < 4 + n:
+                break
+            pkt, buf = buf[:4 + n], buf[4 + n:]
+            with self.mu:
+                take = self.inject > 0 and pkt[3] == 0 and n > 0 and pkt[4] in (0x03, 0x16, 0x17)
+                self.inject -= take
+            if take:
+                body = (b"\xff" + (1047).to_bytes(2, "little") + b"#08S01"
+                        + b"WSREP has not yet prepared node for application use")
+                client.sendall(len(body).to_bytes(3, "little") + b"\x01" + body)
+            else:
+                server.sendall(pkt)
+        return buf
 
     def stop(self):
         if self.lsock is not None:
@@ -202,6 +230,18 @@ class NodesE2E(unittest.TestCase):
         moves = log_events("db_node")
         self.assertEqual(moves[-1]["node"], NODE_A, moves)
         print(f"nodes: back on node A {back_s:.1f} s after it answered", flush=True)
+
+    def test_2b_a_node_that_answers_1047(self):
+        """The error a Galera node out of the Primary component gives to a
+        read: retried on a new connection, never fatal."""
+        retries = len(log_events("db_retry"))
+        with PROXY.mu:
+            PROXY.inject = 1
+        self.assertEqual(send(4, "nodes-1047")[0], 201)
+        self.assertEqual(PROXY.inject, 0)
+        self.assertIn(1047, [e["code"] for e in log_events("db_retry")[retries:]])
+        self.assertEqual(log_events("db_fatal"), [])
+        self.assertIsNone(STACK.worker.poll())
 
     def test_3_first_node_lost(self):
         PROXY.stop()
