@@ -38,6 +38,16 @@
 #   scripts/bench.sh --purge [--quick]    p99 with and without a purge of 5M records
 #                                     (--quick: 200,000) beside the worker; see
 #                                     scripts/bench-growth.sh
+#   scripts/bench.sh --eos [--quick]  the worker in each processing.guarantee: as fast as
+#                                     it goes over 300,000 batches (--quick: 5,000), then
+#                                     each at half the at-least-once maximum for 40 s
+#                                     (the first 10 s left out of the latency);
+#                                     prints ratios: exactly-once/at-least-once = X
+#                                     (batches/s) and each mode's p99 to a read_committed
+#                                     consumer. OW_BENCH_EO_GUARANTEE=at_least_once runs
+#                                     the "exactly-once" runs at least once (a check of
+#                                     the plumbing); OW_BENCH_TXN_INTERVAL_MS sets the
+#                                     worker's transaction.interval_ms
 #   scripts/bench.sh --shards [--quick]  deciding throughput over 1, 2 and 3 user shards
 #                                     with each mariadbd's CPU; see
 #                                     scripts/bench-shards.sh
@@ -82,13 +92,14 @@ case " $* " in
   *" --galera "*) exec "$ROOT/scripts/bench-galera.sh" "$@" ;;
 esac
 
-OUT="" QUICK=0 VERIFY=0 SWEEP=0 BROKER_CPUS="" BROKER_NICE="" RATE="" PASS=()
+OUT="" QUICK=0 VERIFY=0 SWEEP=0 EOS=0 BROKER_CPUS="" BROKER_NICE="" RATE="" PASS=()
 while (($# > 0)); do
   case $1 in
     --rate) [[ $# -ge 2 ]] || die "--rate needs batches per second"; RATE=$2; PASS+=(--rate "$2"); shift ;;
     --quick) QUICK=1 ;;
     --verify) VERIFY=1 ;;
     --sweep) SWEEP=1; PASS+=(--sweep) ;;
+    --eos) EOS=1; PASS+=(--eos) ;;
     --small-grid) PASS+=(--lanes 1,2,4 --batches 1,16,64) ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
     --broker-cpus) [[ $# -ge 2 ]] || die "--broker-cpus needs a CPU list (e.g. 1)"; BROKER_CPUS=$2; shift ;;
@@ -104,6 +115,8 @@ if ((QUICK)); then
   PASS=(-n 5000 --sweep-n 5000 --naive-prefix 1000 --naive-time-limit 20 "${PASS[@]}")
 fi
 if ((VERIFY)); then PASS+=(--keep-databases); fi
+# Enough batches for 40 s at half of a maximum of about 12,000/s.
+if ((EOS)) && [[ " ${PASS[*]} " != *" -n "* ]]; then PASS=(-n 300000 "${PASS[@]}"); fi
 
 OUT="${OUT:-$OW_RUN_DIR/results-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
@@ -115,6 +128,29 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 cmake --build "$BUILD" --target order-worker ow-bench ow-verify ow-kit >/dev/null || die "build failed"
+# --eos: each mode's worker variables, as far as this worker has the keys.
+if ((EOS)); then
+  has_key() { "$BUILD/order-worker" --help 2>&1 | grep -qE "^  $1 "; }
+  EO_GUARANTEE="${OW_BENCH_EO_GUARANTEE:-exactly_once_v2}"
+  [[ $EO_GUARANTEE == exactly_once_v2 || $EO_GUARANTEE == at_least_once ]] ||
+    die "OW_BENCH_EO_GUARANTEE must be exactly_once_v2 or at_least_once"
+  if has_key 'processing\.guarantee'; then
+    PASS+=(--alo-env ORDER_WORKER_PROCESSING_GUARANTEE=at_least_once
+      --eo-env ORDER_WORKER_PROCESSING_GUARANTEE="$EO_GUARANTEE")
+  elif [[ $EO_GUARANTEE != at_least_once ]]; then
+    die "this order-worker has no processing.guarantee key (no exactly-once mode);" \
+      "OW_BENCH_EO_GUARANTEE=at_least_once runs both modes at least once"
+  fi
+  if has_key 'worker\.replica_id'; then
+    PASS+=(--eo-env ORDER_WORKER_WORKER_REPLICA_ID=1)
+  fi
+  if [[ -n ${OW_BENCH_TXN_INTERVAL_MS:-} ]]; then
+    PASS+=(--eo-env ORDER_WORKER_TRANSACTION_INTERVAL_MS="$OW_BENCH_TXN_INTERVAL_MS")
+  fi
+  if [[ $EO_GUARANTEE == at_least_once ]]; then
+    say "OW_BENCH_EO_GUARANTEE=at_least_once: the exactly-once runs are at least once (plumbing check)"
+  fi
+fi
 
 services_up=0
 cleanup() {

@@ -17,6 +17,12 @@
 #                                    instead of the database outage, shard 1 is
 #                                    killed (kill -9) for 12 s; ow-verify checks
 #                                    across the shards
+#   OW_CHAOS_BROKERS=3               (the default) on three brokers
+#                                    (scripts/kafka-cluster.sh: replication 3, min
+#                                    ISR 2): before the outage of every broker, the
+#                                    one leading the most partitions is killed
+#                                    (kill -9) for 12 s
+#   OW_CHAOS_BROKERS=1               on one broker, restarted for the outage
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +34,12 @@ PARTS="${OW_CHAOS_PARTITIONS:-6}"
 LIMIT_S=360
 SHARDED="${OW_CHAOS_SHARDS:-0}"
 [[ $SHARDED == 0 || $SHARDED == 3 ]] || { echo "chaos: OW_CHAOS_SHARDS must be 3 (or unset)" >&2; exit 2; }
+BROKERS="${OW_CHAOS_BROKERS:-3}"
+[[ $BROKERS == 1 || $BROKERS == 3 ]] || { echo "chaos: OW_CHAOS_BROKERS must be 1 or 3" >&2; exit 2; }
+# The generation spans every fault (the cluster's take 30 s more), so that
+# each recovery is measured under load.
+GEN_S=60
+if ((BROKERS == 3)); then export OW_KAFKA_BROKERS=3; GEN_S=100; fi
 export OW_RUN_DIR="$ROOT/.run/chaos"
 RUN="$OW_RUN_DIR"
 FAULTS="$RUN/faults.log"
@@ -148,8 +160,8 @@ killer() {  # SECONDS
 }
 
 for i in 1 2 3; do start_replica "$i"; done
-say "3 replicas started; producing $N messages over about 60 s"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((N / 60 + 1)) --seed 20261130 \
+say "3 replicas started; producing $N messages over about $GEN_S s"
+"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((N / GEN_S + 1)) --seed 20261130 \
   --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix chaos 2>"$RUN/gen.log" &
 GEN_PID=$!
 sleep 5
@@ -177,7 +189,20 @@ fault mariadb-up
 say "MariaDB is back"
 fi
 sleep 8
-say "stopping the Kafka broker"
+if ((BROKERS == 3)); then
+  # Leaders, and perhaps the group's coordinator, move to the other two;
+  # produce with acks=all goes on with two in-sync replicas.
+  node="$("$ROOT/scripts/kafka-cluster.sh" most-leaders)"
+  say "killing broker $node (it leads the most partitions) for 12 s"
+  "$ROOT/scripts/kafka-cluster.sh" kill "$node" >/dev/null
+  fault broker-kill "$node"
+  sleep 12
+  "$ROOT/scripts/kafka-cluster.sh" restart "$node" >/dev/null
+  fault broker-up "$node"
+  "$ROOT/scripts/kafka-cluster.sh" wait-isr 60 >/dev/null
+  say "broker $node is back, every partition with 3 in-sync replicas"
+fi
+say "stopping the Kafka broker$( ((BROKERS == 3)) && echo 's, all three')"
 fault kafka-down
 "$ROOT/scripts/services.sh" kafka-down >/dev/null
 sleep 5

@@ -42,6 +42,10 @@
 #   OW_MARIADB_ARGS             more mariadbd options, space-separated (benchmarks)
 #   OW_KAFKA_DATA_TMPFS=1       the broker's log directory under /dev/shm (benchmarks:
 #                               on one disk its writeback stalled MariaDB's commits)
+#   OW_KAFKA_BROKERS=3          Kafka as three brokers (replication 3, min ISR 2), run by
+#                               scripts/kafka-cluster.sh (its kill/restart/leader-of
+#                               commands make the faults); kafka-down/up stop and start
+#                               all three; `stop` deletes the cluster's data
 #
 # Apache Kafka needs the jars fetched by scripts/deps.sh and java; without them
 # the script falls back to $OW_BUILD_DIR/ow-mockbroker (a librdkafka mock cluster).
@@ -611,6 +615,7 @@ kafka_wait_ready() {  # KIND PORT
 
 kafka_start() {  # KIND PORT CPORT [SASLPORT]
   local kind=$1 port=$2 cport=$3 sport=${4:-} t0=$SECONDS
+  if kafka_is_cluster; then "$KCLUSTER" start; return; fi
   rm -rf "$K_DIR" "$K_DATA"
   mkdir -p "$K_DIR" "$K_DATA"
   if [[ $K_DATA == "$K_SHM_DATA" ]] && (($(df -Pk /dev/shm | awk 'NR == 2 { print $4 }') < 2097152)); then
@@ -650,6 +655,7 @@ kafka_start() {  # KIND PORT CPORT [SASLPORT]
 
 kafka_down() {
   local pid port cport
+  if kafka_is_cluster; then "$KCLUSTER" down; return; fi
   port="$(frag_get "$K_ENV" OW_KAFKA_PORT)"
   cport="$(frag_get "$K_ENV" OW_KAFKA_CONTROLLER_PORT)"
   if pid="$(service_pid kafka)"; then
@@ -671,6 +677,7 @@ kafka_down() {
 
 kafka_up() {
   local pid port cport kind t0=$SECONDS
+  if kafka_is_cluster; then "$KCLUSTER" up; return; fi
   if pid="$(service_pid kafka)"; then
     echo "$pid" >"$K_PIDFILE"
     say "Kafka broker already running (pid $pid)"
@@ -699,6 +706,12 @@ kafka_up() {
     say "mock broker up again on 127.0.0.1:$port (pid $K_PID, empty) in $((SECONDS - t0))s"
   fi
 }
+
+# OW_KAFKA_BROKERS=3: the brokers are scripts/kafka-cluster.sh's, which
+# writes kafka.env; once started, the cluster is this directory's Kafka until
+# it is stopped, whatever the caller's environment.
+KCLUSTER="$REPO_ROOT/scripts/kafka-cluster.sh"
+kafka_is_cluster() { [[ ${OW_KAFKA_BROKERS:-1} == 3 || -d $OW_RUN_DIR/kafka-cluster ]]; }
 
 # --------------------------------------------------------------- commands ---
 
@@ -769,6 +782,7 @@ cmd_start() {
   if ((${#failed[@]} > 0)); then
     # Do not leave half a set running: stop what this call started.
     for svc in "${ok[@]}"; do
+      if [[ $svc == kafka ]] && kafka_is_cluster; then "$KCLUSTER" stop; fi
       if pid="$(service_pid "$svc")"; then kill_and_wait "$pid" "$svc"; fi
       rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
     done
@@ -784,6 +798,7 @@ cmd_stop() {
   parse_target "${1:-all}"
   local svc pid
   for svc in "${TARGETS[@]}"; do
+    if [[ $svc == kafka ]] && kafka_is_cluster; then "$KCLUSTER" stop; continue; fi
     if pid="$(service_pid "$svc")"; then
       kill_and_wait "$pid" "$svc"
       say "$svc stopped (pid $pid)"
@@ -805,6 +820,7 @@ cmd_stop() {
 cmd_status() {
   local svc pid port
   for svc in mariadb kafka; do
+    if [[ $svc == kafka ]] && kafka_is_cluster; then "$KCLUSTER" status; continue; fi
     case $svc in
       mariadb) port="$(frag_get "$MDB_ENV" OW_MYSQL_PORT)" ;;
       kafka) port="$(frag_get "$K_ENV" OW_KAFKA_PORT)" ;;

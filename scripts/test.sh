@@ -17,7 +17,12 @@
 #   secure       scripts/secure.sh: TLS-only MariaDB and Kafka (SSL, SASL_SSL, ACLs),
 #                two replicas, every refused certificate, password and ACL
 #   fuzz         libFuzzer over parsing, validation and the digest (60 s)
-#   chaos        scripts/chaos.sh: kills, outages, scaling; invariants I1-I8
+#   chaos        scripts/chaos.sh on three brokers: kills of replicas and of the broker
+#                leading the most partitions, outages, scaling; invariants I1-I8
+#   chaos-single (not in the default list) the chaos run on one broker
+#                (OW_CHAOS_BROKERS=1 scripts/chaos.sh)
+#   eos          scripts/eos.sh: three exactly-once replicas on three brokers, replica
+#                and broker kills, scaling; read_committed checks: one result per message
 #   chaos-shards (not in the default list) the chaos run over three MariaDB shards,
 #                one of them killed for 12 s (OW_CHAOS_SHARDS=3 scripts/chaos.sh)
 #   shards       scripts/shards.sh: three MariaDB shards, two replicas, the mix, the
@@ -43,7 +48,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos shards galera}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -171,11 +176,19 @@ fi
 has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
 if has_tier chaos; then
   script_tier chaos "$ROOT/scripts/chaos.sh"
-  grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
+  grep -E '^verify: (figures|faults|resume|broker kills)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
 fi
 
+if has_tier chaos-single; then
+  OW_CHAOS_BROKERS=1 script_tier chaos-single "$ROOT/scripts/chaos.sh"
+  grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos-single.log" | sed 's/^/test:   /' || true
+fi
+if has_tier eos; then
+  script_tier eos "$ROOT/scripts/eos.sh"
+  grep -E '^verify: (exactly-once figures|faults|broker kills)' "$LOGS/eos.log" | sed 's/^/test:   /' || true
+fi
 if has_tier chaos-shards; then
-  OW_CHAOS_SHARDS=3 script_tier chaos-shards "$ROOT/scripts/chaos.sh"
+  OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 script_tier chaos-shards "$ROOT/scripts/chaos.sh"
   grep -E '^verify: (figures|faults|resume|shard outage)' "$LOGS/chaos-shards.log" | sed 's/^/test:   /' || true
 fi
 if has_tier shards; then

@@ -40,6 +40,18 @@
  *           (cache.max_bytes=0); prints
  *           storm: cache on X batches/s, cache off Y batches/s, on/off = Z
  *
+ * --eos:    the worker in each processing guarantee on the same data: first
+ *           as fast as it goes over N batches (at-least-once, then
+ *           exactly-once), then each at half the at-least-once maximum for
+ *           --warmup + --eos-seconds (30) seconds, with latency measured to
+ *           the moment a read_committed consumer tailing the results topic
+ *           received the result (results of a transaction are visible only
+ *           once it commits). --alo-env and --eo-env give each mode's
+ *           worker variables (scripts/bench.sh --eos sets
+ *           processing.guarantee); prints
+ *           ratios: exactly-once/at-least-once = X.XX (batches/s)
+ *           and the p99 of each mode at that rate.
+ *
  * Every run appends its CPU per batch to cost.csv in --out: the worker's
  * (user + sys over its whole life, from wait4) and each --watch process's
  * from the worker's start until every input was done (scripts/bench-cost.sh
@@ -72,6 +84,10 @@ typedef struct {
     int sweep;
     int replay;
     int storm;
+    int eos;
+    double eos_seconds;
+    const char *alo_env[8], *eo_env[8];
+    size_t n_alo_env, n_eo_env;
     int repeat;
     long sweep_n;
     int lanes[MAX_GRID], batches[MAX_GRID];
@@ -103,6 +119,8 @@ static void usage(void)
           "           [--db-rows-per-commit R (10000)] [--tuned-lanes L] [--tuned-batch B]\n"
           "           [--tuned-inflight I] [--worker-env NAME=VALUE]...\n"
           "  modes:   [--rate R [--warmup S (10)]] | [--replay] | [--retry-storm]\n"
+          "           | [--eos [--eos-seconds S (30)] [--alo-env NAME=VALUE]... [--eo-env "
+          "NAME=VALUE]...]\n"
           "           | [--sweep [--sweep-n N (20000)] [--lanes 1,2,4,8]\n"
           "              [--batches 1,8,32,64,128] [--repeat K (1): K rounds, median per point]]\n"
           "  other:   [--database NAME (an existing migrated database, kept: --growth)]\n"
@@ -187,6 +205,7 @@ static void defaults(options *o)
     o->db_rows_per_commit = 10000;
     o->sweep_n = 20000;
     o->repeat = 1;
+    o->eos_seconds = 30;
     memcpy(o->lanes, lanes, sizeof(lanes));
     o->n_lanes = 4;
     memcpy(o->batches, batches, sizeof(batches));
@@ -208,6 +227,8 @@ static int parse_flag(options *o, const char *arg)
         o->replay = 1;
     else if (strcmp(arg, "--retry-storm") == 0)
         o->storm = 1;
+    else if (strcmp(arg, "--eos") == 0)
+        o->eos = 1;
     else if (strcmp(arg, "--keep-databases") == 0)
         o->env.keep_databases = 1;
     else if (strcmp(arg, "--random-keys") == 0)
@@ -284,6 +305,20 @@ static int parse_run_opt(options *o, const char *k, const char *v)
         return parse_long(k, v, 1, 100000000, &o->sweep_n);
     if (strcmp(k, "--repeat") == 0)
         return parse_int(k, v, 1, 20, &o->repeat);
+    if (strcmp(k, "--eos-seconds") == 0)
+        return parse_double(k, v, 5, 3600, &o->eos_seconds);
+    if (strcmp(k, "--alo-env") == 0 || strcmp(k, "--eo-env") == 0) {
+        int alo = k[2] == 'a';
+        const char **list = alo ? o->alo_env : o->eo_env;
+        size_t *n = alo ? &o->n_alo_env : &o->n_eo_env;
+
+        if (strchr(v, '=') == NULL || strncmp(v, "ORDER_WORKER_", 13) != 0 || *n == 8) {
+            bm_log("%s: expected ORDER_WORKER_NAME=value (at most 8), got '%s'", k, v);
+            return -1;
+        }
+        list[(*n)++] = v;
+        return 0;
+    }
     if (strcmp(k, "--lanes") == 0)
         return parse_list(k, v, o->lanes, &o->n_lanes);
     if (strcmp(k, "--batches") == 0)
@@ -350,8 +385,8 @@ static int check_options(const options *o)
         bm_log("the percentages of retries, reuses, clashes and invalid add up to more than 100");
         return -1;
     }
-    if (o->sweep + (o->rate > 0) + o->replay + o->storm > 1) {
-        bm_log("--sweep, --rate, --replay and --retry-storm are separate modes");
+    if (o->sweep + (o->rate > 0) + o->replay + o->storm + o->eos > 1) {
+        bm_log("--sweep, --rate, --replay, --retry-storm and --eos are separate modes");
         return -1;
     }
     return 0;
@@ -685,6 +720,75 @@ static int mode_storm(const options *o, const bm_data *d)
     return rc != 0 ? 1 : 0;
 }
 
+/* A run of --eos: one mode's worker variables, at a rate or not. */
+static bm_spec eos_spec(const options *o, const char *name, int alo, double rate)
+{
+    bm_spec s = spec(name, o->tuned_lanes, o->tuned_batch, o->tuned_inflight, 0);
+    size_t n = alo ? o->n_alo_env : o->n_eo_env;
+
+    for (size_t i = 0; i < n; i++)
+        s.env[s.n_env++] = alo ? o->alo_env[i] : o->eo_env[i];
+    s.rate = rate;
+    s.visible_latency = rate > 0;
+    return s;
+}
+
+static void eos_report(const options *o, const bm_result *runs, double half)
+{
+    putchar('\n');
+    bm_report_table(stdout, runs, 4, NULL);
+    printf("ratios: exactly-once/at-least-once = %.2f (batches/s)\n",
+           runs[0].batches_per_s > 0 ? runs[1].batches_per_s / runs[0].batches_per_s : 0.0);
+    printf("latency at %.0f batches/s (half the at-least-once maximum), input CreateTime to the "
+           "result reaching a read_committed consumer, without the first %.0f s: at-least-once "
+           "p50/p99 %.0f / %.0f ms, exactly-once p50/p99 %.0f / %.0f ms\n",
+           half, o->env.warmup_s, runs[2].steady_p50_ms, runs[2].steady_p99_ms,
+           runs[3].steady_p50_ms, runs[3].steady_p99_ms);
+    printf("worker variables: at-least-once:");
+    for (size_t i = 0; i < o->n_alo_env; i++)
+        printf(" %s", o->alo_env[i]);
+    printf("; exactly-once:");
+    for (size_t i = 0; i < o->n_eo_env; i++)
+        printf(" %s", o->eo_env[i]);
+    putchar('\n');
+}
+
+static int mode_eos(const options *o, const bm_data *d)
+{
+    bm_result runs[4];
+    options ro = *o;
+    bm_spec s;
+    double half = 0;
+    size_t count;
+    int rc = 0;
+
+    memset(runs, 0, sizeof(runs));
+    ro.env.latency_csv = 1;
+    s = eos_spec(o, "alo-max", 1, 0);
+    rc |= run_one(o, &s, d, d->n, &runs[0]);
+    if (rc == 0 && !interrupted) {
+        s = eos_spec(o, "eo-max", 0, 0);
+        rc |= run_one(o, &s, d, d->n, &runs[1]);
+    }
+    half = runs[0].batches_per_s / 2;
+    count = (size_t)(half * (o->env.warmup_s + o->eos_seconds));
+    if (count > d->n)
+        count = d->n;
+    if (rc == 0 && !interrupted && half > 0) {
+        s = eos_spec(o, "alo-half", 1, half);
+        rc |= run_one(&ro, &s, d, count, &runs[2]);
+    }
+    if (rc == 0 && !interrupted && half > 0) {
+        s = eos_spec(o, "eo-half", 0, half);
+        rc |= run_one(&ro, &s, d, count, &runs[3]);
+    }
+    if (rc == 0 && !interrupted)
+        eos_report(o, runs, half);
+    for (int i = 0; i < 4; i++)
+        free(runs[i].visible_ms);
+    return rc != 0 ? 1 : 0;
+}
+
 static int cmp_bps(const void *a, const void *b)
 {
     double x = (*(const bm_result *const *)a)->batches_per_s;
@@ -791,6 +895,8 @@ int main(int argc, char **argv)
         rc = mode_replay(&o, &d);
     else if (o.storm)
         rc = mode_storm(&o, &d);
+    else if (o.eos)
+        rc = mode_eos(&o, &d);
     else
         rc = mode_compare(&o, &d);
     bm_data_free(&d);

@@ -11,6 +11,18 @@
  *             --mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW]
  *             --database D [--faults FILE] [--failover-max-ms MS]
  *             [--shards LIST [--shard-buckets B]]
+ *             [--read-committed [--settle-ms MS] [--lso-timeline FILE]
+ *              [--worker-log FILE]...]
+ *
+ * With --read-committed, the results and dead letters are read with
+ * isolation.level=read_committed, after waiting (at most --settle-ms,
+ * default 90,000) until no open transaction holds back their end, and the
+ * exactly-once checks are added: one definitive result per message and one
+ * dead-letter copy per invalid message, nothing left behind the last stable
+ * offset. It also reports the aborted records (read_uncommitted minus
+ * read_committed), the txn_aborted lines of the worker logs, the last
+ * stable offset's stalls after replica kills (an `ow-kit lso-watch`
+ * timeline) and the recovery after each "broker-kill MS NODE" fault.
  *
  * --mysql-host may name the nodes of one cluster, comma-separated (the
  * mysql.host form): ow-verify reads the first that answers and, on
@@ -35,6 +47,7 @@
 #include "kit.h"
 #include "ow/store_audit.h"
 #include "verify_cluster.h"
+#include "verify_eos.h"
 #include "ow/error.h"
 #include "ow/htab.h"
 #include "ow/idgen.h"
@@ -131,6 +144,11 @@ typedef struct {
     const char *shards;
     uint32_t buckets;
     long long failover_max_ms; /* 0: failover times are only reported */
+    int read_committed;
+    int settle_ms;
+    const char *timeline;
+    const char *logs[EOS_MAX_LOGS];
+    int n_logs;
 } args_t;
 
 /* The shards' connections; n is 0 without --shards. */
@@ -418,9 +436,24 @@ static void usage(void)
 {
     fputs("usage: ow-verify --bootstrap B --group G --input T --results T --dlq T "
           "--mysql-port P [--mysql-host H] [--mysql-user U] [--mysql-password PW] --database D "
-          "[--faults FILE] [--failover-max-ms MS] [--shards LIST [--shard-buckets B]]\n",
+          "[--faults FILE] [--failover-max-ms MS] [--shards LIST [--shard-buckets B]] "
+          "[--read-committed [--settle-ms MS] [--lso-timeline FILE] [--worker-log FILE]...]\n",
           stderr);
     exit(2);
+}
+
+/* The options of the exactly-once mode; 0 when k is one of them. */
+static int parse_eos_arg(args_t *a, const char *k, const char *v)
+{
+    if (strcmp(k, "--settle-ms") == 0)
+        a->settle_ms = (int)strtol(v, NULL, 10);
+    else if (strcmp(k, "--lso-timeline") == 0)
+        a->timeline = v;
+    else if (strcmp(k, "--worker-log") == 0 && a->n_logs < EOS_MAX_LOGS)
+        a->logs[a->n_logs++] = v;
+    else
+        return -1;
+    return 0;
 }
 
 static void parse_args(int argc, char **argv, args_t *a)
@@ -430,9 +463,17 @@ static void parse_args(int argc, char **argv, args_t *a)
     a->buckets = OW_SHARD_BUCKETS_DEFAULT;
     a->user = "root";
     a->password = "";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
+    a->settle_ms = 90000;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v;
 
+        if (strcmp(k, "--read-committed") == 0) {
+            a->read_committed = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            usage();
+        v = argv[++i];
         if (strcmp(k, "--bootstrap") == 0)
             a->bootstrap = v;
         else if (strcmp(k, "--group") == 0)
@@ -461,9 +502,11 @@ static void parse_args(int argc, char **argv, args_t *a)
             a->buckets = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--failover-max-ms") == 0)
             a->failover_max_ms = strtoll(v, NULL, 10);
-        else
+        else if (parse_eos_arg(a, k, v) != 0)
             usage();
     }
+    if (!a->read_committed && a->n_logs > 0)
+        usage();
     if (a->shards != NULL && a->port == 0)
         a->port = 3306; /* each entry names its own */
     if (!a->bootstrap || !a->group || !a->in || !a->out || !a->dlq || !a->port || !a->database)
@@ -493,15 +536,18 @@ typedef struct {
     long long t;
 } fault_event;
 
-/* 1 when a database or broker outage covers t, or begins between t and
- * until (the kill's resume would then measure the outage instead). */
+/* 1 when a database or broker outage (or one broker's kill) covers t, or
+ * begins between t and until (the kill's resume would then measure the
+ * outage instead). */
 static int outage_near(const fault_event *ev, size_t n, long long t, long long until)
 {
     long long down_since = -1;
 
     for (size_t i = 0; i < n; i++) {
-        int down = strcmp(ev[i].name, "mariadb-down") == 0 || strcmp(ev[i].name, "kafka-down") == 0;
-        int up = strcmp(ev[i].name, "mariadb-up") == 0 || strcmp(ev[i].name, "kafka-up") == 0;
+        int down = strcmp(ev[i].name, "mariadb-down") == 0 ||
+                   strcmp(ev[i].name, "kafka-down") == 0 || strcmp(ev[i].name, "broker-kill") == 0;
+        int up = strcmp(ev[i].name, "mariadb-up") == 0 || strcmp(ev[i].name, "kafka-up") == 0 ||
+                 strcmp(ev[i].name, "broker-up") == 0;
 
         if (down) {
             down_since = ev[i].t;
@@ -528,6 +574,7 @@ static void resume_times(const char *path, const kit_msgs *results)
     size_t n = 0;
     long long worst_db = -1, worst_broker = -1, worst_kill = -1;
     int kills = 0, db_outages = 0, broker_outages = 0, scales = 0, restarts = 0, counted = 0;
+    int broker_kills = 0;
 
     if (f == NULL)
         return;
@@ -539,6 +586,7 @@ static void resume_times(const char *path, const kit_msgs *results)
         long long t = ev[i].t, first;
 
         kills += strcmp(ev[i].name, "kill") == 0;
+        broker_kills += strcmp(ev[i].name, "broker-kill") == 0;
         scales += strcmp(ev[i].name, "scale-up") == 0;
         if (strcmp(ev[i].name, "mariadb-up") == 0) {
             db_outages++;
@@ -560,8 +608,9 @@ static void resume_times(const char *path, const kit_msgs *results)
                 worst_kill = first - t;
         }
     }
-    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d scale_cycles=%d\n",
-           kills, db_outages, broker_outages, scales);
+    printf("verify: faults: kills=%d database_outages=%d broker_outages=%d broker_kills=%d "
+           "scale_cycles=%d\n",
+           kills, db_outages, broker_outages, broker_kills, scales);
     printf("verify: resume (fault end to next result, longest): database %lld ms, broker %lld ms, "
            "after a kill %lld ms (%d of %d restarts: those clear of the outages)\n",
            worst_db, worst_broker, worst_kill, counted, restarts);
@@ -981,6 +1030,79 @@ static long long findings(const ow_audit_report *rep, ow_audit_check_id id)
     return (long long)rep->checks[id].findings;
 }
 
+/* The results and dead letters as the mode reads them. With
+ * --read-committed, it first waits until no transaction holds back their
+ * ends; *behind_lso gets the records still behind a last stable offset then. */
+static int read_outputs(const args_t *a, kit_msgs *results, kit_msgs *dlq, long long *behind_lso)
+{
+    kit_isolation iso = a->read_committed ? KIT_READ_COMMITTED : KIT_READ_DEFAULT;
+    const char *topics[2] = {a->out, a->dlq};
+
+    *behind_lso = 0;
+    for (int i = 0; a->read_committed && i < 2; i++) {
+        long long waited = 0, behind = eos_settle(a->bootstrap, topics[i], a->settle_ms, &waited);
+
+        if (behind < 0) {
+            fprintf(stderr, "verify: cannot read the offsets of %s\n", topics[i]);
+            return -1;
+        }
+        printf("verify: %s: %lld records behind the last stable offset after %lld ms\n", topics[i],
+               behind, waited);
+        *behind_lso += behind;
+    }
+    if (kit_read_topic_iso(a->bootstrap, a->out, 120000, iso, results) != 0 ||
+        kit_read_topic_iso(a->bootstrap, a->dlq, 120000, iso, dlq) != 0)
+        return -1;
+    return 0;
+}
+
+/* Aborted records of the results and dead-letter topics: what a
+ * read_uncommitted consumer reads beyond the committed ones. */
+static long long aborted_records(const args_t *a, const kit_msgs *results, const kit_msgs *dlq,
+                                 long long *runs)
+{
+    kit_msgs r = {0}, d = {0};
+    long long n = -1, runs_d = 0;
+
+    if (kit_read_topic_iso(a->bootstrap, a->out, 120000, KIT_READ_UNCOMMITTED, &r) == 0 &&
+        kit_read_topic_iso(a->bootstrap, a->dlq, 120000, KIT_READ_UNCOMMITTED, &d) == 0)
+        n = eos_aborted_records(results, &r, runs) + eos_aborted_records(dlq, &d, &runs_d);
+    *runs += runs_d;
+    kit_msgs_free(&r);
+    kit_msgs_free(&d);
+    return n;
+}
+
+/* The exactly-once checks and figures (--read-committed); tl is the LSO
+ * timeline or NULL, recovery what eos_recovery found. */
+static void exactly_once(const args_t *a, const input_t *ins, size_t n, const kit_msgs *results,
+                         const kit_msgs *dlq, long long lost, long long behind_lso,
+                         const eos_timeline *tl, const char *recovery)
+{
+    long long dup_results = 0, dup_dlq = 0, runs = 0, aborted, logged;
+    eos_stalls st = {0};
+
+    for (size_t i = 0; i < n; i++) {
+        dup_results += ins[i].results > 1 ? ins[i].results - 1 : 0;
+        dup_dlq += ins[i].dlq > 1 ? ins[i].dlq - 1 : 0;
+    }
+    verdict("EO exactly one definitive result per message", dup_results, "duplicate results");
+    verdict("EO exactly one dead-letter copy per invalid message", dup_dlq, "duplicate copies");
+    verdict("EO no transaction left open at the end", behind_lso, "records behind the LSO");
+    aborted = aborted_records(a, results, dlq, &runs);
+    logged = eos_logged_aborts(a->logs, a->n_logs);
+    if (tl != NULL)
+        eos_lso_stalls(tl, a->faults, &st);
+    printf("verify: exactly-once figures: duplicate_results=%lld duplicate_dead_letters=%lld "
+           "lost=%lld aborted_records=%lld (in %lld runs) txn_aborted_logged=%lld "
+           "lso_stall_after_kill_max_ms=%lld p50=%lld (kills holding it %d of %d) "
+           "lso_stall_max_ms=%lld broker_kill_recovery_ms(next/all):%s\n",
+           dup_results, dup_dlq, lost, aborted, runs, logged,
+           tl != NULL ? st.after_kill_max_ms : -1, tl != NULL ? st.after_kill_p50_ms : -1,
+           st.kills_held, st.kills, tl != NULL ? st.max_ms : -1,
+           recovery[0] != '\0' ? recovery : " none");
+}
+
 int main(int argc, char **argv)
 {
     args_t a;
@@ -997,14 +1119,16 @@ int main(int argc, char **argv)
     long long nodes_bad, windows_bad;
     int64_t ends[256], committed[256];
     int parts;
-    long long lag = 0, dlq_bad = 0, valid = 0;
+    long long lag = 0, dlq_bad = 0, valid = 0, behind_lso = 0;
+    eos_timeline tl;
+    int have_tl;
+    char recovery[1024] = "";
     const ow_request_limits limits = {1 << 20, 1000};
 
     parse_args(argc, argv, &a);
     memset(&t, 0, sizeof(t));
     if (kit_read_topic(a.bootstrap, a.in, 120000, &inputs) != 0 ||
-        kit_read_topic(a.bootstrap, a.out, 120000, &results) != 0 ||
-        kit_read_topic(a.bootstrap, a.dlq, 120000, &dlq) != 0) {
+        read_outputs(&a, &results, &dlq, &behind_lso) != 0) {
         fprintf(stderr, "verify: cannot read the topics\n");
         return 2;
     }
@@ -1107,6 +1231,17 @@ int main(int argc, char **argv)
     if (nodes_bad >= 0)
         verdict("every node of the cluster holds the same rows", nodes_bad,
                 "differing or unsynced nodes");
+    have_tl = a.timeline != NULL && eos_timeline_load(a.timeline, &tl) == 0;
+    eos_recovery(have_tl ? &tl : NULL, &results, a.faults, recovery, sizeof(recovery));
+    if (recovery[0] != '\0')
+        printf("verify: broker kills, recovery in ms (kill to the next result / to a result in "
+               "every results partition):%s\n",
+               recovery);
+    if (a.read_committed)
+        exactly_once(&a, ins, inputs.n, &results, &dlq, t.lost, behind_lso, have_tl ? &tl : NULL,
+                     recovery);
+    if (have_tl)
+        eos_timeline_free(&tl);
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");
     mysql_close(db);
     return violations == 0 ? 0 : 1;

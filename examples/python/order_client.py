@@ -38,9 +38,11 @@ def parse_args():
 def result_reader(bootstrap, topic):
     """A consumer positioned at the current end of every results partition,
     so that it sees every result published after this point. No group
-    offsets are used: the reader is private to this client."""
+    offsets are used: the reader is private to this client. It reads
+    committed results only: with processing.guarantee = exactly_once_v2 it
+    then sees each result once (librdkafka's default, said out loud)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"example-{uuid.uuid4()}",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
     parts = c.list_topics(topic, timeout=10).topics[topic].partitions
     start = []
     for p in parts:

@@ -121,7 +121,20 @@ static const config_row config_table[] = {
     {"retry.backoff_max_ms", CT_INT, 1, 600000, "5000", 0, ROW_OFF(retry_backoff_max_ms),
      "Longest delay between retries of a transient failure."},
     {"commit.interval_ms", CT_INT, 100, 60000, "1000", 0, ROW_OFF(commit_interval_ms),
-     "How often acknowledged offsets are committed to the group."},
+     "How often acknowledged offsets are committed to the group (at_least_once)."},
+    {"processing.guarantee", CT_STRING, 0, 0, "at_least_once", 0, ROW_OFF(processing_guarantee),
+     "at_least_once: a result may be published again after a crash or a rebalance, with the "
+     "same bytes. exactly_once_v2: results, dead letters and input offsets are committed in "
+     "one Kafka transaction, so a read_committed consumer sees each result once (needs "
+     "worker.replica_id)."},
+    {"worker.replica_id", CT_STRING, 0, 0, "", 0, ROW_OFF(worker_replica_id),
+     "This replica's name, unique among the group's replicas and the same across its "
+     "restarts (a host name, a StatefulSet ordinal): the Kafka transactional id is "
+     "<kafka.group.id>-<worker.replica_id>, so a restarted replica fences its predecessor at "
+     "once. Letters, digits, '.', '_' and '-', at most 64."},
+    {"transaction.interval_ms", CT_INT, 10, 60000, "100", 0, ROW_OFF(transaction_interval_ms),
+     "exactly_once_v2: how often the open transaction is committed; results become visible "
+     "to read_committed consumers then."},
     {"rebalance.drain_timeout_ms", CT_INT, 0, 600000, "5000", 0,
      ROW_OFF(rebalance_drain_timeout_ms),
      "On revoke, how long to wait for in-flight messages of the revoked partitions."},

@@ -83,6 +83,63 @@ static int check_tls_versions(const char *list, ow_error *err)
     }
 }
 
+/* A kafka.* key's name without its role prefix. */
+static const char *kafka_name(const char *full)
+{
+    if (strncmp(full, "consumer.", 9) == 0 || strncmp(full, "producer.", 9) == 0)
+        return full + 9;
+    return full;
+}
+
+/* processing.guarantee, and what exactly_once_v2 needs: a replica id that
+ * can be a transactional id, and input read committed. */
+static int check_guarantee(ow_config *cfg, ow_error *err)
+{
+    const char *id = cfg->worker_replica_id;
+    size_t n = strlen(id);
+
+    if (strcmp(cfg->processing_guarantee, "at_least_once") != 0 &&
+        strcmp(cfg->processing_guarantee, "exactly_once_v2") != 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "processing.guarantee: \"%s\" is not one of at_least_once, "
+                            "exactly_once_v2",
+                            cfg->processing_guarantee);
+    cfg->exactly_once = strcmp(cfg->processing_guarantee, "exactly_once_v2") == 0;
+    if (n > 64 ||
+        strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "worker.replica_id: \"%.64s\": only letters, digits, '.', '_' and "
+                            "'-', at most 64",
+                            id);
+    if (!cfg->exactly_once)
+        return OW_OK;
+    if (strlen(cfg->kafka_group_id) > 200)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "kafka.group.id: at most 200 bytes with processing.guarantee = "
+                            "exactly_once_v2 (it begins the transactional id)");
+    if (n == 0)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                            "worker.replica_id: required with processing.guarantee = "
+                            "exactly_once_v2: a name unique among the group's replicas and the "
+                            "same across restarts (a host name, a StatefulSet ordinal)");
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        const char *name = kafka_name(cfg->passthrough[i].name);
+
+        if (strcmp(name, "transactional.id") == 0)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: is <kafka.group.id>-<worker.replica_id> with "
+                                "processing.guarantee = exactly_once_v2",
+                                cfg->passthrough[i].name);
+        if (strcmp(name, "isolation.level") == 0 &&
+            strcmp(cfg->passthrough[i].value, "read_committed") != 0)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: must be read_committed with processing.guarantee = "
+                                "exactly_once_v2 (aborted input would be decided)",
+                                cfg->passthrough[i].name);
+    }
+    return OW_OK;
+}
+
 /* mysql.ssl_mode and the files it needs. */
 static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 {
@@ -269,18 +326,16 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
                             "inflight.max_bytes: must be at least request.max_bytes");
     for (size_t i = 0; i < cfg->n_passthrough; i++) {
         const char *full = cfg->passthrough[i].name;
-        const char *n = full;
+        const char *n = kafka_name(full);
 
-        if (strncmp(n, "consumer.", 9) == 0)
-            n += 9;
-        else if (strncmp(n, "producer.", 9) == 0)
-            n += 9;
         if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
             strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }
-    rc = check_mysql_tls(cfg, err);
+    rc = check_guarantee(cfg, err);
+    if (rc == OW_OK)
+        rc = check_mysql_tls(cfg, err);
     if (rc == OW_OK)
         rc = check_host(cfg, err);
     if (rc == OW_OK)

@@ -63,58 +63,70 @@ static int has_passthrough(const ow_config *cfg, ow_kafka_role role, const char 
  * it); the others are defaults that kafka.* keys override. */
 typedef struct {
     ow_kafka_role role;
+    unsigned modes; /* the processing guarantees it applies to */
     int fixed;
     const char *name;
     const char *value; /* NULL: from the configuration (setting_value) */
 } kafka_setting;
 
+#define ALO 1u /* at_least_once */
+#define EOS 2u /* exactly_once_v2 */
+#define ALL (ALO | EOS)
+
 static const kafka_setting kafka_settings[] = {
-    {OW_KAFKA_CONSUMER, 0, "partition.assignment.strategy", "cooperative-sticky"},
-    {OW_KAFKA_CONSUMER, 0, "auto.offset.reset", "earliest"},
-    {OW_KAFKA_CONSUMER, 0, "enable.partition.eof", "false"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "partition.assignment.strategy", "cooperative-sticky"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "auto.offset.reset", "earliest"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "enable.partition.eof", "false"},
     /* The local prefetch queue counts against memory too: it gets the
      * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
      * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),
      * so the queue must hold a second of the fastest consumption, or a
      * worker replaying a backlog sits idle for most of every second. */
-    {OW_KAFKA_CONSUMER, 0, "queued.max.messages.kbytes", NULL},
+    {OW_KAFKA_CONSUMER, ALL, 0, "queued.max.messages.kbytes", NULL},
     /* Fewer, fuller fetches under load, and a resumed partition's fetcher
      * comes back within 10 ms instead of librdkafka's 500 ms long poll. A
      * fetch rarely reaches fetch.min.bytes at production rates, so this wait
      * is part of every batch's latency (docs/performance.md, "Knobs"). */
-    {OW_KAFKA_CONSUMER, 0, "fetch.wait.max.ms", "10"},
-    {OW_KAFKA_CONSUMER, 0, "fetch.min.bytes", "65536"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "fetch.wait.max.ms", "10"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "fetch.min.bytes", "65536"},
     /* Small responses, so that the queue overshoots its bound by little:
      * librdkafka's 1 MiB per partition allows up to 6 MiB per response over
      * the budget. fetch.max.bytes may not be below message.max.bytes
      * (1,000,000); one larger message is still fetched (librdkafka raises
      * the partition size for it). */
-    {OW_KAFKA_CONSUMER, 0, "fetch.max.bytes", "1048576"},
-    {OW_KAFKA_CONSUMER, 0, "max.partition.fetch.bytes", "262144"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "fetch.max.bytes", "1048576"},
+    {OW_KAFKA_CONSUMER, ALL, 0, "max.partition.fetch.bytes", "262144"},
     /* An offset is stored only once every output of its message and of the
      * messages before it was acknowledged (the ledger). */
-    {OW_KAFKA_CONSUMER, 1, "enable.auto.offset.store", "false"},
-    {OW_KAFKA_CONSUMER, 1, "enable.auto.commit", "true"},
-    {OW_KAFKA_CONSUMER, 1, "auto.commit.interval.ms", NULL},
-    {OW_KAFKA_PRODUCER, 1, "enable.idempotence", "true"},
-    {OW_KAFKA_PRODUCER, 1, "acks", "all"},
+    {OW_KAFKA_CONSUMER, ALL, 1, "enable.auto.offset.store", "false"},
+    {OW_KAFKA_CONSUMER, ALO, 1, "enable.auto.commit", "true"},
+    {OW_KAFKA_CONSUMER, ALO, 1, "auto.commit.interval.ms", NULL},
+    /* Offsets go into the producer's transaction instead. */
+    {OW_KAFKA_CONSUMER, EOS, 1, "enable.auto.commit", "false"},
+    {OW_KAFKA_PRODUCER, ALL, 1, "enable.idempotence", "true"},
+    {OW_KAFKA_PRODUCER, ALL, 1, "acks", "all"},
     /* Results are never given up on: a result that cannot be delivered
      * blocks its offset, so the producer keeps retrying while the broker is
      * away (0 = no local timeout), and memory is bounded by backpressure. */
-    {OW_KAFKA_PRODUCER, 0, "message.timeout.ms", "0"},
+    {OW_KAFKA_PRODUCER, ALO, 0, "message.timeout.ms", "0"},
+    /* One id per replica, the same after a restart: the new producer's
+     * init_transactions fences the old one and aborts its open transaction
+     * at once, instead of leaving it to transaction.timeout.ms. With a
+     * transaction, librdkafka bounds message.timeout.ms by its timeout. */
+    {OW_KAFKA_PRODUCER, EOS, 1, "transactional.id", NULL},
     /* librdkafka 2.0.2's broker thread polls without waiting while a
      * partition's lingered results wait behind its one request in flight
      * (the idempotence window counts messages, not requests). A longer
      * linger spends less of that CPU but adds its wait to every result's
      * latency, so latency decides (docs/performance.md, "Knobs"). */
-    {OW_KAFKA_PRODUCER, 0, "linger.ms", "10"},
-    {OW_KAFKA_PRODUCER, 0, "queue.buffering.max.kbytes", "32768"},
+    {OW_KAFKA_PRODUCER, ALL, 0, "linger.ms", "10"},
+    {OW_KAFKA_PRODUCER, ALL, 0, "queue.buffering.max.kbytes", "32768"},
     /* Results are JSON that repeats its field names in every order: lz4
      * makes them smaller for less CPU in the worker and the broker than
      * sending them whole (docs/performance.md, "Knobs"). The Java client and
      * librdkafka's read lz4 as they are; a consumer without the codec needs
      * kafka.producer.compression.type = none (docs/contract.md). */
-    {OW_KAFKA_PRODUCER, 0, "compression.type", "lz4"},
+    {OW_KAFKA_PRODUCER, ALL, 0, "compression.type", "lz4"},
 };
 
 /* The value of a setting that comes from the configuration. */
@@ -125,6 +137,8 @@ static const char *setting_value(const kafka_setting *k, const ow_config *cfg, c
         return k->value;
     if (strcmp(k->name, "queued.max.messages.kbytes") == 0)
         snprintf(buf, size, "%lld", (long long)(cfg->inflight_max_bytes / 1024));
+    else if (strcmp(k->name, "transactional.id") == 0)
+        snprintf(buf, size, "%s-%s", cfg->kafka_group_id, cfg->worker_replica_id);
     else
         snprintf(buf, size, "%lld", (long long)cfg->commit_interval_ms);
     return buf;
@@ -137,9 +151,10 @@ static int role_settings(rd_kafka_conf_t *conf, const ow_config *cfg, ow_kafka_r
 
     for (size_t i = 0; rc == OW_OK && i < sizeof(kafka_settings) / sizeof(kafka_settings[0]); i++) {
         const kafka_setting *k = &kafka_settings[i];
-        char buf[32];
+        char buf[512];
 
-        if (k->role != role || (!k->fixed && has_passthrough(cfg, role, k->name)))
+        if (k->role != role || !(k->modes & (cfg->exactly_once ? EOS : ALO)) ||
+            (!k->fixed && has_passthrough(cfg, role, k->name)))
             continue;
         rc = ow_kafka_conf_set(conf, k->name, setting_value(k, cfg, buf, sizeof(buf)), err);
     }

@@ -59,7 +59,11 @@ typedef struct ow_job {
     /* Lane bookkeeping. */
     int64_t not_before_ms;
     unsigned in_progress_rounds;
-    int dropped;                      /* abandoned during a retry: its partition was revoked */
+    int dropped; /* abandoned during a retry: its partition was revoked */
+    /* Exactly-once release order (sequencer.c), under the sequencer's lock. */
+    struct ow_job *seq_next;
+    unsigned char seq_queued;         /* in its partition's release order */
+    unsigned char seq_ready;          /* decided: its outputs may go once all before it went */
     ow_output_tag tags[OW_OUT_KINDS]; /* tags[k].kind == k */
 } ow_job;
 

@@ -316,16 +316,19 @@ static void requeue_front(ow_lane *l, ow_job *first, ow_job *last, size_t n)
     pthread_mutex_unlock(&l->mu);
 }
 
+/* A batch's outputs go out inside one pass through the transaction's gate
+ * (exactly-once), so that a commit never splits a batch. */
 static void publish_batch(ow_lane *l, batch *b, int decided)
 {
     ow_job *rq_first = NULL, *rq_last = NULL;
     size_t rq_n = 0;
 
+    ow_output_enter(l->env->out);
     for (size_t i = 0; i < b->n; i++) {
         ow_job *job = b->jobs[i];
 
         if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
-            ow_job_settle(l->env->ledger, job, 0);
+            ow_output_abandon(l->env->out, job);
             continue;
         }
         if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
@@ -333,7 +336,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             ow_output_in_progress(l->env->out, job);
             /* A revoked partition's next owner retries it instead. */
             if (ow_ledger_stale(l->env->ledger, &job->t)) {
-                ow_job_settle(l->env->ledger, job, 0);
+                ow_output_abandon(l->env->out, job);
                 continue;
             }
             job->in_progress_rounds++;
@@ -360,6 +363,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
                OW_F_STR("error", job->valid ? NULL : job->first_error));
         ow_output_publish(l->env->out, job);
     }
+    ow_output_leave(l->env->out);
     requeue_front(l, rq_first, rq_last, rq_n);
 }
 
@@ -390,12 +394,13 @@ static void run_batch(ow_lane *l, batch *b)
 
 /* --- Thread -------------------------------------------------------------- */
 
-static void finish_list(ow_ledger *ledger, ow_job *job)
+/* Gives up a list of jobs (linked by next) without outputs. */
+static void finish_list(ow_output *out, ow_job *job)
 {
     while (job != NULL) {
         ow_job *next = job->next;
 
-        ow_job_settle(ledger, job, 0);
+        ow_output_abandon(out, job);
         job = next;
     }
 }
@@ -454,7 +459,7 @@ static void *lane_main(void *arg)
         linger(l);
         wake = take_batch(l, &b, &stale);
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->env->ledger, stale);
+        finish_list(l->env->out, stale);
         if (b.n > 0) {
             run_batch(l, &b);
             wake = 0;
@@ -472,7 +477,7 @@ static void *lane_main(void *arg)
         l->exited = 1;
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->env->ledger, rest);
+        finish_list(l->env->out, rest);
     }
     batch_free(&b);
     return NULL;
@@ -547,7 +552,7 @@ void ow_lane_drop_partition(ow_lane *l, int32_t partition)
         job = next;
     }
     pthread_mutex_unlock(&l->mu);
-    finish_list(l->env->ledger, dropped);
+    finish_list(l->env->out, dropped);
 }
 
 void ow_lane_stop(ow_lane *l)

@@ -111,6 +111,26 @@ void ow_ledger_revoke_end(ow_ledger *l, int32_t partition)
     pthread_mutex_unlock(&l->mu);
 }
 
+int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque)
+{
+    int rc = OW_OK;
+
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < l->n_parts; i++) {
+        ow_ledger_part *p = &l->parts[i];
+
+        if (!p->assigned)
+            continue;
+        fn(opaque, (int32_t)i, p->track != NULL ? ow_offset_track_committed(p->track) : -1,
+           p->first_offset);
+        if (new_epoch(p, 1) != OW_OK)
+            rc = OW_ENOMEM;
+    }
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
 int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound)
 {
     ow_ledger_part *p;
@@ -142,6 +162,16 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+int ow_ledger_current(ow_ledger *l, const ow_ticket *t)
+{
+    int current;
+
+    pthread_mutex_lock(&l->mu);
+    current = part_of(l, t) != NULL;
+    pthread_mutex_unlock(&l->mu);
+    return current;
 }
 
 int ow_ledger_stale(ow_ledger *l, const ow_ticket *t)

@@ -79,7 +79,7 @@ static int check_result_fits(const ow_output *o, ow_error *err)
 }
 
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
-                   ow_ledger *ledger, ow_error *err)
+                   ow_ledger *ledger, ow_txn *txn, ow_error *err)
 {
     int rc;
 
@@ -89,11 +89,16 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
     o->cfg = cfg;
     o->rs = rs;
     o->ledger = ledger;
+    o->txn = txn;
+    atomic_store(&o->refused_at, SIZE_MAX);
     rc = read_message_max(producer, &o->message_max, err);
     if (rc != OW_OK)
         return rc;
     o->output_max = o->message_max - OW_OUTPUT_RESERVE;
-    return check_result_fits(o, err);
+    rc = check_result_fits(o, err);
+    if (rc == OW_OK && cfg->exactly_once && (o->seq = ow_sequencer_new()) == NULL)
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
+    return rc;
 }
 
 /* What the broker said about one output topic's size limit. */
@@ -205,6 +210,7 @@ int ow_output_check_topics(ow_output *o, const char *const *keys, const char *co
 
 void ow_output_destroy(ow_output *o)
 {
+    ow_sequencer_free(&o->seq);
     while (o->notices != NULL) {
         ow_notice *n = o->notices;
 
@@ -234,6 +240,16 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
                    const void *value, size_t len, rd_kafka_headers_t *h)
 {
     ow_ledger_produced(&job->t);
+    if (o->producer == NULL) { /* it failed and could not be replaced: the worker stops */
+        rd_kafka_headers_destroy(h);
+        ow_job_settle(o->ledger, job, 0);
+        return OW_EFATAL;
+    }
+    if (len + job->out_key_len >= atomic_load(&o->refused_at)) {
+        rd_kafka_headers_destroy(h);
+        return OW_EINVAL;
+    }
+    ow_txn_produced(o->txn);
     for (;;) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
             o->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(job->key, job->out_key_len),
@@ -299,9 +315,30 @@ static int publish_dead_letter(ow_output *o, ow_job *job)
 
 /* --- Outputs refused for their size ------------------------------------- */
 
-/* Queues a notice in place of an output of job that was refused for its
+static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n);
+static void notice_failed(ow_output *o, ow_notice *n, rd_kafka_resp_err_t e);
+
+/* In exactly-once mode a notice is produced at once, on the lane's thread
+ * and inside the transaction, before any later job of its partition is
+ * released; a queued one could land in a later transaction than the jobs
+ * after it. */
+static void produce_notice_now(ow_output *o, ow_notice *n)
+{
+    rd_kafka_resp_err_t e;
+
+    ow_txn_produced(o->txn);
+    while ((e = produce_notice(o, n)) == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
+           !ow_runstate_give_up(o->rs))
+        ow_sleep_ms(5, NULL);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+        notice_failed(o, n, e);
+    free(n);
+}
+
+/* Puts a notice in place of an output of job that was refused for its
  * size, and settles that output: the job now waits for the notice's
- * acknowledgement instead. */
+ * acknowledgement instead. The notice is queued for the poller, or in
+ * exactly-once mode produced now. */
 static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
                               const char *reason)
 {
@@ -321,10 +358,14 @@ static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_
     n->bytes = bytes;
     snprintf(n->reason, sizeof(n->reason), "%s", reason);
     ow_ledger_produced(&job->t);
-    pthread_mutex_lock(&o->mu);
-    n->next = o->notices;
-    o->notices = n;
-    pthread_mutex_unlock(&o->mu);
+    if (o->seq != NULL) {
+        produce_notice_now(o, n);
+    } else {
+        pthread_mutex_lock(&o->mu);
+        n->next = o->notices;
+        o->notices = n;
+        pthread_mutex_unlock(&o->mu);
+    }
     ow_job_settle(o->ledger, job, 1);
 }
 
@@ -349,6 +390,16 @@ static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n)
     return e;
 }
 
+/* A notice that could not be produced: its job ends not done. */
+static void notice_failed(ow_output *o, ow_notice *n, rd_kafka_resp_err_t e)
+{
+    OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", o->cfg->topic_dlq),
+           OW_F_STR("error", rd_kafka_err2str(e)));
+    if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
+    ow_job_settle(o->ledger, n->job, 0);
+}
+
 void ow_output_pump(ow_output *o)
 {
     ow_notice *list;
@@ -369,13 +420,8 @@ void ow_output_pump(ow_output *o)
             pthread_mutex_unlock(&o->mu);
             continue;
         }
-        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", o->cfg->topic_dlq),
-                   OW_F_STR("error", rd_kafka_err2str(e)));
-            if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-                ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
-            ow_job_settle(o->ledger, n->job, 0);
-        }
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+            notice_failed(o, n, e);
         free(n);
     }
 }
@@ -408,7 +454,7 @@ static int produced(ow_output *o, ow_job *job, int rc, const char *what, size_t 
 
 /* The lane hands the job over with its hold, which is released last, so
  * that a quick delivery report cannot end the job while it is produced. */
-void ow_output_publish(ow_output *o, ow_job *job)
+static void publish_now(ow_output *o, ow_job *job)
 {
     int ok;
 
@@ -431,6 +477,84 @@ void ow_output_publish(ow_output *o, ow_job *job)
     ow_job_settle(o->ledger, job, ok);
     if (ok)
         ow_output_pump(o);
+}
+
+/* Jobs that will never be published end not done. */
+static void settle_dropped(ow_output *o, ow_job *drop)
+{
+    while (drop != NULL) {
+        ow_job *next = drop->seq_next;
+
+        drop->seq_next = NULL;
+        ow_job_settle(o->ledger, drop, 0);
+        drop = next;
+    }
+}
+
+void ow_output_publish(ow_output *o, ow_job *job)
+{
+    ow_job *release = NULL, *drop = NULL;
+
+    if (o->seq == NULL) {
+        publish_now(o, job);
+        return;
+    }
+    ow_sequencer_ready(o->seq, job, &release, &drop);
+    settle_dropped(o, drop);
+    while (release != NULL) {
+        int32_t partition = release->t.partition;
+
+        while (release != NULL) {
+            ow_job *next = release->seq_next;
+
+            release->seq_next = NULL;
+            publish_now(o, release);
+            release = next;
+        }
+        ow_sequencer_next(o->seq, partition, &release);
+    }
+}
+
+int ow_output_track(ow_output *o, ow_job *job)
+{
+    ow_job *drop = NULL;
+    int rc;
+
+    if (o->seq == NULL)
+        return OW_OK;
+    rc = ow_sequencer_append(o->seq, job, &drop);
+    settle_dropped(o, drop);
+    return rc;
+}
+
+void ow_output_enter(ow_output *o)
+{
+    ow_txn_enter(o->txn);
+}
+
+void ow_output_leave(ow_output *o)
+{
+    ow_txn_leave(o->txn);
+}
+
+void ow_output_abandon(ow_output *o, ow_job *job)
+{
+    ow_job *drop = NULL;
+
+    if (o->seq != NULL)
+        ow_sequencer_abandon(o->seq, job, &drop);
+    settle_dropped(o, drop);
+    ow_job_settle(o->ledger, job, 0);
+}
+
+void ow_output_close(ow_output *o, int32_t partition)
+{
+    ow_job *drop = NULL;
+
+    if (o->seq == NULL)
+        return;
+    ow_sequencer_close(o->seq, partition, &drop);
+    settle_dropped(o, drop);
 }
 
 void ow_output_in_progress(ow_output *o, ow_job *job)
@@ -467,6 +591,37 @@ static void count_delivered(ow_output_kind kind, const ow_job *job)
     }
 }
 
+/* Exactly-once: an output the broker refused fails its transaction, which
+ * is aborted and its messages consumed again. One refused for its size
+ * lowers the size from which outputs are replaced by notices, so that the
+ * same result does not abort every transaction after. */
+static void transaction_delivery_failed(ow_output *o, const rd_kafka_message_t *m,
+                                        const ow_job *job)
+{
+    size_t bytes = m->len + m->key_len;
+    size_t was = atomic_load(&o->refused_at);
+
+    if (size_refused(m->err) && m->len > 0) {
+        while (bytes < was && !atomic_compare_exchange_weak(&o->refused_at, &was, bytes))
+            ;
+    }
+    if (!ow_ledger_current(o->ledger, &job->t))
+        return; /* from an epoch already over: its transaction is gone */
+    OW_LOG(OW_LOG_WARN, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
+           OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_INT("partition", job->t.partition),
+           OW_F_INT("offset", job->t.offset), OW_F_STR("then", "the transaction is aborted"));
+    ow_txn_want_abort(o->txn);
+}
+
+void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m)
+{
+    ow_output_tag *tag = m->_private;
+
+    OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
+           OW_F_STR("error", rd_kafka_err2str(m->err)));
+    ow_job_settle(o->ledger, ow_job_of_tag(tag), 0);
+}
+
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
 {
     ow_output_tag *tag = m->_private;
@@ -474,8 +629,10 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
     const char *topic = rd_kafka_topic_name(m->rkt);
 
     if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
-        /* Purged at shutdown: the job ends not done. */
+        /* Purged at shutdown or by an abort: the job ends not done. */
         OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));
+    } else if (o->seq != NULL && m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        transaction_delivery_failed(o, m, job);
     } else if (size_refused(m->err) && m->len > 0 &&
                (tag->kind == OW_OUT_RESULT || tag->kind == OW_OUT_DEAD_LETTER)) {
         /* A topic whose limit is below the producer's refused it: a notice

@@ -20,6 +20,8 @@
 #include "job.h"
 #include "ow/config.h"
 #include "runstate.h"
+#include "sequencer.h"
+#include "txn.h"
 
 /* Bytes of every output's limit kept for its headers and record framing. */
 #define OW_OUTPUT_RESERVE 2048
@@ -31,8 +33,15 @@ typedef struct {
     const ow_config *cfg;
     ow_runstate *rs;
     ow_ledger *ledger;
+    ow_txn *txn;        /* exactly-once: outputs go inside its transaction */
+    ow_sequencer *seq;  /* exactly-once: the order jobs are released in */
     size_t message_max; /* the producer's message.max.bytes */
     size_t output_max;  /* key + value bytes one output may carry */
+    /* Exactly-once: the smallest key + value size a topic refused at
+     * delivery (which aborted its transaction); outputs this large are
+     * replaced by notices from then on, so the redelivered message does not
+     * abort the next one too. SIZE_MAX: none. */
+    _Atomic size_t refused_at;
     pthread_mutex_t mu; /* guards notices */
     ow_notice *notices; /* OUTPUT_TOO_LARGE notices waiting to be produced */
 } ow_output;
@@ -41,7 +50,7 @@ typedef struct {
  * INVALID_INPUT, naming the keys and sizes) a request.max_orders whose
  * largest result would not fit it. */
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
-                   ow_ledger *ledger, ow_error *err);
+                   ow_ledger *ledger, ow_txn *txn, ow_error *err);
 void ow_output_destroy(ow_output *o);
 /* The output topics one check asks about: results and dead letters. */
 #define OW_OUTPUT_TOPICS 2
@@ -60,6 +69,19 @@ int ow_output_check_topics(ow_output *o, const char *const *keys, const char *co
 rd_kafka_headers_t *ow_output_result_headers(const ow_output *o, const ow_job *job, int replayed);
 rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_job *job);
 
+/* The consumer thread tracked job: in exactly-once mode it takes its place
+ * in its partition's release order. OW_ENOMEM: the worker must stop. */
+int ow_output_track(ow_output *o, ow_job *job);
+/* Around a lane's publication of a batch (the transaction's gate). */
+void ow_output_enter(ow_output *o);
+void ow_output_leave(ow_output *o);
+/* A job given up without outputs (settled as not done). In exactly-once
+ * mode no later job of its partition is published in this epoch. */
+void ow_output_abandon(ow_output *o, ow_job *job);
+/* The partition's epoch ended (partition < 0: every partition's): jobs
+ * waiting for release are dropped. */
+void ow_output_close(ow_output *o, int32_t partition);
+
 /* Produces a decided or invalid job's outputs (its result, and the
  * dead-letter copy of an invalid message) and releases the caller's hold
  * on the job; the last acknowledgement ends it. The job's payload is freed
@@ -68,6 +90,9 @@ void ow_output_publish(ow_output *o, ow_job *job);
 /* Publishes a job's REQUEST_IN_PROGRESS answer; the caller keeps its hold,
  * and the job waits for this answer's acknowledgement too. */
 void ow_output_in_progress(ow_output *o, ow_job *job);
+/* The delivery report of an output of a producer being replaced: its job
+ * ends not done, and is redone. */
+void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m);
 /* The delivery report of an output (the producer's dr_msg_cb). */
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m);
 /* Produces the notices waiting; called by the delivery poller after each

@@ -36,6 +36,12 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
         ow_job_free(job);
         return;
     }
+    /* An input that went back by itself (an offset reset) may be decided
+     * again: what the open transaction holds of it must not commit. */
+    if (rewound && w->cfg->exactly_once)
+        ow_txn_want_abort(&w->txn);
+    if (ow_output_track(&w->out, job) != OW_OK)
+        ow_runstate_set_fatal(&w->rs, "out of memory");
     OW_COUNT(consumed, 1);
     atomic_fetch_add(&ow_stats.inflight_messages, 1);
     atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes);
@@ -105,6 +111,18 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
     rd_kafka_message_destroy(m);
 }
 
+/* How long a transaction commit waits for the producer's flush before it
+ * leaves the transaction open for the next interval. */
+#define TXN_FLUSH_WAIT_MS 5000
+
+/* The consumer's poll wait: short enough for the transaction interval. */
+static int poll_ms(const ow_config *cfg)
+{
+    if (cfg->exactly_once && cfg->transaction_interval_ms < 100)
+        return (int)cfg->transaction_interval_ms;
+    return 100;
+}
+
 /* Gives up the outputs that the shutdown flush could not deliver (their
  * broker is unreachable). Their delivery reports, purged rather than
  * acknowledged, finish their jobs as not done: no offset moves past them,
@@ -150,7 +168,12 @@ static void shut_down(ow_worker *w)
         pthread_join(w->poller, NULL);
     w->poller_started = 0;
     left = w->rs.deadline_ms - leave_reserve_ms(w->cfg) - ow_clock_mono_ms();
-    if (w->producer != NULL && w->out_ready) {
+    if (w->producer != NULL && w->out_ready && w->cfg->exactly_once) {
+        /* The last transaction: what did not make it is consumed again by
+         * the next owner, and the next producer with this id aborts it. */
+        ow_runstate_step(&w->rs, "commit transaction");
+        ow_txn_commit(&w->txn, "shutdown", ow_clock_mono_ms() + (left > 0 ? left : 0));
+    } else if (w->producer != NULL && w->out_ready) {
         ow_output_pump(&w->out);
         if (rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
             abandon_outputs(w);
@@ -189,6 +212,7 @@ static void destroy(ow_worker *w)
     free(w->watches);
     if (w->out_ready)
         ow_output_destroy(&w->out);
+    ow_txn_destroy(&w->txn);
     ow_runstate_cleanup(&w->rs);
 }
 
@@ -210,6 +234,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     w.limits.request.max_orders = (size_t)cfg->request_max_orders;
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
     ow_ledger_init(&w.ledger, ow_worker_store_offset, &w);
+    ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, ow_worker_epoch_end, &w);
     rc = ow_worker_start(&w, stop, err);
     if (rc == OW_OK) {
         OW_LOG(OW_LOG_INFO, "worker_started", OW_F_STR("topic", cfg->topic_input),
@@ -221,12 +246,17 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
              * acknowledgements bring the in-flight count down. */
             rd_kafka_message_t *m;
 
+            if (atomic_load(&w.producer_failed))
+                ow_worker_replace_producer(&w);
+            if (ow_txn_due(&w.txn, ow_clock_mono_ms()))
+                ow_txn_commit(&w.txn, "interval", ow_clock_mono_ms() + TXN_FLUSH_WAIT_MS);
+
             if (w.full_since_ms != 0) { /* at the limit: wait, do not take more */
                 ow_sleep_ms(1, NULL);
                 backpressure(&w);
                 continue;
             }
-            m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : 100);
+            m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : poll_ms(cfg));
 
             if (m != NULL)
                 on_consumer_message(&w, m);

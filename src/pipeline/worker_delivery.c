@@ -12,8 +12,13 @@ void ow_worker_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op
 {
     ow_worker *w = opaque;
 
-    (void)rk;
-    ow_output_delivered(&w->out, m);
+    /* A producer that failed fatally fails what it still held; the worker
+     * replaces it and redoes those messages (at_least_once). */
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && !w->cfg->exactly_once &&
+        rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        ow_output_given_up(&w->out, m);
+    else
+        ow_output_delivered(&w->out, m);
 }
 
 void ow_worker_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -22,11 +27,18 @@ void ow_worker_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaqu
 
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char why[512];
+        /* Without transactions a producer's fatal error loses no more than
+         * its unacknowledged outputs, which are redone: replace it. */
+        int replace = rk == w->producer && !w->cfg->exactly_once;
 
         rd_kafka_fatal_error(rk, why, sizeof(why));
         OW_LOG(OW_LOG_ERROR, "kafka_fatal", OW_F_STR("client", rd_kafka_name(rk)),
-               OW_F_STR("error", why));
-        ow_runstate_set_fatal(&w->rs, "fatal Kafka client error");
+               OW_F_STR("error", why),
+               OW_F_STR("then", replace ? "the producer is replaced" : NULL));
+        if (replace)
+            atomic_store(&w->producer_failed, 1);
+        else
+            ow_runstate_set_fatal(&w->rs, "fatal Kafka client error");
         return;
     }
     if (ow_kafka_refused(rk, err, reason)) {

@@ -15,9 +15,15 @@
 void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
 {
     ow_worker *w = opaque;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_t *l;
     rd_kafka_resp_err_t e;
 
+    if (w->cfg->exactly_once) {
+        ow_txn_note_offset(&w->txn, partition, offset);
+        OW_COUNT(offsets_stored, 1);
+        return;
+    }
+    l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = offset;
     e = rd_kafka_offsets_store(w->consumer, l);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -75,10 +81,16 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * redelivered later, which the contract allows. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms)
 {
-    rd_kafka_queue_t *q = rd_kafka_queue_new(w->consumer);
-    commit_wait *cw = calloc(1, sizeof(*cw));
+    rd_kafka_queue_t *q;
+    commit_wait *cw;
     rd_kafka_resp_err_t e;
 
+    if (w->cfg->exactly_once) {
+        ow_txn_commit(&w->txn, why, deadline_ms);
+        return;
+    }
+    q = rd_kafka_queue_new(w->consumer);
+    cw = calloc(1, sizeof(*cw));
     if (q == NULL || cw == NULL) {
         if (q != NULL)
             rd_kafka_queue_destroy(q);
@@ -104,6 +116,13 @@ void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms)
     /* An answer that comes after the queue is gone is dropped with it; the
      * callback never runs, so cw may go now. */
     free(cw);
+}
+
+void ow_worker_epoch_end(void *opaque)
+{
+    ow_worker *w = opaque;
+
+    ow_output_close(&w->out, -1);
 }
 
 /* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
@@ -159,6 +178,35 @@ static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
     free(ids);
 }
 
+/* The revoked partitions' epochs end: nothing of them is tracked, sent or
+ * released any more. */
+static void end_partitions(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
+{
+    for (int i = 0; i < parts->cnt; i++) {
+        ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
+        ow_txn_forget(&w->txn, parts->elems[i].partition);
+        ow_output_close(&w->out, parts->elems[i].partition);
+    }
+}
+
+/* Exactly-once: the transaction commits what the revoked partitions
+ * produced with their offsets before they go, with the gate closed so that
+ * nothing of theirs is produced after; lost partitions may already belong
+ * to another member, so their transaction is aborted instead. */
+static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_list_t *parts,
+                                  int lost)
+{
+    ow_txn_close(&w->txn);
+    if (lost) {
+        end_partitions(w, parts);
+        ow_txn_abort_closed(&w->txn, "partitions lost");
+    } else {
+        ow_txn_commit_closed(&w->txn, "revoke", revoke_deadline(w));
+        end_partitions(w, parts);
+    }
+    ow_txn_open(&w->txn);
+}
+
 static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     int lost = rd_kafka_assignment_lost(w->consumer);
@@ -170,13 +218,18 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         for (size_t k = 0; k < w->n_lanes; k++)
             ow_lane_drop_partition(&w->lanes[k], parts->elems[i].partition);
     }
-    /* A lost assignment may already belong to another member: commit nothing. */
-    if (!lost) {
+    if (!lost)
         drain(w, parts);
-        ow_worker_commit(w, "revoke", revoke_deadline(w));
+    if (w->cfg->exactly_once) {
+        revoke_in_transaction(w, parts, lost);
+    } else {
+        /* A lost assignment may already belong to another member: commit
+         * nothing. */
+        if (!lost)
+            ow_worker_commit(w, "revoke", revoke_deadline(w));
+        for (int i = 0; i < parts->cnt; i++)
+            ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
     }
-    for (int i = 0; i < parts->cnt; i++)
-        ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
     atomic_fetch_sub(&w->assigned, parts->cnt);
     e = rd_kafka_incremental_unassign(w->consumer, parts);
     if (e != NULL) {

@@ -25,6 +25,7 @@ typedef struct {
     rd_kafka_t *producer;
     ow_runstate rs;
     ow_ledger ledger;
+    ow_txn txn; /* exactly-once: the open Kafka transaction */
     ow_output out;
     int out_ready;
     ow_lane_env env;
@@ -40,6 +41,7 @@ typedef struct {
     pthread_t poller;
     int poller_started;
     _Atomic int poller_stop;
+    _Atomic int producer_failed; /* at_least_once: the producer failed fatally, replace it */
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
 
@@ -56,13 +58,16 @@ typedef struct {
 } ow_worker;
 
 /* worker_group.c: offsets, commits, rebalances, leaving the group. */
+/* The transaction's end of every epoch (an abort): jobs waiting for release
+ * are dropped. */
+void ow_worker_epoch_end(void *opaque);
 /* The ledger's store function: called with the ledger's lock held when a
  * partition's done watermark moves. */
 void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset);
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                   rd_kafka_topic_partition_list_t *offsets, void *opaque);
-/* Commits the stored offsets, waiting for the answer until deadline_ms at
- * most. */
+/* Commits the stored offsets (exactly-once: the transaction), waiting for
+ * the answer until deadline_ms at most. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms);
 void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts, void *opaque);
@@ -83,5 +88,10 @@ int ow_worker_start_http(ow_worker *w, ow_error *err);
 /* worker_start.c: clients, watches, lanes, the poller, the endpoint, the
  * checks, the subscription. */
 int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err);
+/* at_least_once: replaces a producer that failed fatally (librdkafka 2.0's
+ * idempotent producer can, after a partition leader change): its outputs
+ * in flight are given up, every partition goes back to its stored offset,
+ * and a new producer takes over. Consumer thread. */
+void ow_worker_replace_producer(ow_worker *w);
 
 #endif

@@ -51,6 +51,71 @@ static int create_clients(ow_worker *w, ow_error *err)
     return rc;
 }
 
+/* Where a partition goes back to when a producer's outputs were lost: its
+ * stored offset, or where its assignment began. */
+static void add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    void **a = opaque;
+    const ow_worker *w = a[0];
+    rd_kafka_topic_partition_list_t *l = a[1];
+    int64_t to = stored >= 0 ? stored : first;
+
+    if (to >= 0)
+        rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = to;
+}
+
+/* Serves the failed producer's last delivery reports (its outputs, given up,
+ * finish their jobs as not done), within 5 s. */
+static void retire_producer(ow_worker *w)
+{
+    int64_t deadline = ow_clock_mono_ms() + 5000;
+
+    atomic_store(&w->poller_stop, 1);
+    if (w->poller_started)
+        pthread_join(w->poller, NULL);
+    w->poller_started = 0;
+    rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    while (rd_kafka_outq_len(w->producer) > 0 && ow_clock_mono_ms() < deadline)
+        rd_kafka_poll(w->producer, 100);
+    rd_kafka_destroy(w->producer);
+    w->producer = NULL;
+}
+
+void ow_worker_replace_producer(ow_worker *w)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
+    void *a[2] = {w, l};
+    rd_kafka_error_t *e = NULL;
+    ow_error err;
+
+    ow_txn_close(&w->txn);
+    retire_producer(w);
+    /* The old producer's last callbacks may have said so again. */
+    atomic_store(&w->producer_failed, 0);
+    if (ow_ledger_rewind(&w->ledger, add_rewind, a) != OW_OK)
+        ow_runstate_set_fatal(&w->rs, "out of memory");
+    if (l->cnt > 0 && (e = rd_kafka_seek_partitions(w->consumer, l, 10000)) != NULL) {
+        OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+        ow_runstate_set_fatal(&w->rs, "the input could not be rewound after a producer failed");
+    }
+    if (new_client(w, OW_KAFKA_PRODUCER, &w->producer, &err) != OW_OK) {
+        OW_LOG(OW_LOG_ERROR, "producer_failed", OW_F_STR("error", err.msg));
+        ow_runstate_set_fatal(&w->rs, "the producer could not be replaced");
+        w->out.producer = NULL;
+    } else {
+        w->out.producer = w->producer;
+        w->txn.producer = w->producer;
+        atomic_store(&w->poller_stop, 0);
+        w->poller_started = pthread_create(&w->poller, NULL, ow_worker_poller, w) == 0;
+        if (!w->poller_started)
+            ow_runstate_set_fatal(&w->rs, "cannot start the delivery poller");
+        OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", l->cnt));
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    ow_txn_open(&w->txn);
+}
+
 static int subscribe(ow_worker *w, ow_error *err)
 {
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
@@ -250,7 +315,9 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc == OW_OK)
         rc = create_clients(w, err);
     if (rc == OW_OK)
-        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, err);
+        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->txn, err);
+    if (rc == OW_OK)
+        rc = ow_txn_start(&w->txn, w->producer, w->consumer, err);
     /* A missing ACL stops the worker before it decides anything. The
      * consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)

@@ -1025,6 +1025,44 @@ static int setup_all_down(void **state)
     return scenario_setup(state, "alldown");
 }
 
+/*
+ * 7. The idempotent producer fails fatally: the broker answers a Produce
+ * request with OUT_OF_ORDER_SEQUENCE_NUMBER, as it does to librdkafka
+ * 2.0's producer after some leader changes (librdkafka #4438). The worker
+ * must not stop: it gives up the failed producer's outputs, goes back to
+ * the stored offsets and carries on with a new producer, and every input
+ * gets its result, with safety checked throughout.
+ */
+static void test_producer_replaced(void **state)
+{
+    scenario *s = *state;
+
+    produce_inputs(s, 30);
+    start_worker(s);
+    await_first_output(s);
+    s->in_fault = 1;
+    assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
+                         s->mc, 3, API_PRODUCE, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                         0),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    for (int step = 0; step < 6; step++) {
+        int64_t step_end = now_ms() + 500;
+
+        produce_inputs(s, 10);
+        do {
+            check_safety(s, "producer replaced");
+            if (kit_wait(s->worker, 50) >= 0)
+                fail_msg("replaced: the worker exited after its producer failed (see %s)", s->log);
+        } while (now_ms() < step_end);
+    }
+    finish(s);
+}
+
+static int setup_replaced(void **state)
+{
+    return scenario_setup(state, "replaced");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1035,6 +1073,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_during_outage, setup_stop, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_fatal_produce_error, setup_fatal, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_stop_with_cluster_down, setup_all_down,
+                                        scenario_teardown),
+        cmocka_unit_test_setup_teardown(test_producer_replaced, setup_replaced,
                                         scenario_teardown),
     };
 

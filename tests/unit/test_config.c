@@ -226,6 +226,24 @@ static void test_finish_checks(void **state)
          "mysql.tls_version: \"\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
         {"mysql.tls_version = TLSv1.2x\n",
          "mysql.tls_version: \"TLSv1.2x\" is not one of TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3"},
+        /* Exactly-once needs a replica id that can be part of a
+         * transactional id, and must not read aborted input. */
+        {"processing.guarantee = exactly_once\n",
+         "processing.guarantee: \"exactly_once\" is not one of at_least_once, exactly_once_v2"},
+        {"processing.guarantee = exactly_once_v2\n",
+         "worker.replica_id: required with processing.guarantee = exactly_once_v2: a name unique "
+         "among the group's replicas and the same across restarts (a host name, a StatefulSet "
+         "ordinal)"},
+        {"worker.replica_id = a/b\n",
+         "worker.replica_id: \"a/b\": only letters, digits, '.', '_' and '-', at most 64"},
+        {"processing.guarantee = exactly_once_v2\nworker.replica_id = r1\n"
+         "kafka.producer.transactional.id = x\n",
+         "kafka.producer.transactional.id: is <kafka.group.id>-<worker.replica_id> with "
+         "processing.guarantee = exactly_once_v2"},
+        {"processing.guarantee = exactly_once_v2\nworker.replica_id = r1\n"
+         "kafka.consumer.isolation.level = read_uncommitted\n",
+         "kafka.consumer.isolation.level: must be read_committed with processing.guarantee = "
+         "exactly_once_v2 (aborted input would be decided)"},
     };
 
     (void)state;

@@ -86,6 +86,42 @@ static void test_compression_override(void **state)
     ow_config_cleanup(&cfg);
 }
 
+/* exactly_once_v2: a transactional producer named after the group and the
+ * replica, offsets only through its transactions, and no infinite message
+ * timeout (librdkafka bounds it by the transaction's). */
+static void test_exactly_once_settings(void **state)
+{
+    ow_config cfg;
+    ow_error err;
+    rd_kafka_conf_t *c, *p;
+    char buf[256];
+
+    (void)state;
+    load(&cfg, "processing.guarantee = exactly_once_v2\nworker.replica_id = r-7\n"
+               "kafka.group.id = orders-g\n");
+    c = ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err);
+    p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
+    assert_non_null(c);
+    assert_non_null(p);
+    assert_string_equal(get(p, "transactional.id", buf, sizeof(buf)), "orders-g-r-7");
+    assert_string_equal(get(c, "enable.auto.commit", buf, sizeof(buf)), "false");
+    assert_string_not_equal(get(p, "message.timeout.ms", buf, sizeof(buf)), "0");
+    assert_string_equal(get(p, "enable.idempotence", buf, sizeof(buf)), "true");
+    rd_kafka_conf_destroy(c);
+    rd_kafka_conf_destroy(p);
+    ow_config_cleanup(&cfg);
+    /* at_least_once keeps its settings. */
+    load(&cfg, "");
+    c = ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err);
+    p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
+    assert_string_equal(get(c, "enable.auto.commit", buf, sizeof(buf)), "true");
+    assert_string_equal(get(p, "message.timeout.ms", buf, sizeof(buf)), "0");
+    assert_null(get(p, "transactional.id", buf, sizeof(buf)));
+    rd_kafka_conf_destroy(c);
+    rd_kafka_conf_destroy(p);
+    ow_config_cleanup(&cfg);
+}
+
 static void test_refused_and_bad_properties(void **state)
 {
     ow_config cfg;
@@ -143,6 +179,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roles_and_guarantees),
         cmocka_unit_test(test_compression_override),
+        cmocka_unit_test(test_exactly_once_settings),
         cmocka_unit_test(test_refused_and_bad_properties),
         cmocka_unit_test(test_check_config_names_the_line),
     };

@@ -236,6 +236,24 @@ void ow_output_in_progress(ow_output *o, ow_job *job)
     record(job, ":in_progress");
 }
 
+/* The transaction's gate and release order belong to exactly-once mode,
+ * which these tests do not run: a job given up is settled as not done. */
+void ow_output_enter(ow_output *o)
+{
+    (void)o;
+}
+
+void ow_output_leave(ow_output *o)
+{
+    (void)o;
+}
+
+void ow_output_abandon(ow_output *o, ow_job *job)
+{
+    (void)o;
+    ow_job_settle(&ledger, job, 0);
+}
+
 /* --- Fixture ------------------------------------------------------------------ */
 
 typedef struct {

@@ -116,6 +116,11 @@ typedef struct {
     const char *env[BM_MAX_ENV]; /* extra NAME=value for this run */
     size_t n_env;
     int capture_bodies; /* keep a SHA-256 of each input's result body (--replay) */
+    /* Latency to the moment a read_committed consumer tailing the results
+     * topic during the run received the result, instead of the result's
+     * LogAppendTime: what a consumer sees when results wait for their
+     * transaction's commit (--eos). */
+    int visible_latency;
 } bm_spec;
 
 enum {
@@ -181,6 +186,11 @@ typedef struct {
     int capture;
     unsigned char (*body_sha)[32];
     unsigned char *body_flags;
+    /* With bm_spec.visible_latency: per input, the wall-clock ms at which
+     * the tail received its first definitive result (0: not seen), and how
+     * many keyed inputs the tail did not see (their latency is left out). */
+    int64_t *visible_ms;
+    size_t visible_missed;
 } bm_result;
 
 #define BM_BODY_SEEN 1
@@ -209,6 +219,15 @@ int bm_kafka_warmup(const bm_env *e, int timeout_s);
  * window. committed: the group's offsets per input partition (a
  * time-bounded run owes results only below them). */
 int bm_results_read(const bm_env *e, const bm_topic *in, const int64_t *committed, bm_result *r);
+
+/* A read_committed consumer of a run's results topic in a thread of its
+ * own, noting when each input's first definitive result reached it. */
+typedef struct bm_tail bm_tail;
+
+bm_tail *bm_tail_start(const bm_env *e, const bm_topic *in, const char *results);
+/* Stops it after it has been idle for idle_ms (at most max_ms) and returns
+ * the per-input times (bm_result.visible_ms; the caller frees them). */
+int64_t *bm_tail_stop(bm_tail *t, int idle_ms, int max_ms);
 
 /* --- Database --------------------------------------------------------------------- */
 

@@ -6,8 +6,10 @@
  * by the broker as it appended the result; both clocks are this machine's)
  * and its place in the throughput window.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/evp.h>
 
@@ -96,10 +98,26 @@ static void capture_body(bm_result *r, size_t idx, const rd_kafka_message_t *m, 
     r->body_flags[idx] = (unsigned char)(BM_BODY_SEEN | (code << 2));
 }
 
+/* The input a definitive result answers, through its source headers; 0,
+ * or -1 for an interim result or one of no input of this run. */
+static int input_of(const bm_topic *in, const rd_kafka_message_t *m, rd_kafka_headers_t *h,
+                    int code, size_t *idx)
+{
+    int64_t part = header_int(h, "source-partition", -1);
+    int64_t off = header_int(h, "source-offset", -1);
+
+    if (code == BM_CODE_IN_PROGRESS || m->key == NULL || m->key_len == 0 || part < 0 ||
+        part >= in->partitions || off < 0 || off >= in->ends[part] ||
+        !header_is(h, "source-topic", in->name))
+        return -1;
+    *idx = in->by_offset[part][off];
+    return 0;
+}
+
 static void on_result(scan *sc, const rd_kafka_message_t *m)
 {
     rd_kafka_headers_t *h = NULL;
-    int64_t part, off, ts = rd_kafka_message_timestamp(m, NULL);
+    int64_t ts = rd_kafka_message_timestamp(m, NULL);
     size_t idx;
     int code;
 
@@ -107,13 +125,8 @@ static void on_result(scan *sc, const rd_kafka_message_t *m)
     code = classify(m, h);
     sc->r->results_total++;
     sc->r->codes[code]++;
-    part = header_int(h, "source-partition", -1);
-    off = header_int(h, "source-offset", -1);
-    if (code == BM_CODE_IN_PROGRESS || m->key == NULL || m->key_len == 0 || part < 0 ||
-        part >= sc->in->partitions || off < 0 || off >= sc->in->ends[part] ||
-        !header_is(h, "source-topic", sc->in->name))
+    if (input_of(sc->in, m, h, code, &idx) != 0)
         return;
-    idx = sc->in->by_offset[part][off];
     if (sc->first_ts[idx] == 0 || ts < sc->first_ts[idx]) {
         sc->first_ts[idx] = ts;
         if (sc->r->capture)
@@ -123,10 +136,23 @@ static void on_result(scan *sc, const rd_kafka_message_t *m)
 
 static rd_kafka_t *reader_new(const bm_env *e)
 {
-    char group[96];
+    char group[96], errstr[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_t *rk;
 
     snprintf(group, sizeof(group), "owb-%s-reader", e->run_id);
-    return bm_kafka_client(e, RD_KAFKA_CONSUMER, group);
+    rd_kafka_conf_set(c, "bootstrap.servers", e->bootstrap, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.partition.eof", "true", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "isolation.level", "read_committed", errstr, sizeof(errstr));
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+    if (rk == NULL) {
+        bm_log("results reader: %s", errstr);
+        rd_kafka_conf_destroy(c);
+    }
+    return rk;
 }
 
 /* Assigns every non-empty partition from the beginning; returns how many. */
@@ -155,9 +181,13 @@ static int assign_all(rd_kafka_t *rk, const char *topic, int partitions, int64_t
     return n;
 }
 
+/* A partition is read when a message at its end - 1 arrives or the
+ * consumer reaches its end: with transactions the last offsets can be
+ * commit markers, which no message reports. */
 static int read_topic(const bm_env *e, const char *topic, scan *sc)
 {
     rd_kafka_t *rk = reader_new(e);
+    char done[BM_MAX_PARTS] = {0};
     int64_t ends[BM_MAX_PARTS];
     int remaining = rk != NULL ? assign_all(rk, topic, sc->in->partitions, ends) : -1;
     double deadline = bm_now() + READ_TIMEOUT_S;
@@ -172,9 +202,12 @@ static int read_topic(const bm_env *e, const char *topic, scan *sc)
         }
         if (m == NULL)
             continue;
-        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
             on_result(sc, m);
-            remaining -= m->offset + 1 == ends[m->partition];
+        if ((m->err == RD_KAFKA_RESP_ERR_NO_ERROR && m->offset + 1 >= ends[m->partition]) ||
+            (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && m->offset >= ends[m->partition])) {
+            remaining -= !done[m->partition];
+            done[m->partition] = 1;
         }
         rd_kafka_message_destroy(m);
     }
@@ -210,9 +243,10 @@ static size_t latencies_between(const scan *sc, int64_t from, int64_t to, int64_
 
     for (size_t i = 0; i < sc->in->count; i++) {
         int64_t ts = sc->in->pos[i].ts_ms;
+        int64_t at = sc->r->visible_ms != NULL ? sc->r->visible_ms[i] : sc->first_ts[i];
 
-        if (sc->first_ts[i] != 0 && ts >= from && ts < to)
-            lat[n++] = sc->first_ts[i] - ts;
+        if (at != 0 && ts >= from && ts < to)
+            lat[n++] = at - ts;
     }
     qsort(lat, n, sizeof(*lat), cmp_i64);
     return n;
@@ -232,10 +266,11 @@ static void write_latency_csv(const bm_env *e, const scan *sc, const bm_result *
     fputs("input_create_ms,partition,offset,latency_ms\n", f);
     for (size_t i = 0; i < sc->in->count; i++) {
         const bm_pos *p = &sc->in->pos[i];
+        int64_t at = r->visible_ms != NULL ? r->visible_ms[i] : sc->first_ts[i];
 
-        if (sc->first_ts[i] != 0)
+        if (at != 0)
             fprintf(f, "%lld,%d,%lld,%lld\n", (long long)p->ts_ms, (int)p->partition,
-                    (long long)p->offset, (long long)(sc->first_ts[i] - p->ts_ms));
+                    (long long)p->offset, (long long)(at - p->ts_ms));
     }
     if (fclose(f) != 0)
         bm_log("%s: write failed", path);
@@ -247,6 +282,8 @@ static void latency(const bm_env *e, const scan *sc, bm_result *r)
     int64_t first = INT64_MAX, last = INT64_MIN;
     size_t n = latencies_between(sc, INT64_MIN, INT64_MAX, lat);
 
+    for (size_t i = 0; r->visible_ms != NULL && i < sc->in->count; i++)
+        r->visible_missed += sc->first_ts[i] != 0 && r->visible_ms[i] == 0;
     r->p50_ms = percentile(lat, n, 50);
     r->p95_ms = percentile(lat, n, 95);
     r->p99_ms = percentile(lat, n, 99);
@@ -344,4 +381,146 @@ int bm_results_read(const bm_env *e, const bm_topic *in, const int64_t *committe
     }
     free(sc.first_ts);
     return rc;
+}
+
+/* --- The tail: when results become visible ---------------------------------------- */
+
+/* A received result: which input it answers and when it arrived. The
+ * input's index is looked up at the end: with --rate the input topic is
+ * indexed only once it is produced. */
+typedef struct {
+    int32_t part;
+    int64_t off;
+    int64_t at_ms;
+} tail_seen;
+
+struct bm_tail {
+    const bm_topic *in;
+    rd_kafka_t *rk;
+    pthread_t th;
+    tail_seen *seen;
+    size_t n, cap;
+    int64_t last_ms; /* wall ms of the last message (atomic) */
+    int stop;        /* atomic */
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void tail_note(bm_tail *t, const rd_kafka_message_t *m)
+{
+    rd_kafka_headers_t *h = NULL;
+    int64_t now = wall_ms(), part, off;
+
+    __atomic_store_n(&t->last_ms, now, __ATOMIC_RELAXED);
+    rd_kafka_message_headers(m, &h);
+    part = header_int(h, "source-partition", -1);
+    off = header_int(h, "source-offset", -1);
+    if (classify(m, h) == BM_CODE_IN_PROGRESS || m->key == NULL || m->key_len == 0 || part < 0 ||
+        part >= t->in->partitions || off < 0 || !header_is(h, "source-topic", t->in->name))
+        return;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 4096;
+        t->seen = realloc(t->seen, t->cap * sizeof(*t->seen));
+        if (t->seen == NULL) {
+            bm_log("tail: out of memory");
+            exit(2);
+        }
+    }
+    t->seen[t->n++] = (tail_seen){(int32_t)part, off, now};
+}
+
+static void *tail_main(void *arg)
+{
+    bm_tail *t = arg;
+
+    while (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(t->rk, 100);
+
+        if (m == NULL)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            tail_note(t, m);
+        rd_kafka_message_destroy(m);
+    }
+    return NULL;
+}
+
+/* A read_committed consumer that asks for new data every 10 ms at most,
+ * so that a result is noted about when it becomes visible. */
+static rd_kafka_t *tail_client(const bm_env *e, const char *results, int partitions)
+{
+    char group[96], errstr[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(partitions);
+    rd_kafka_t *rk;
+
+    snprintf(group, sizeof(group), "owb-%s-tail", e->run_id);
+    rd_kafka_conf_set(c, "bootstrap.servers", e->bootstrap, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "group.id", group, errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "isolation.level", "read_committed", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "fetch.wait.max.ms", "10", errstr, sizeof(errstr));
+    rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+    if (rk == NULL) {
+        bm_log("tail: %s", errstr);
+        rd_kafka_conf_destroy(c);
+    }
+    for (int p = 0; rk != NULL && p < partitions; p++)
+        rd_kafka_topic_partition_list_add(l, results, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    if (rk != NULL && rd_kafka_assign(rk, l) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_destroy(rk);
+        rk = NULL;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    return rk;
+}
+
+bm_tail *bm_tail_start(const bm_env *e, const bm_topic *in, const char *results)
+{
+    bm_tail *t = bm_xcalloc(1, sizeof(*t));
+
+    t->in = in;
+    t->last_ms = wall_ms();
+    t->rk = tail_client(e, results, in->partitions);
+    if (t->rk == NULL || pthread_create(&t->th, NULL, tail_main, t) != 0) {
+        if (t->rk != NULL)
+            rd_kafka_destroy(t->rk);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+int64_t *bm_tail_stop(bm_tail *t, int idle_ms, int max_ms)
+{
+    int64_t until = wall_ms() + max_ms;
+    int64_t *v = bm_xcalloc(t->in->count + 1, sizeof(*v));
+
+    while (wall_ms() < until &&
+           wall_ms() - __atomic_load_n(&t->last_ms, __ATOMIC_RELAXED) < idle_ms)
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t->th, NULL);
+    rd_kafka_consumer_close(t->rk);
+    rd_kafka_destroy(t->rk);
+    for (size_t i = 0; i < t->n; i++) {
+        const tail_seen *s = &t->seen[i];
+        size_t idx;
+
+        if (s->off >= t->in->ends[s->part])
+            continue;
+        idx = t->in->by_offset[s->part][s->off];
+        if (v[idx] == 0 || s->at_ms < v[idx])
+            v[idx] = s->at_ms;
+    }
+    free(t->seen);
+    free(t);
+    return v;
 }

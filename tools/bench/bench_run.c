@@ -302,6 +302,7 @@ typedef struct {
     int64_t per_part[BM_MAX_PARTS];
     int done, failed;
     double t_done_wall;
+    bm_tail *tail; /* with bm_spec.visible_latency */
 } watch_state;
 
 /* Whether the outputs are all there: a result per keyed input and a
@@ -482,7 +483,7 @@ static void watched_cpu(const bm_cpu_sample *a, const bm_cpu_sample *b, bm_resul
 }
 
 /* After the watch: CPU and memory, stop, and the verdict on the outputs. */
-static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_state *ws,
+static int finish(const bm_env *e, const bm_topic *in, child *ch, watch_state *ws,
                   double spawn_wall, const bm_cpu_sample *c0, bm_result *r)
 {
     bm_cpu_sample c1;
@@ -504,10 +505,19 @@ static int finish(const bm_env *e, const bm_topic *in, child *ch, const watch_st
     if (r->stop_hung)
         bm_log("%s: the worker did not exit within %d s of SIGTERM (killed)", r->name,
                e->stop_timeout_s);
+    if (ws->tail != NULL) {
+        /* Until the tail has seen nothing new for a second: the last
+         * commit may come with the worker's stop. */
+        r->visible_ms = bm_tail_stop(ws->tail, 1000, 15000);
+        ws->tail = NULL;
+    }
     if (ws->failed)
         return -1;
     if (bm_results_read(e, in, ws->per_part, r) != 0)
         return -1;
+    if (r->visible_missed > 0)
+        bm_log("%s: the tail missed %zu results (left out of the latency)", r->name,
+               r->visible_missed);
     if (r->done > 0) {
         r->startup_s = r->first_result_wall - spawn_wall;
         r->tail_s = r->complete ? ws->t_done_wall - r->last_result_wall : 0.0;
@@ -532,6 +542,15 @@ static void run_worker(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resul
         watcher_cleanup(&w);
         ws->failed = 1;
         return;
+    }
+    if (s->visible_latency) {
+        ws->tail = bm_tail_start(e, in, r->results);
+        if (ws->tail == NULL) {
+            bm_log("%s: cannot start the results tail", r->name);
+            watcher_cleanup(&w);
+            ws->failed = 1;
+            return;
+        }
     }
     *spawn_wall = bm_wall();
     ch->pid = spawn_worker(e, s, in, r);
@@ -570,6 +589,8 @@ static int run_prepared(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resu
            s->rate > 0 ? " produced while it runs" : " in its topic before it starts");
     run_worker(e, s, in, r, &ch, &ws, &c0, &spawn_wall);
     rc = ch.pid > 0 ? finish(e, in, &ch, &ws, spawn_wall, &c0, r) : -1;
+    if (ws.tail != NULL)
+        free(bm_tail_stop(ws.tail, 0, 0));
     if (!e->keep_databases && e->database == NULL)
         bm_db_drop(e, r->database);
     return rc;

@@ -58,11 +58,33 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
                 size_t key_len, const void *value, size_t len);
 /* Flushes; returns the number of messages that failed to deliver. */
 int kit_flush(rd_kafka_t *p, int timeout_ms);
+/* How a reader treats records of transactions: as librdkafka's default has
+ * it (read_committed), or with isolation.level set explicitly. */
+typedef enum { KIT_READ_DEFAULT = 0, KIT_READ_COMMITTED, KIT_READ_UNCOMMITTED } kit_isolation;
+
 /* Reads a topic from the beginning to its current end (or until max
  * messages); appends to out. Returns 0 or -1. */
 int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out);
+/* The same with an isolation level. The end of a partition is its end
+ * offset as that level sees it: with read_committed the last stable offset,
+ * which a transaction still open holds back. */
+int kit_read_topic_iso(const char *bootstrap, const char *topic, int timeout_ms, kit_isolation iso,
+                       kit_msgs *out);
+/* Appends the record at topic/partition/offset, read with read_uncommitted
+ * (whatever its transaction's outcome), to out; 0 or -1 (none within 10 s). */
+int kit_read_one(const char *bootstrap, const char *topic, int32_t partition, int64_t offset,
+                 kit_msgs *out);
 /* End offsets (high watermarks) of every partition; returns the count. */
 int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max);
+/* A client for repeated offset queries. With read_committed, a ListOffsets
+ * for the latest offset answers the last stable offset (KIP-98), so that
+ * kit_query_ends gives the LSO; with read_uncommitted the high watermark. */
+rd_kafka_t *kit_offsets_client(const char *bootstrap, kit_isolation iso);
+/* The partition count of topic (-1 when unknown), asked of rk. */
+int kit_partition_count(rd_kafka_t *rk, const char *topic);
+/* End offsets of partitions 0..n-1 as rk's isolation level sees them; a
+ * partition that does not answer within timeout_ms gets -1. */
+void kit_query_ends(rd_kafka_t *rk, const char *topic, int n, int timeout_ms, int64_t *ends);
 /* Committed offsets of a group; RD_KAFKA_OFFSET_INVALID (-1001) where nothing is committed. */
 int kit_committed(const char *bootstrap, const char *group, const char *topic, int partitions,
                   int64_t *out);

@@ -59,8 +59,6 @@ int kit_header(const kit_msg *m, const char *name, char *out, size_t outsz)
     return 1;
 }
 
-static int partition_count(rd_kafka_t *rk, const char *topic);
-
 /* Asks for the topic's metadata, which makes a broker with automatic topic
  * creation create it (with its default partition count). */
 static int auto_create(rd_kafka_t *rk, const char *topic, int wanted)
@@ -68,7 +66,7 @@ static int auto_create(rd_kafka_t *rk, const char *topic, int wanted)
     int n = -1;
 
     for (int attempt = 0; attempt < 20 && n <= 0; attempt++) {
-        n = partition_count(rk, topic);
+        n = kit_partition_count(rk, topic);
         if (n <= 0) {
             struct timespec ts = {0, 250 * 1000000L};
 
@@ -103,7 +101,7 @@ int kit_create_topic_with(const char *bootstrap, const char *topic, int partitio
 
     if (rk == NULL)
         return -1;
-    nt = rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof(errstr));
+    nt = rd_kafka_NewTopic_new(topic, partitions, -1, errstr, sizeof(errstr));
     if (config != NULL)
         rd_kafka_NewTopic_set_config(nt, config, value);
     q = rd_kafka_queue_new(rk);
@@ -234,7 +232,7 @@ int kit_flush(rd_kafka_t *p, int timeout_ms)
     return __atomic_exchange_n(&failed_deliveries, 0, __ATOMIC_RELAXED) + rd_kafka_outq_len(p);
 }
 
-static int partition_count(rd_kafka_t *rk, const char *topic)
+int kit_partition_count(rd_kafka_t *rk, const char *topic)
 {
     rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
     const rd_kafka_metadata_t *md = NULL;
@@ -257,7 +255,7 @@ int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int
 
     if (rk == NULL)
         return -1;
-    n = partition_count(rk, topic);
+    n = kit_partition_count(rk, topic);
     for (int i = 0; i < n && i < max; i++) {
         int64_t lo = 0, hi = -1;
 
@@ -343,7 +341,88 @@ static void capture(const char *topic, const kit_msg *k)
     fclose(f);
 }
 
+static const char *iso_name(kit_isolation iso)
+{
+    return iso == KIT_READ_COMMITTED ? "read_committed" : "read_uncommitted";
+}
+
+rd_kafka_t *kit_offsets_client(const char *bootstrap, kit_isolation iso)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = base_conf(bootstrap);
+
+    rd_kafka_conf_set(c, "group.id", "ow-kit-offsets", errstr, sizeof(errstr));
+    if (iso != KIT_READ_DEFAULT)
+        rd_kafka_conf_set(c, "isolation.level", iso_name(iso), errstr, sizeof(errstr));
+    return rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
+}
+
+/* One ListOffsets round for every partition (a query per partition took
+ * 100-300 ms each under the cluster tiers' load); the latest offset is
+ * asked as timestamp -1. */
+void kit_query_ends(rd_kafka_t *rk, const char *topic, int n, int timeout_ms, int64_t *ends)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+
+    for (int i = 0; i < n; i++) {
+        rd_kafka_topic_partition_list_add(l, topic, i)->offset = RD_KAFKA_OFFSET_END;
+        ends[i] = -1;
+    }
+    rd_kafka_offsets_for_times(rk, l, timeout_ms);
+    for (int i = 0; i < l->cnt; i++) {
+        const rd_kafka_topic_partition_t *e = &l->elems[i];
+
+        if (e->err == RD_KAFKA_RESP_ERR_NO_ERROR && e->offset >= 0 && e->partition < n)
+            ends[e->partition] = e->offset;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* A partition is read to its end when a message at end - 1 arrives, or the
+ * consumer reports reaching the end: the last offsets may hold transaction
+ * markers or aborted records, which no message reports. */
+static int read_partitions(rd_kafka_t *rk, const char *topic, const int64_t *ends, int remaining,
+                           int timeout_ms, kit_msgs *out)
+{
+    char done[256] = {0};
+    int64_t deadline;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    deadline = ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+    while (remaining > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        int64_t reached = -1;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if (ts.tv_sec * 1000 + ts.tv_nsec / 1000000 > deadline)
+            return -1;
+        if (m == NULL)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            copy_msg(out, m);
+            capture(topic, &out->v[out->n - 1]);
+            reached = m->offset + 1;
+        } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            reached = m->offset;
+        }
+        if (reached >= 0 && m->partition >= 0 && m->partition < 256 && !done[m->partition] &&
+            reached >= ends[m->partition]) {
+            done[m->partition] = 1;
+            remaining--;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    return 0;
+}
+
 int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit_msgs *out)
+{
+    return kit_read_topic_iso(bootstrap, topic, timeout_ms, KIT_READ_DEFAULT, out);
+}
+
+int kit_read_topic_iso(const char *bootstrap, const char *topic, int timeout_ms, kit_isolation iso,
+                       kit_msgs *out)
 {
     char errstr[256];
     rd_kafka_conf_t *c = base_conf(bootstrap);
@@ -352,16 +431,17 @@ int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit
     int64_t ends[256];
     int n;
     int remaining = 0;
-    int rc = 0;
-    int64_t deadline;
-    struct timespec ts;
+    int rc;
 
     rd_kafka_conf_set(c, "group.id", "ow-kit-reader", errstr, sizeof(errstr));
     rd_kafka_conf_set(c, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rd_kafka_conf_set(c, "enable.partition.eof", "true", errstr, sizeof(errstr));
+    if (iso != KIT_READ_DEFAULT)
+        rd_kafka_conf_set(c, "isolation.level", iso_name(iso), errstr, sizeof(errstr));
     rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, errstr, sizeof(errstr));
     if (rk == NULL)
         return -1;
-    n = partition_count(rk, topic);
+    n = kit_partition_count(rk, topic);
     if (n <= 0 || n > 256) {
         rd_kafka_destroy(rk);
         return n == 0 ? 0 : -1;
@@ -377,27 +457,37 @@ int kit_read_topic(const char *bootstrap, const char *topic, int timeout_ms, kit
         }
     }
     rd_kafka_assign(rk, parts);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    deadline = ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
-    while (remaining > 0) {
+    rc = read_partitions(rk, topic, ends, remaining, timeout_ms, out);
+    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int kit_read_one(const char *bootstrap, const char *topic, int32_t partition, int64_t offset,
+                 kit_msgs *out)
+{
+    rd_kafka_t *rk = kit_offsets_client(bootstrap, KIT_READ_UNCOMMITTED);
+    rd_kafka_topic_partition_list_t *l;
+    int rc = -1;
+
+    if (rk == NULL)
+        return -1;
+    l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+    rd_kafka_assign(rk, l);
+    for (int i = 0; i < 50 && rc != 0; i++) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
 
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        if (ts.tv_sec * 1000 + ts.tv_nsec / 1000000 > deadline) {
-            rc = -1;
-            break;
-        }
         if (m == NULL)
             continue;
-        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && m->offset == offset) {
             copy_msg(out, m);
-            capture(topic, &out->v[out->n - 1]);
-            if (m->offset + 1 == ends[m->partition])
-                remaining--;
+            rc = 0;
         }
         rd_kafka_message_destroy(m);
     }
-    rd_kafka_topic_partition_list_destroy(parts);
+    rd_kafka_topic_partition_list_destroy(l);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     return rc;

@@ -73,6 +73,9 @@ typedef struct ow_config {
     int64_t retry_backoff_ms;
     int64_t retry_backoff_max_ms;
     int64_t commit_interval_ms;
+    char *processing_guarantee; /* at_least_once | exactly_once_v2 */
+    char *worker_replica_id;
+    int64_t transaction_interval_ms;
     int64_t rebalance_drain_timeout_ms;
     int64_t shutdown_timeout_ms;
     int64_t cache_max_bytes;
@@ -93,6 +96,8 @@ typedef struct ow_config {
     int64_t api_rate_limit;
     char *api_trusted_proxies;
 
+    /* processing.guarantee is exactly_once_v2 (set by ow_config_finish). */
+    int exactly_once;
     /* mysql.shards parsed by ow_config_finish, each entry's port and
      * database filled from mysql.port and mysql.database when absent. */
     ow_shard_list shards;

@@ -70,6 +70,13 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition);
 /* The revoke is over: the partition is unassigned and its epoch ends. */
 void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
 
+/* Every assigned partition goes back: fn gets its stored watermark and the
+ * first offset tracked in the epoch (-1: none), then a new epoch starts,
+ * so every ticket in flight is stale. For an aborted Kafka transaction or
+ * a replaced producer. */
+typedef void (*ow_ledger_rewind_fn)(void *opaque, int32_t partition, int64_t stored, int64_t first);
+int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque);
+
 /* Tracks a consumed message and fills its ticket, held by the caller. OW_ENOTFOUND when the
  * partition is not assigned to us (or is being revoked): the message is
  * to be ignored. An offset at or below the last one tracked means the
@@ -79,6 +86,8 @@ void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
  * OW_ENOMEM when out of memory. */
 int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound);
 
+/* 1 while the ticket's epoch is its partition's (a revoke may be under way). */
+int ow_ledger_current(ow_ledger *l, const ow_ticket *t);
 /* 1 when the ticket's epoch is over (revoked, re-assigned or rewound). */
 int ow_ledger_stale(ow_ledger *l, const ow_ticket *t);
 

@@ -47,7 +47,12 @@
     X(cache_hits, "order_worker_cache_hits_total",                                                 \
       "Retries answered from the lane's retry cache, without the database.")                       \
     X(cache_misses, "order_worker_cache_misses_total",                                             \
-      "Valid messages the retry cache could not answer (not cached, expired, other digest).")
+      "Valid messages the retry cache could not answer (not cached, expired, other digest).")      \
+    X(kafka_txn_commits, "order_worker_kafka_transactions_committed_total",                        \
+      "Kafka transactions committed (exactly_once_v2): outputs and input offsets together.")       \
+    X(kafka_txn_aborts, "order_worker_kafka_transactions_aborted_total",                           \
+      "Kafka transactions aborted (exactly_once_v2); their partitions went back to the "           \
+      "committed offsets.")
 
 #define OW_HIST_BUCKETS 14
 

@@ -129,6 +129,9 @@ public final class OrderClient {
     Properties p = new Properties();
     p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, opts.get("bootstrap"));
     p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    // Committed results only: with processing.guarantee = exactly_once_v2 each
+    // result is then seen once (the Java client reads uncommitted by default).
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
     p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
     p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
     KafkaConsumer<String, byte[]> c = new KafkaConsumer<>(p);
