@@ -28,7 +28,7 @@
 #   shards       scripts/shards.sh: three MariaDB shards, two replicas, the mix, the
 #                same key twice per shard, one shard stopped for 20 s under load;
 #                invariants I1-I8 across the shards
-#   galera       (not yet in the default list: today's worker exits on 1047) scripts/galera.sh: two replicas on a three-node MariaDB Galera
+#   galera       scripts/galera.sh: two replicas on a three-node MariaDB Galera
 #                cluster (mysql.host lists the nodes) under the chaos mix while the
 #                node they write to is killed, cut off by iptables, restarted (IST),
 #                then a rolling restart; failover times, invariants I1-I8, the
@@ -48,7 +48,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/nodes.h"
 #include "ow/util.h"
 
 typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL } config_type;
@@ -38,9 +39,12 @@ static const config_row config_table[] = {
     {"topic.dlq", CT_STRING, 0, 0, "order-batches.dlq", 0, ROW_OFF(topic_dlq),
      "Dead-letter topic for the original bytes of invalid messages."},
     {"mysql.host", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(mysql_host),
-     "MySQL/MariaDB host name or address. localhost means the client library's Unix socket "
-     "($MYSQL_UNIX_PORT, else its default, /run/mysqld/mysqld.sock on Debian) and mysql.port is "
-     "then not used; give 127.0.0.1 for TCP."},
+     "MySQL/MariaDB host name or address, or the nodes of one cluster (Galera) separated by "
+     "commas, all on mysql.port: the worker and serve use one node at a time, the first that is "
+     "ready in this order, and move on when it is lost or not ready (docs/operations.md, \"Node "
+     "lists\"). localhost means the client library's Unix socket ($MYSQL_UNIX_PORT, else its "
+     "default, /run/mysqld/mysqld.sock on Debian) and mysql.port is then not used; give "
+     "127.0.0.1 for TCP."},
     {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
      "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
@@ -78,8 +82,10 @@ static const config_row config_table[] = {
     {"mysql.shards", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shards),
      "Comma-separated host[:port][/database] of each shard, in shard order (port and "
      "database default to mysql.port and mysql.database; credentials and TLS are the "
-     "mysql.* keys). Empty: one database, mysql.host. Never reorder it: run refuses a list "
-     "that disagrees with the map migrate recorded."},
+     "mysql.* keys); host may be the nodes of one cluster separated by | "
+     "(10.0.0.1|10.0.0.2|10.0.0.3:3306/orders), used like a mysql.host list. Empty: one "
+     "database, mysql.host. Never reorder the entries: run refuses a list that disagrees with "
+     "the map migrate recorded (the nodes within an entry may be reordered)."},
     {"mysql.shard_password_files", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_shard_password_files),
      "Per-shard passwords: comma-separated files (one line each), in mysql.shards order; an "
      "empty entry uses mysql.password. Empty: every shard uses mysql.password."},
@@ -618,6 +624,23 @@ static void print_value(const ow_config *cfg, const config_row *row, FILE *out)
     }
 }
 
+/* How a node list is used, after mysql.host and mysql.shards. */
+static void print_nodes_note(const ow_config *cfg, const config_row *row, FILE *out)
+{
+    unsigned lists = 0;
+
+    if (strcmp(row->name, "mysql.host") == 0 && ow_nodes_count(cfg->mysql_host) > 1)
+        fprintf(out, "; %u nodes of one cluster, one used at a time, the first ready in order",
+                ow_nodes_count(cfg->mysql_host));
+    if (strcmp(row->name, "mysql.shards") != 0)
+        return;
+    for (unsigned i = 0; i < cfg->shards.n; i++)
+        lists += ow_nodes_count(cfg->shards.addr[i].host) > 1;
+    if (lists > 0)
+        fprintf(out, "; %u of %u shards are clusters of several nodes, one used at a time", lists,
+                cfg->shards.n);
+}
+
 void ow_config_print(const ow_config *cfg, FILE *out)
 {
     for (size_t i = 0; i < N_ROWS; i++) {
@@ -628,6 +651,7 @@ void ow_config_print(const ow_config *cfg, FILE *out)
             fprintf(out, " (%s)", cfg->source_where[i]);
         else if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_ENV)
             fprintf(out, " (%s)", cfg->source_where[i] + strlen("environment "));
+        print_nodes_note(cfg, &config_table[i], out);
         fputc('\n', out);
     }
     for (size_t i = 0; i < cfg->n_passthrough; i++) {

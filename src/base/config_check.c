@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/nodes.h"
 #include "ow/util.h"
 
 int ow_config_address_ok(const char *address)
@@ -163,9 +164,23 @@ static int check_mysql_tls(const ow_config *cfg, ow_error *err)
     return check_tls_versions(cfg->mysql_tls_version, err);
 }
 
-/* Parses mysql.shards, fills each entry's defaults and refuses an entry
- * listed twice: two shard indexes on one database would route two users'
- * buckets to one place under two recorded maps. */
+/* 1 when entries a and b share a node: the same host, port and database. */
+static int share_node(const ow_shard_addr *a, const ow_shard_addr *b)
+{
+    char na[OW_NODE_NAME_MAX + 1], nb[OW_NODE_NAME_MAX + 1];
+
+    if (a->port != b->port || strcmp(a->database, b->database) != 0)
+        return 0;
+    for (unsigned i = 0; ow_nodes_get(a->host, i, na, sizeof(na)) == OW_OK; i++)
+        for (unsigned j = 0; ow_nodes_get(b->host, j, nb, sizeof(nb)) == OW_OK; j++)
+            if (strcmp(na, nb) == 0)
+                return 1;
+    return 0;
+}
+
+/* Parses mysql.shards, fills each entry's defaults and refuses a database
+ * listed in two entries: two shard indexes on one database would route two
+ * users' buckets to one place under two recorded maps. */
 static int load_shards(ow_config *cfg, ow_error *err)
 {
     ow_shard_list *l = &cfg->shards;
@@ -181,15 +196,22 @@ static int load_shards(ow_config *cfg, ow_error *err)
             memcpy(l->addr[i].database, cfg->mysql_database, strlen(cfg->mysql_database) + 1);
         }
         for (unsigned j = 0; j < i; j++) {
-            if (strcmp(l->addr[i].host, l->addr[j].host) == 0 &&
-                l->addr[i].port == l->addr[j].port &&
-                strcmp(l->addr[i].database, l->addr[j].database) == 0)
+            if (share_node(&l->addr[i], &l->addr[j]))
                 return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                     "mysql.shards: entry %u names the same database as entry %u", i,
                                     j);
         }
     }
     return rc;
+}
+
+/* mysql.host: one node, or the nodes of one cluster separated by commas. */
+static int check_host(const ow_config *cfg, ow_error *err)
+{
+    char joined[OW_NODES_TEXT_MAX + 1];
+
+    return ow_nodes_join(cfg->mysql_host, strlen(cfg->mysql_host), ',', "mysql.host", joined,
+                         sizeof(joined), err);
 }
 
 /* Reads entry i of mysql.shard_password_files (path[0..n), "" = none). */
@@ -314,6 +336,8 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
     rc = check_guarantee(cfg, err);
     if (rc == OW_OK)
         rc = check_mysql_tls(cfg, err);
+    if (rc == OW_OK)
+        rc = check_host(cfg, err);
     if (rc == OW_OK)
         rc = load_shards(cfg, err);
     if (rc == OW_OK)

@@ -2,6 +2,7 @@
  * list. */
 #include "ow/shard.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ow/util.h"
@@ -74,7 +75,7 @@ static int name_ok(const char *s, size_t n, size_t max, const char *extra)
 
 static int host_ok(const char *h, size_t n)
 {
-    return name_ok(h, n, OW_SHARD_HOST_MAX, ".-_:");
+    return name_ok(h, n, OW_NODE_NAME_MAX, ".-_:");
 }
 
 static int db_ok(const char *d, size_t n)
@@ -130,28 +131,6 @@ static int parse_port(const char *p, size_t n, unsigned *out)
     return 0;
 }
 
-static int parse_entry(const char *s, size_t n, unsigned index, ow_shard_addr *a, ow_error *err)
-{
-    const char *slash = memchr(s, '/', n);
-    size_t hp = slash != NULL ? (size_t)(slash - s) : n;
-    const char *host, *port;
-    size_t hlen, plen;
-
-    memset(a, 0, sizeof(*a));
-    if (split_host(s, hp, &host, &hlen, &port, &plen) != 0)
-        return entry_error(err, index, s, n, "expected host[:port][/database]");
-    if (!host_ok(host, hlen))
-        return entry_error(err, index, s, n, "the host is empty or has a character not allowed");
-    if (port != NULL && parse_port(port, plen, &a->port) != 0)
-        return entry_error(err, index, s, n, "the port must be 1..65535");
-    if (slash != NULL && !db_ok(slash + 1, n - hp - 1))
-        return entry_error(err, index, s, n, "the database name must be 1..64 of A-Z a-z 0-9 _ $");
-    memcpy(a->host, host, hlen);
-    if (slash != NULL)
-        memcpy(a->database, slash + 1, n - hp - 1);
-    return OW_OK;
-}
-
 static size_t trim(const char **s, size_t n)
 {
     while (n > 0 && (**s == ' ' || **s == '\t')) {
@@ -161,6 +140,67 @@ static size_t trim(const char **s, size_t n)
     while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t'))
         n--;
     return n;
+}
+
+/* One node of an entry, "host", "[v6]" or, for the last node only, either
+ * with ":port". Appends the host to names (a '|' list, cap bytes). */
+static int parse_node(const char *s, size_t n, int last, unsigned index, const char *entry,
+                      size_t entry_len, char *names, size_t cap, ow_shard_addr *a, ow_error *err)
+{
+    const char *host, *port;
+    size_t hlen, plen, used = strlen(names);
+    char why[96];
+
+    n = trim(&s, n);
+    if (split_host(s, n, &host, &hlen, &port, &plen) != 0)
+        return entry_error(err, index, entry, entry_len, "expected host[:port][/database]");
+    if (!host_ok(host, hlen)) {
+        snprintf(why, sizeof(why), "%s%s", names[0] != '\0' || !last ? "a node name " : "the host ",
+                 "is empty or has a character not allowed");
+        return entry_error(err, index, entry, entry_len, why);
+    }
+    if (port != NULL && !last)
+        return entry_error(err, index, entry, entry_len,
+                           "the port is written once, after the last node");
+    if (port != NULL && parse_port(port, plen, &a->port) != 0)
+        return entry_error(err, index, entry, entry_len, "the port must be 1..65535");
+    if (used + 1 + hlen + 1 > cap)
+        return entry_error(err, index, entry, entry_len, "the node list is too long");
+    if (used > 0)
+        names[used++] = '|';
+    memcpy(names + used, host, hlen);
+    names[used + hlen] = '\0';
+    return OW_OK;
+}
+
+static int parse_entry(const char *s, size_t n, unsigned index, ow_shard_addr *a, ow_error *err)
+{
+    const char *slash = memchr(s, '/', n);
+    size_t hp = slash != NULL ? (size_t)(slash - s) : n;
+    char names[OW_SHARD_HOST_MAX + 1] = "";
+    char what[128];
+    const char *p = s;
+
+    memset(a, 0, sizeof(*a));
+    for (;;) {
+        const char *bar = memchr(p, '|', (size_t)(s + hp - p));
+        size_t len = bar != NULL ? (size_t)(bar - p) : (size_t)(s + hp - p);
+
+        if (parse_node(p, len, bar == NULL, index, s, n, names, sizeof(names), a, err) != OW_OK)
+            return OW_EINVAL;
+        if (bar == NULL)
+            break;
+        p = bar + 1;
+    }
+    if (slash != NULL && !db_ok(slash + 1, n - hp - 1))
+        return entry_error(err, index, s, n, "the database name must be 1..64 of A-Z a-z 0-9 _ $");
+    snprintf(what, sizeof(what), "mysql.shards: entry %u \"%.*s\"", index, (int)(n > 80 ? 80 : n),
+             s);
+    if (ow_nodes_join(names, strlen(names), '|', what, a->host, sizeof(a->host), err) != OW_OK)
+        return OW_EINVAL;
+    if (slash != NULL)
+        memcpy(a->database, slash + 1, n - hp - 1);
+    return OW_OK;
 }
 
 int ow_shard_list_parse(const char *text, ow_shard_list *out, ow_error *err)

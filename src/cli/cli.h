@@ -64,7 +64,7 @@ int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
 
 /* Shards (src/cli/shards.c). Without mysql.shards there is one
  * "shard", the mysql.host database, and headers print nothing. */
-#define OW_CLI_SHARD_NAME_MAX 400
+#define OW_CLI_SHARD_NAME_MAX (OW_SHARD_HOST_MAX + OW_SHARD_DB_MAX + 64)
 unsigned ow_cli_shards(const ow_config *cfg);
 ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids);
 /* "shard 1 (host:port/database)" into buf. */

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "ow/log.h"
+#include "ow/nodes.h"
 
 unsigned ow_cli_shards(const ow_config *cfg)
 {
@@ -20,13 +21,30 @@ ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen 
     return ow_store_new(&p, ids);
 }
 
+/* An entry's nodes as mysql.shards spells them: '|' between them, an
+ * IPv6 address in brackets. */
+static void entry_nodes(const ow_shard_addr *a, char *buf, size_t cap)
+{
+    char node[OW_NODE_NAME_MAX + 1];
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (unsigned i = 0; used < cap && ow_nodes_get(a->host, i, node, sizeof(node)) == OW_OK; i++) {
+        int v6 = strchr(node, ':') != NULL;
+        int n = snprintf(buf + used, cap - used, "%s%s%s%s", i > 0 ? "|" : "", v6 ? "[" : "", node,
+                         v6 ? "]" : "");
+
+        used += n > 0 ? (size_t)n : 0;
+    }
+}
+
 const char *ow_cli_shard_name(const ow_config *cfg, unsigned shard, char *buf, size_t cap)
 {
     const ow_shard_addr *a = &cfg->shards.addr[shard];
-    int v6 = strchr(a->host, ':') != NULL;
+    char nodes[OW_SHARD_HOST_MAX + 1];
 
-    snprintf(buf, cap, "shard %u (%s%s%s:%u/%s)", shard, v6 ? "[" : "", a->host, v6 ? "]" : "",
-             a->port, a->database);
+    entry_nodes(a, nodes, sizeof(nodes));
+    snprintf(buf, cap, "shard %u (%s:%u/%s)", shard, nodes, a->port, a->database);
     return buf;
 }
 

@@ -53,7 +53,9 @@ static enum MHD_Result serve_ready(ow_metrics_http *h, struct MHD_Connection *c)
 
     ow_buf_init(&why);
     ready = h->hooks.ready != NULL ? h->hooks.ready(&why, h->hooks.opaque) : 1;
-    if (ready)
+    if (ready && why.len > 0 && ow_buf_appends(&why, "ready\n") == OW_OK)
+        rc = reply(c, 200, "text/plain", why.data, why.len);
+    else if (ready)
         rc = reply(c, 200, "text/plain", "ready\n", 6);
     else
         rc = reply(c, 503, "text/plain", why.data != NULL ? why.data : "not ready\n",

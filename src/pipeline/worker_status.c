@@ -24,6 +24,9 @@ int ow_worker_databases_up(ow_worker *w, ow_buf *why)
         else if (!up && why != NULL)
             ow_buf_appendf(why, "database unreachable (%s)\n",
                            st == OW_WATCH_UNKNOWN ? "not checked yet" : e.msg);
+        if (why != NULL && ow_store_watch_nodes(w->watches[i]) > 1)
+            ow_buf_appendf(why, "%s: node %s\n", ow_store_watch_name(w->watches[i]),
+                           ow_store_watch_node(w->watches[i]));
     }
     atomic_store(&w->rs.db_ok, all);
     return all;

@@ -8,6 +8,7 @@
 
 #include "ow/config.h"
 #include "ow/log.h"
+#include "ow/nodes.h"
 #include "store_parts.h"
 
 /* A connection unused for this long is pinged before it is used again: the
@@ -38,13 +39,35 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
     p->tls.cipher = cfg->mysql_ssl_cipher;
 }
 
+/* Splits s->hosts into s->nodes (at least one, "" for an empty list). */
+static int split_nodes(ow_store *s)
+{
+    unsigned n = ow_nodes_count(s->hosts);
+
+    s->n_nodes = n > 0 ? n : 1;
+    s->nodes = calloc(s->n_nodes, sizeof(*s->nodes));
+    if (s->nodes == NULL)
+        return OW_ENOMEM;
+    for (unsigned i = 0; i < s->n_nodes; i++) {
+        char name[OW_NODE_NAME_MAX + 1] = "";
+
+        if (n > 0)
+            ow_nodes_get(s->hosts, i, name, sizeof(name));
+        s->nodes[i] = strdup(name);
+        if (s->nodes[i] == NULL)
+            return OW_ENOMEM;
+    }
+    s->host = s->nodes[0];
+    return OW_OK;
+}
+
 ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
 {
     ow_store *s = calloc(1, sizeof(*s));
 
     if (s == NULL)
         return NULL;
-    s->host = strdup(p->host);
+    s->hosts = strdup(p->host);
     s->user = strdup(p->user);
     s->password = strdup(p->password != NULL ? p->password : "");
     s->database = strdup(p->database);
@@ -58,8 +81,8 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->sock = -1;
     pthread_mutex_init(&s->cancel_mu, NULL);
     s->rng = (uint64_t)ow_clock_mono_us() ^ (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ULL;
-    if (s->host == NULL || s->user == NULL || s->password == NULL || s->database == NULL ||
-        ow_store_tls_copy(&s->tls, &p->tls) != OW_OK)
+    if (s->hosts == NULL || split_nodes(s) != OW_OK || s->user == NULL || s->password == NULL ||
+        s->database == NULL || ow_store_tls_copy(&s->tls, &p->tls) != OW_OK)
         ow_store_free(&s);
     return s;
 }
@@ -81,7 +104,10 @@ void ow_store_free(ow_store **store)
     free(s->scratch.ref_start);
     free(s->scratch.conflicts);
     ow_buf_cleanup(&s->scratch.blob);
-    free(s->host);
+    for (unsigned i = 0; s->nodes != NULL && i < s->n_nodes; i++)
+        free(s->nodes[i]);
+    free(s->nodes);
+    free(s->hosts);
     free(s->user);
     if (s->password != NULL)
         memset(s->password, 0, strlen(s->password));
@@ -100,6 +126,20 @@ static void set_sock(ow_store *s, int sock)
     pthread_mutex_lock(&s->cancel_mu);
     s->sock = sock;
     pthread_mutex_unlock(&s->cancel_mu);
+}
+
+/* The node the next connection leads to, published like the socket. */
+static void set_node(ow_store *s, unsigned node)
+{
+    pthread_mutex_lock(&s->cancel_mu);
+    s->node = node;
+    pthread_mutex_unlock(&s->cancel_mu);
+    s->host = s->nodes[node];
+}
+
+const char *ow_store_node_name(const ow_store *s)
+{
+    return s->host;
 }
 
 void ow_store_disconnect(ow_store *s)
@@ -161,7 +201,11 @@ static int is_connection_error(unsigned e)
     case CR_COMMANDS_OUT_OF_SYNC: /* 2014 */
     case 2055:                    /* lost connection, extended (MySQL) */
     case 1053:                    /* server shutdown in progress */
-    case 1152:                    /* aborted connection */
+    /* A Galera node that is not ready (non-Primary, joining, shutting
+     * down), and a COMMIT it could not replicate: the next node is tried. */
+    case OW_ER_WSREP_NOT_READY:
+    case OW_ER_ERROR_DURING_COMMIT:
+    case 1152: /* aborted connection */
     case 1158:
     case 1159:
     case 1160:
@@ -181,14 +225,15 @@ static int is_transient_server_error(unsigned e)
     case OW_ER_LOCK_WAIT_TIMEOUT: /* 1205 */
     case 1020:                    /* record changed since last read */
     case 1040:                    /* too many connections */
-    case 1180:
-    case 1181: /* error during COMMIT / ROLLBACK */
-    case 1290: /* --read-only, e.g. during a failover */
-    case 1317: /* query interrupted */
-    case 1412: /* table definition changed */
-    case 1637: /* too many active concurrent transactions */
-    case 1836: /* running in read-only mode */
-    case 3572: /* NOWAIT lock (MySQL) */
+    case 1181:                    /* error during ROLLBACK */
+    case 1290:                    /* --read-only, e.g. during a failover */
+    case 1317:                    /* query interrupted */
+    case 1412:                    /* table definition changed */
+    case 1637:                    /* too many active concurrent transactions */
+    case 1836:                    /* running in read-only mode */
+    case 3572:                    /* NOWAIT lock (MySQL) */
+    case 3100:                    /* Group Replication refused the commit (rolled back) */
+    case 3101:                    /* Group Replication certification conflict (rolled back) */
         return 1;
     default:
         return 0;
@@ -215,6 +260,9 @@ static int store_fail_text(ow_store *s, unsigned e, const char *text, const char
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
                           what, e, msg);
         s->broken = 1;
+        /* The watch need not wait for its next round to look at the node. */
+        if (s->gate != NULL)
+            ow_gate_wake(s->gate);
     } else if (is_transient_server_error(e)) {
         rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
                           what, e, msg);
@@ -369,8 +417,8 @@ static int check_map(ow_store *s, ow_error *err)
                         s->map.bucket_count);
 }
 
-/* After the connect itself: a session the watch may interrupt, checked,
- * set up and matched against the recorded shard map. */
+/* After the connect itself: a session the watch may interrupt, on a node
+ * that is ready, set up and matched against the recorded shard map. */
 static int open_session(ow_store *s, ow_error *err)
 {
     int rc;
@@ -378,11 +426,14 @@ static int open_session(ow_store *s, ow_error *err)
     set_sock(s, (int)mysql_get_socket(s->db));
     if (cancelled(s)) /* a cancel that came while connecting */
         shutdown(s->sock, SHUT_RDWR);
-    /* A watch that found the database gone while we connected interrupted
-     * nothing of ours: the socket was not published yet. */
-    rc = s->gate != NULL ? ow_gate_check(s->gate, s->gate_name, err) : OW_OK;
+    /* A watch that found the database gone, or moved it to another node,
+     * while we connected interrupted nothing of ours: the socket was not
+     * published yet. */
+    rc = s->gate != NULL ? ow_gate_check(s->gate, s->gate_name, s->node, err) : OW_OK;
     if (rc == OW_OK)
         rc = ow_store_tls_check_session(s, err);
+    if (rc == OW_OK)
+        rc = ow_store_node_setup(s, err);
     if (rc == OW_OK)
         rc = session_setup(s, err);
     if (rc == OW_OK && s->map_check != OW_MAP_UNCHECKED)
@@ -390,7 +441,8 @@ static int open_session(ow_store *s, ow_error *err)
     return rc;
 }
 
-int ow_store_connect(ow_store *s, ow_error *err)
+/* mysql_real_connect to the current node (s->host). */
+static int connect_server(ow_store *s, ow_error *err)
 {
     unsigned timeout = s->connect_timeout_s;
     /* A statement may legitimately wait for a lock for lock_wait_timeout_s. */
@@ -398,15 +450,10 @@ int ow_store_connect(ow_store *s, ow_error *err)
                               ? s->read_timeout_s
                               : s->lock_wait_timeout_s + 2 * s->connect_timeout_s + 5;
     ow_mybool off = 0;
+    unsigned e;
+    char server[OW_STORE_SERVER_TEXT_MAX];
     int rc;
 
-    if (usable(s))
-        return OW_OK;
-    ow_store_disconnect(s);
-    if (cancelled(s))
-        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0, "database call cancelled by the stop");
-    if (s->gate != NULL && (rc = ow_gate_check(s->gate, s->gate_name, err)) != OW_OK)
-        return rc;
     s->db = mysql_init(NULL);
     if (s->db == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "mysql_init: out of memory");
@@ -418,27 +465,73 @@ int ow_store_connect(ow_store *s, ow_error *err)
     mysql_options(s->db, MYSQL_OPT_RECONNECT, &off);
     mysql_options(s->db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     ow_store_tls_options(s);
-    if (mysql_real_connect(s->db, s->host, s->user, s->password, s->database, s->port, NULL, 0) ==
-        NULL) {
-        unsigned e = mysql_errno(s->db);
-        char server[OW_STORE_SERVER_TEXT_MAX];
+    if (mysql_real_connect(s->db, s->host, s->user, s->password, s->database, s->port, NULL, 0) !=
+        NULL)
+        return OW_OK;
+    e = mysql_errno(s->db);
+    ow_store_server_text(s, server, sizeof(server));
+    rc = ow_store_tls_connect_failed(s, e, err); /* fatal and logged, or OW_OK */
+    if (rc == OW_OK && (is_connection_error(e) || is_transient_server_error(e)))
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "cannot connect to MySQL at %s: %s",
+                          server, mysql_error(s->db));
+    else if (rc == OW_OK)
+        rc = ow_store_tls_refused(s, e, err);
+    return rc;
+}
 
-        ow_store_server_text(s, server, sizeof(server));
-        rc = ow_store_tls_connect_failed(s, e, err); /* fatal and logged, or OW_OK */
-        if (rc == OW_OK && (is_connection_error(e) || is_transient_server_error(e)))
-            rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
-                              "cannot connect to MySQL at %s: %s", server, mysql_error(s->db));
-        else if (rc == OW_OK)
-            rc = ow_store_tls_refused(s, e, err);
-        ow_store_disconnect(s);
-        return rc;
-    }
-    rc = open_session(s, err);
+int ow_store_connect_node(ow_store *s, unsigned node, ow_error *err)
+{
+    int rc;
+
+    ow_store_disconnect(s);
+    if (cancelled(s))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0, "database call cancelled by the stop");
+    set_node(s, node < s->n_nodes ? node : 0);
+    rc = connect_server(s, err);
+    if (rc == OW_OK)
+        rc = open_session(s, err);
     if (rc != OW_OK)
         ow_store_disconnect(s);
     else
         s->last_used_ms = ow_clock_mono_ms();
     return rc;
+}
+
+/* Without a watch: the first node, in order, that connects and is ready.
+ * A refusal that another node would repeat (a wrong password) ends the
+ * search; the error of a failed search names the first node's failure. */
+static int connect_in_order(ow_store *s, ow_error *err)
+{
+    ow_error first;
+    int rc = OW_OK;
+
+    for (unsigned i = 0; i < s->n_nodes; i++) {
+        rc = ow_store_connect_node(s, i, err);
+        if (rc == OW_OK || err->cls != OW_ERRCLASS_RETRIABLE)
+            return rc;
+        if (i == 0)
+            first = *err;
+    }
+    if (s->n_nodes > 1)
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, first.code,
+                          "no node of %s is ready; the first: %s", s->hosts, first.msg);
+    return rc;
+}
+
+int ow_store_connect(ow_store *s, ow_error *err)
+{
+    int rc;
+
+    /* With a watch, a connection is used only on the current node. */
+    if (usable(s) && (s->gate == NULL || ow_gate_node(s->gate) == s->node))
+        return OW_OK;
+    ow_store_disconnect(s);
+    if (cancelled(s))
+        return ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0, "database call cancelled by the stop");
+    if (s->gate == NULL)
+        return connect_in_order(s, err);
+    rc = ow_gate_check(s->gate, s->gate_name, ow_gate_node(s->gate), err);
+    return rc == OW_OK ? ow_store_connect_node(s, ow_gate_node(s->gate), err) : rc;
 }
 
 int ow_store_ping(ow_store *s, ow_error *err)

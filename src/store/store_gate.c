@@ -1,6 +1,7 @@
 /* The gate of one database (store_gate.h). */
 #include "store_gate.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -21,7 +22,7 @@ void ow_gate_cleanup(ow_db_gate *g)
     pthread_cond_destroy(&g->cv);
 }
 
-int ow_gate_add(ow_db_gate *g, pthread_mutex_t *mu, const int *sock)
+int ow_gate_add(ow_db_gate *g, pthread_mutex_t *mu, const int *sock, const unsigned *node)
 {
     int rc = OW_OK;
 
@@ -38,7 +39,7 @@ int ow_gate_add(ow_db_gate *g, pthread_mutex_t *mu, const int *sock)
         }
     }
     if (rc == OW_OK)
-        g->users[g->n_users++] = (ow_gate_user){mu, sock};
+        g->users[g->n_users++] = (ow_gate_user){mu, sock, node};
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
@@ -55,7 +56,7 @@ void ow_gate_remove(ow_db_gate *g, const int *sock)
     pthread_mutex_unlock(&g->mu);
 }
 
-int ow_gate_check(ow_db_gate *g, const char *name, ow_error *err)
+int ow_gate_check(ow_db_gate *g, const char *name, unsigned node, ow_error *err)
 {
     int rc = OW_OK;
 
@@ -65,19 +66,43 @@ int ow_gate_check(ow_db_gate *g, const char *name, ow_error *err)
                           g->why.msg);
     else if (g->state == OW_WATCH_REFUSED)
         rc = ow_error_set(err, g->why.cls, g->why.code, "%s", g->why.msg);
+    else if (node != g->node)
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, 0,
+                          "%s moved to another node of its cluster while connecting", name);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
 
-/* Shuts down every user's socket, each under its own mutex; g->mu held. */
-static void interrupt_users(ow_db_gate *g)
+unsigned ow_gate_node(ow_db_gate *g)
+{
+    unsigned node;
+
+    pthread_mutex_lock(&g->mu);
+    node = g->node;
+    pthread_mutex_unlock(&g->mu);
+    return node;
+}
+
+/* Shuts down the sockets of the users on a node other than keep (all of
+ * them when keep is UINT_MAX), each under its own mutex; g->mu held. */
+static void interrupt_others(ow_db_gate *g, unsigned keep)
 {
     for (size_t i = 0; i < g->n_users; i++) {
         pthread_mutex_lock(g->users[i].mu);
-        if (*g->users[i].sock >= 0)
+        if (*g->users[i].sock >= 0 && *g->users[i].node != keep)
             shutdown(*g->users[i].sock, SHUT_RDWR);
         pthread_mutex_unlock(g->users[i].mu);
     }
+}
+
+void ow_gate_set_node(ow_db_gate *g, unsigned node, int interrupt)
+{
+    pthread_mutex_lock(&g->mu);
+    g->node = node;
+    if (interrupt)
+        interrupt_others(g, node);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
 }
 
 ow_watch_state ow_gate_set(ow_db_gate *g, int rc, const ow_error *err)
@@ -92,7 +117,7 @@ ow_watch_state ow_gate_set(ow_db_gate *g, int rc, const ow_error *err)
         g->why = *err;
     }
     if (g->state == OW_WATCH_DOWN && was != OW_WATCH_DOWN)
-        interrupt_users(g);
+        interrupt_others(g, UINT_MAX);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return was;
@@ -119,6 +144,23 @@ static void wait_slice(ow_db_gate *g, int64_t deadline_ms)
 
     ow_deadline_after_ms(left < 50 ? left : 50, &ts);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+}
+
+void ow_gate_wake(ow_db_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->wake = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void ow_gate_nap(ow_db_gate *g, int64_t deadline_ms, int64_t not_before_ms)
+{
+    pthread_mutex_lock(&g->mu);
+    while (ow_clock_mono_ms() < deadline_ms && !(g->wake && ow_clock_mono_ms() >= not_before_ms))
+        wait_slice(g, deadline_ms);
+    g->wake = 0;
+    pthread_mutex_unlock(&g->mu);
 }
 
 void ow_gate_wait_known(ow_db_gate *g, int64_t deadline_ms)

@@ -78,7 +78,14 @@ typedef struct {
 } ow_scratch;
 
 struct ow_store {
-    char *host;
+    char *hosts;      /* the node list as given (mysql.host or a shard's nodes) */
+    char **nodes;     /* its nodes, in order (ow/nodes.h) */
+    unsigned n_nodes; /* at least 1 */
+    /* The node of the connection, or of the attempt in progress: an index
+     * into nodes, written under cancel_mu (the gate reads it), and its name. */
+    unsigned node;
+    const char *host;
+    int galera; /* that node runs wsrep: its readiness is checked, reads wait (store_node.c) */
     char *user;
     char *password;
     char *database;
@@ -116,6 +123,16 @@ struct ow_store {
     int no_known_read; /* ow_store_test_known_read(s, 0) */
     ow_store_stats stats;
 };
+
+/* Connects to node (an index into s->nodes), whatever the gate says:
+ * the watch's own connections, which find the node the others use. */
+int ow_store_connect_node(ow_store *s, unsigned node, ow_error *err);
+/* After a connect: learns whether the node runs wsrep and, on a Galera
+ * node, refuses one that is not ready (RETRIABLE) and makes reads wait for
+ * the cluster's commits (store_node.c). */
+int ow_store_node_setup(ow_store *s, ow_error *err);
+/* On an open connection: a ping, and on a Galera node the readiness check. */
+int ow_store_node_ready(ow_store *s, ow_error *err);
 
 /* The shard map this connection's database records: OW_OK, OW_ENOTFOUND
  * (err untouched) when none is recorded or the table does not exist yet,
@@ -220,6 +237,8 @@ void ow_result_int(MYSQL_BIND *b, long long *v, ow_mybool *isnull);
 void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len, ow_mybool *isnull);
 void ow_result_time(MYSQL_BIND *b, MYSQL_TIME *t, ow_mybool *isnull);
 
+#define OW_ER_WSREP_NOT_READY 1047 /* ER_UNKNOWN_COM_ERROR: a Galera node not ready */
+#define OW_ER_ERROR_DURING_COMMIT 1180
 #define OW_ER_DUP_ENTRY 1062
 #define OW_ER_LOCK_WAIT_TIMEOUT 1205
 #define OW_ER_LOCK_DEADLOCK 1213

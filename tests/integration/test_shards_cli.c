@@ -6,7 +6,8 @@
  * changes no map), lookup, serve, purge and audit with a reordered list,
  * and run and lookup without mysql.shards against a database that records
  * itself as a shard; lookup reads the user's shard only; audit reports
- * each shard.
+ * each shard; entries that list the nodes of a cluster are checked per
+ * cluster.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -221,6 +222,45 @@ static void test_every_command_refuses_a_reordered_list(void **state)
     unlink(token);
     for (unsigned i = 0; i < 3; i++)
         assert_int_equal(testdb_count(&dbs[i], "SELECT shard_index FROM ow_shard_map"), i);
+}
+
+/* Entries that name the nodes of one cluster: the shard map check is per
+ * cluster. Here each "cluster" is a closed address (127.0.0.2, refusing
+ * connections) and the test MariaDB: the nodes within an entry may come in
+ * any order, as the first refuses and the next answers; swapping two
+ * entries still moves users and is refused, naming the nodes as
+ * configured. */
+static void nodes_entry(char *buf, size_t cap, unsigned i, int closed_first)
+{
+    if (closed_first)
+        snprintf(buf, cap, "127.0.0.2|%s:%u/%s", dbs[i].host, dbs[i].port, dbs[i].database);
+    else
+        snprintf(buf, cap, "%s|127.0.0.2:%u/%s", dbs[i].host, dbs[i].port, dbs[i].database);
+}
+
+static void test_node_lists_per_cluster(void **state)
+{
+    static const char *const lookup[] = {"lookup", "--user", "1", "--key", "k", NULL};
+    char e[3][300], list[1200], want[400];
+    testcli_result r;
+
+    (void)state;
+    migrate3();
+    nodes_entry(e[0], sizeof(e[0]), 0, 1);
+    nodes_entry(e[1], sizeof(e[1]), 1, 0);
+    nodes_entry(e[2], sizeof(e[2]), 2, 1);
+    snprintf(list, sizeof(list), "%s, %s, %s", e[0], e[1], e[2]);
+    r = cli(list, NULL, lookup);
+    if (r.status != 3)
+        fail_msg("lookup with node lists: exit %d, want 3 (no record):\n%s", r.status, r.err);
+    testcli_result_free(&r);
+    snprintf(list, sizeof(list), "%s, %s, %s", e[1], e[0], e[2]);
+    r = cli(list, NULL, lookup);
+    snprintf(want, sizeof(want), "shard 0 (%s): 4096 buckets over 3 shards, recorded as shard 1",
+             e[1]);
+    if (r.status != 2 || strstr(r.err, want) == NULL)
+        fail_msg("swapped entries: exit %d, want 2 naming \"%s\":\n%s", r.status, want, r.err);
+    testcli_result_free(&r);
 }
 
 /* Without mysql.shards, a database that records itself as one of three
@@ -453,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_migrate_records_each_map),
         cmocka_unit_test(test_run_refuses_other_maps),
         cmocka_unit_test(test_every_command_refuses_a_reordered_list),
+        cmocka_unit_test(test_node_lists_per_cluster),
         cmocka_unit_test(test_unsharded_refuses_a_shard),
         cmocka_unit_test(test_sharded_run_ignores_mysql_host),
         cmocka_unit_test(test_healthz_while_a_shard_is_down),

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "ow/config.h"
+#include "ow/nodes.h"
 #include "ow/shard.h"
 
 /* Computed independently (Python, FNV-1a 64 over the decimal text); the
@@ -22,10 +23,8 @@ static const struct {
     uint32_t bucket; /* B = 4096 */
     unsigned shard3;
 } vectors[] = {
-    {1, 0xaf63ac4c86019afcULL, 2812, 1},
-    {42, 0x07ee7e07b4b19223ULL, 547, 1},
-    {1000000, 0xabb4c8205c0ca07cULL, 124, 1},
-    {123456789, 0x06d5573923c6cdfcULL, 3580, 1},
+    {1, 0xaf63ac4c86019afcULL, 2812, 1},         {42, 0x07ee7e07b4b19223ULL, 547, 1},
+    {1000000, 0xabb4c8205c0ca07cULL, 124, 1},    {123456789, 0x06d5573923c6cdfcULL, 3580, 1},
     {INT64_MAX, 0xf7cefbda42d0e94bULL, 2379, 0},
 };
 
@@ -121,6 +120,100 @@ static void test_parse_errors(void **state)
     }
 }
 
+/* A shard entry may name the nodes of one cluster: '|' between them, one
+ * port and database after the last; they are kept joined by commas, the
+ * mysql.host form that the store splits. */
+static void test_parse_node_lists(void **state)
+{
+    ow_shard_list l;
+    ow_error err;
+    char node[64];
+
+    (void)state;
+    assert_int_equal(ow_shard_list_parse("10.0.0.1|10.0.0.2|10.0.0.3:3306/orders, a | b ,"
+                                         "[::1]|[::2]:3309/x",
+                                         &l, &err),
+                     OW_OK);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.addr[0].host, "10.0.0.1,10.0.0.2,10.0.0.3");
+    assert_int_equal(l.addr[0].port, 3306);
+    assert_string_equal(l.addr[0].database, "orders");
+    assert_string_equal(l.addr[1].host, "a,b");
+    assert_int_equal(l.addr[1].port, 0);
+    assert_string_equal(l.addr[2].host, "::1,::2");
+    assert_int_equal(l.addr[2].port, 3309);
+    assert_int_equal(ow_nodes_count(l.addr[0].host), 3);
+    assert_int_equal(ow_nodes_get(l.addr[0].host, 2, node, sizeof(node)), OW_OK);
+    assert_string_equal(node, "10.0.0.3");
+    assert_int_equal(ow_nodes_get(l.addr[0].host, 3, node, sizeof(node)), OW_ENOTFOUND);
+}
+
+static void test_parse_node_list_errors(void **state)
+{
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"a:3306|b", "mysql.shards: entry 0 \"a:3306|b\": the port is written once, after the "
+                     "last node"},
+        {"a||b", "mysql.shards: entry 0 \"a||b\": a node name is empty or has a character not "
+                 "allowed"},
+        {"a|b c/x", "mysql.shards: entry 0 \"a|b c/x\": a node name is empty or has a character "
+                    "not allowed"},
+        {"ok, a|b|a:1", "mysql.shards: entry 1 \"a|b|a:1\": node 2 \"a\": listed twice"},
+        {"a|b/", "mysql.shards: entry 0 \"a|b/\": the database name must be 1..64 of A-Z a-z "
+                 "0-9 _ $"},
+    };
+    ow_shard_list l;
+    ow_error err;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(ow_shard_list_parse(bad[i].text, &l, &err), OW_EINVAL);
+        assert_string_equal(err.msg, bad[i].msg);
+    }
+}
+
+/* mysql.host: one node or a comma-separated list; each name is checked. A
+ * node shared by two shard entries is one database under two indexes;
+ * reordering the nodes inside an entry is the same cluster. */
+static void test_config_node_lists(void **state)
+{
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"mysql.host = 127.0.0.11, 127.0.0.12,\n", "mysql.host: node 2 \"\": empty node name"},
+        {"mysql.host = db1,db 2\n",
+         "mysql.host: node 1 \"db 2\": a node name is 1..255 letters, digits and . - _ : (IPv6)"},
+        {"mysql.host = db1,db/2\n",
+         "mysql.host: node 1 \"db/2\": a node name is 1..255 letters, digits and . - _ : (IPv6)"},
+        {"mysql.host = db1,db2,db1\n", "mysql.host: node 2 \"db1\": listed twice"},
+        {"mysql.shards = a|b, c|b\n", "mysql.shards: entry 1 names the same database as entry 0"},
+    };
+    ow_config cfg;
+    ow_error err;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, bad[i].text, "t", &err), OW_OK);
+        assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
+        assert_string_equal(err.msg, bad[i].msg);
+        ow_config_cleanup(&cfg);
+    }
+    assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+    assert_int_equal(ow_config_load_string(&cfg,
+                                           "mysql.host = 127.0.0.11, 127.0.0.12,127.0.0.13\n"
+                                           "mysql.shards = c|b|a, d|e:3310\n",
+                                           "t", &err),
+                     OW_OK);
+    assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
+    assert_int_equal(ow_nodes_count(cfg.mysql_host), 3);
+    assert_string_equal(cfg.shards.addr[0].host, "c,b,a");
+    assert_string_equal(cfg.shards.addr[1].host, "d,e");
+    assert_int_equal(cfg.shards.addr[1].port, 3310);
+    ow_config_cleanup(&cfg);
+}
+
 /* Defaults from mysql.port/mysql.database; one database listed twice is
  * refused, however it is spelled. */
 static void test_config_shards(void **state)
@@ -197,10 +290,11 @@ static void test_shard_password_files(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_known_answers), cmocka_unit_test(test_doubling_moves_half),
-        cmocka_unit_test(test_spread),        cmocka_unit_test(test_parse_list),
-        cmocka_unit_test(test_parse_errors),  cmocka_unit_test(test_config_shards),
-        cmocka_unit_test(test_shard_password_files),
+        cmocka_unit_test(test_parse_node_lists),    cmocka_unit_test(test_parse_node_list_errors),
+        cmocka_unit_test(test_config_node_lists),   cmocka_unit_test(test_known_answers),
+        cmocka_unit_test(test_doubling_moves_half), cmocka_unit_test(test_spread),
+        cmocka_unit_test(test_parse_list),          cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_config_shards),       cmocka_unit_test(test_shard_password_files),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

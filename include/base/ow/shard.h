@@ -21,10 +21,11 @@
 #include <stdint.h>
 
 #include "ow/error.h"
+#include "ow/nodes.h"
 
 #define OW_SHARD_MAX 64
 #define OW_SHARD_BUCKETS_DEFAULT 4096
-#define OW_SHARD_HOST_MAX 255
+#define OW_SHARD_HOST_MAX OW_NODES_TEXT_MAX /* an entry's node list, joined */
 #define OW_SHARD_DB_MAX 64
 
 /* FNV-1a, 64 bits, over the user id's decimal digits (no sign, no leading
@@ -35,9 +36,12 @@ uint32_t ow_shard_bucket(int64_t user_id, uint32_t bucket_count);
 unsigned ow_shard_of_bucket(uint32_t bucket, unsigned shard_count);
 unsigned ow_shard_of_user(int64_t user_id, uint32_t bucket_count, unsigned shard_count);
 
-/* One entry of mysql.shards: host[:port][/database]; an IPv6 address in
- * brackets ([::1]:3307/orders). port 0 and database "" mean "the mysql.*
- * default". */
+/* One entry of mysql.shards: host[:port][/database], where host may be the
+ * nodes of one cluster separated by '|' (10.0.0.1|10.0.0.2:3306/orders),
+ * all on the one port; an IPv6 address in brackets ([::1]:3307/orders).
+ * host holds the nodes in the joined form of ow/nodes.h ("10.0.0.1,10.0.0.2",
+ * IPv6 addresses without brackets). port 0 and database "" mean "the
+ * mysql.* default". */
 typedef struct {
     char host[OW_SHARD_HOST_MAX + 1];
     unsigned port;

@@ -14,7 +14,8 @@ typedef struct ow_metrics_http ow_metrics_http;
 typedef struct {
     /* Appends worker-specific metric lines (lag per partition). */
     void (*metrics_extra)(ow_buf *out, void *opaque);
-    /* Returns 1 when ready; otherwise appends the reasons to why. */
+    /* Returns 1 when ready (lines it appended to why come before
+     * "ready"); otherwise appends the reasons to why. */
     int (*ready)(ow_buf *why, void *opaque);
     void *opaque;
 } ow_metrics_http_hooks;

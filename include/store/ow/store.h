@@ -67,7 +67,7 @@ typedef enum {
 } ow_map_check;
 
 typedef struct {
-    const char *host;
+    const char *host; /* a node, or the nodes of one cluster in the joined form of ow/nodes.h */
     unsigned port;
     const char *user;
     const char *password;
@@ -147,6 +147,10 @@ int ow_store_connect(ow_store *s, ow_error *err);
 int ow_store_ping(ow_store *s, ow_error *err);
 /* 1 while a connection is open (it may still turn out to be dead). */
 int ow_store_connected(const ow_store *s);
+/* The node of the connection, or of the last attempt: one name of the
+ * host list (borrowed; valid while s lives). A list of nodes is tried in
+ * order from its first node, or with a watch, only its current node. */
+const char *ow_store_node_name(const ow_store *s);
 /* From another thread: makes the call in progress fail at once (its socket
  * is shut down, so the server rolls the transaction back) and every later
  * connect fail too. A stop uses it on a lane blocked in the database past

@@ -14,6 +14,18 @@
  * down those stores fail at once, without a network round trip. The first
  * ping that is answered marks it up again.
  *
+ * A database given as the nodes of one cluster (a Galera cluster) has one
+ * current node, which every store of the watch uses, so that writes do not
+ * spread over nodes and conflict. The first round takes the first node of
+ * the list that is ready. When the current node fails (lost, refusing, or
+ * on Galera not ready: out of the Primary component, not Synced), the
+ * watch takes the first other ready node in order, logs db_node, and
+ * interrupts the calls still on the old node; the stores reconnect to the
+ * new one. While on a later node it probes the earlier ones every few
+ * seconds and returns to the first that is ready at two probes in a row;
+ * that move interrupts nothing: each store moves at its next call. Only
+ * when no node is ready is the database down.
+ *
  * A failure that waiting cannot cure (bad credentials, a shard map that
  * disagrees with the configuration, a missing table) marks it refused; the
  * error says why.
@@ -40,6 +52,10 @@ void ow_store_watch_stop(ow_store_watch *w, int64_t deadline_ms);
 void ow_store_watch_free(ow_store_watch **w);
 
 const char *ow_store_watch_name(const ow_store_watch *w);
+/* The node every store of the watch uses now (borrowed), and how many
+ * nodes its list has. */
+const char *ow_store_watch_node(ow_store_watch *w);
+unsigned ow_store_watch_nodes(const ow_store_watch *w);
 /* The state, and in *why (may be NULL) the error of the last failed ping. */
 ow_watch_state ow_store_watch_state(ow_store_watch *w, ow_error *why);
 /* Waits until the first ping finished or deadline_ms passed; returns the
