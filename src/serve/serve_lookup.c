@@ -287,6 +287,9 @@ static int shard_init(serve_lookups *l, unsigned index, const ow_store_params *s
     /* Lookups take no locks: a read that does not come back within the
      * lookup's bound is given up, so the thread serves again. */
     p.read_timeout_s = (unsigned)((l->timeout_ms + 999) / 1000);
+    /* Each lookup is one statement that ends its own transaction: one
+     * round trip, with the server refusing any write. */
+    p.read_only = 1;
     sh->owner = l;
     sh->index = index;
     pthread_cond_init(&sh->ready, NULL);

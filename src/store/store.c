@@ -26,6 +26,7 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
     p->connect_timeout_s = (unsigned)cfg->mysql_connect_timeout_s;
     p->lock_wait_timeout_s = (unsigned)cfg->request_in_progress_wait_s;
     p->read_timeout_s = 0;
+    p->read_only = 0;
     p->map_check = OW_MAP_UNSHARDED;
     memset(&p->map, 0, sizeof(p->map));
     /* ow_config_finish checked the name. */
@@ -75,6 +76,7 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->connect_timeout_s = p->connect_timeout_s;
     s->lock_wait_timeout_s = p->lock_wait_timeout_s;
     s->read_timeout_s = p->read_timeout_s;
+    s->read_only = p->read_only;
     s->map_check = p->map_check;
     s->map = p->map;
     s->ids = ids;
@@ -320,10 +322,24 @@ static int set_lock_wait(ow_store *s, ow_error *err)
     return rc;
 }
 
+/* After the isolation level: a read-only session takes no row locks, so it
+ * sets no lock wait, and it autocommits even where the server's default
+ * says otherwise, so that every read ends its own transaction. */
+static int read_only_setup(ow_store *s, ow_error *err)
+{
+    int rc = ow_store_exec_static(s, "SET SESSION TRANSACTION READ ONLY", err);
+
+    if (rc == OW_OK && mysql_autocommit(s->db, 1) != 0)
+        rc = ow_store_fail(s, mysql_errno(s->db), "autocommit on", err);
+    return rc;
+}
+
 static int session_setup(ow_store *s, ow_error *err)
 {
     int rc = ow_store_exec_static(s, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", err);
 
+    if (rc == OW_OK && s->read_only)
+        return read_only_setup(s, err);
     if (rc == OW_OK)
         rc = set_lock_wait(s, err);
     if (rc == OW_OK && mysql_autocommit(s->db, 0) != 0)
@@ -362,7 +378,7 @@ int ow_store_map_fetch(ow_store *s, ow_shard_map *m, ow_error *err)
             rc = ow_store_fail_stmt(s, st, "read shard map", err);
     }
     mysql_stmt_close(st);
-    ow_store_rollback(s); /* ends the read's snapshot */
+    ow_store_end_read(s);
     if (rc == OW_OK) {
         m->bucket_count = (uint32_t)v[0];
         m->shard_count = (unsigned)v[1];
@@ -561,6 +577,12 @@ void ow_store_rollback(ow_store *s)
         s->broken = 1; /* Unknown state: start over on a new connection. */
 }
 
+void ow_store_end_read(ow_store *s)
+{
+    if (!s->read_only)
+        ow_store_rollback(s);
+}
+
 int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *err)
 {
     MYSQL_STMT *st = mysql_stmt_init(s->db);
@@ -586,13 +608,20 @@ int ow_store_oom(ow_error *err)
     return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
 }
 
-static size_t row_params(const ow_sql_shape *shape)
+static size_t count_params(const char *sql)
 {
     size_t n = 0;
 
-    for (const char *c = shape->tuple; *c != '\0'; c++)
+    for (const char *c = sql; *c != '\0'; c++)
         n += *c == '?';
     return n;
+}
+
+/* The placeholders of shape's statement for rows tuples. */
+static size_t shape_params(const ow_sql_shape *shape, size_t rows)
+{
+    return count_params(shape->head) + count_params(shape->tuple) * rows +
+           count_params(shape->tail);
 }
 
 static int build_sql(const ow_sql_shape *shape, size_t rows, ow_buf *b)
@@ -649,7 +678,7 @@ int ow_store_stmt(ow_store *s, const ow_sql_shape *shape, unsigned bucket, MYSQL
     if (rc != OW_OK)
         return rc;
     ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, row_params(shape) * rows) != OW_OK)
+    if (ow_params_reserve(&s->params, shape_params(shape, rows)) != OW_OK)
         return ow_store_oom(err);
     return OW_OK;
 }

@@ -1,6 +1,6 @@
 /*
- * lookup: one request record and its orders, or one order, read in one
- * read-only REPEATABLE READ snapshot (ow/store_lookup.h).
+ * lookup: one request record and its orders, or one order, each read by
+ * one statement, prepared once per connection (ow/store_lookup.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,13 +16,27 @@ void ow_timestamp_format(const ow_timestamp *t, char out[OW_TIMESTAMP_TEXT_MAX])
              t->microsecond % 1000000);
 }
 
-static const char *const sql_lookup_request =
-    "SELECT id, status, request_digest, response_status, created_at, updated_at, response_body "
-    "FROM idempotency_requests WHERE key_hash = ? AND user_id = ? AND idempotency_key = ?";
+/* The record with its orders in one statement, so in one snapshot and one
+ * round trip: a row per order, or one row with NULL order columns for a
+ * record without orders. The body travels once, in the row of the first
+ * order, not once per order. No ORDER BY: sorting rows of a LEFT JOIN by
+ * the inner table's column takes the server a temporary table, on disk
+ * because of the body; read_record sorts the orders instead. */
+static const ow_sql_shape lookup_sql = {
+    OW_SLOT_LOOKUP + 0,
+    "SELECT r.id, r.status, r.request_digest, r.response_status, r.created_at, r.updated_at, "
+    "IF(o.id IS NULL OR o.id = (SELECT MIN(f.id) FROM orders f WHERE f.request_id = r.id), "
+    "r.response_body, NULL), "
+    "o.id, o.order_no, o.external_order_no, o.amount, o.product_id, o.quantity "
+    "FROM idempotency_requests r LEFT JOIN orders o ON o.request_id = r.id "
+    "WHERE r.key_hash = ? AND r.user_id = ? AND r.idempotency_key = ?",
+    "", ""};
 
-static const char *const sql_lookup_orders =
+static const ow_sql_shape order_by_ext_sql = {
+    OW_SLOT_LOOKUP + 1,
     "SELECT id, order_no, external_order_no, amount, product_id, quantity FROM orders "
-    "WHERE request_id = ? ORDER BY id";
+    "WHERE user_id = ? AND external_order_no = ?",
+    "", ""};
 
 void ow_record_init(ow_record *r)
 {
@@ -37,7 +51,7 @@ void ow_record_cleanup(ow_record *r)
     ow_record_init(r);
 }
 
-/* The columns of sql_lookup_request, bound to a record. */
+/* The request's columns of lookup_sql, bound to a record. */
 typedef struct {
     MYSQL_BIND res[7];
     ow_mybool nul[7];
@@ -78,41 +92,6 @@ static void fill_record(const request_cols *c, ow_record *r)
         ow_store_time_from(&c->updated, &r->updated_at);
 }
 
-/* Reads the request row; OW_ENOTFOUND when there is none. */
-static int lookup_request(ow_store *s, MYSQL_STMT *st, ow_record *r, ow_error *err)
-{
-    request_cols c;
-    unsigned char hash[OW_KEY_HASH_LEN];
-    int frc;
-    int rc = OW_OK;
-
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 3) != OW_OK ||
-        ow_key_hash(r->user_id, r->key, r->key_len, hash) != OW_OK)
-        return ow_store_oom(err);
-    ow_param_bytes(&s->params, hash, sizeof(hash));
-    ow_param_int(&s->params, r->user_id);
-    ow_param_bytes(&s->params, r->key, r->key_len);
-    rc = ow_store_execute(s, st, &s->params, "look up request", err);
-    if (rc != OW_OK)
-        return rc;
-    bind_request_cols(&c, r);
-    if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(s, st, "look up request", err);
-    frc = mysql_stmt_fetch(st);
-    if (frc == MYSQL_NO_DATA)
-        rc = OW_ENOTFOUND;
-    else if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
-        rc = ow_store_fail_stmt(s, st, "look up request", err);
-    if (rc == OW_OK) {
-        fill_record(&c, r);
-        rc = ow_store_fetch_column(s, st, 6, c.nul[6] ? 0 : c.body_len, &r->response,
-                                   "read response body", err);
-    }
-    mysql_stmt_free_result(st);
-    return rc;
-}
-
 static int grow_orders(ow_record *r, size_t *cap)
 {
     size_t cap2 = *cap != 0 ? *cap * 2 : 16;
@@ -128,7 +107,8 @@ static int grow_orders(ow_record *r, size_t *cap)
     return OW_OK;
 }
 
-/* The columns of sql_lookup_orders, bound to one order. */
+/* The columns of an order (order_by_ext_sql, and the last six of
+ * lookup_sql), bound to one order. */
 typedef struct {
     MYSQL_BIND res[6];
     ow_mybool nul[6];
@@ -162,44 +142,87 @@ static void take_order(order_cols *c, ow_record_order *o)
     *o = c->o;
 }
 
-static int lookup_orders(ow_store *s, MYSQL_STMT *st, ow_record *r, ow_error *err)
-{
-    order_cols c;
-    size_t cap = 0;
-    int frc;
-    int rc;
+/* Every column of lookup_sql: the request's seven, then an order's six. */
+typedef struct {
+    request_cols req;
+    order_cols ord;
+    MYSQL_BIND res[13];
+} record_cols;
 
-    ow_params_reset(&s->params);
-    if (ow_params_reserve(&s->params, 1) != OW_OK)
-        return ow_store_oom(err);
-    ow_param_int(&s->params, r->id);
-    rc = ow_store_execute(s, st, &s->params, "look up orders", err);
-    if (rc != OW_OK)
+static void bind_record_cols(record_cols *c, ow_record *r)
+{
+    bind_request_cols(&c->req, r);
+    bind_order_cols(&c->ord);
+    memcpy(c->res, c->req.res, sizeof(c->req.res));
+    memcpy(c->res + 7, c->ord.res, sizeof(c->ord.res));
+}
+
+/* One fetched row of lookup_sql into r: the request's columns from the
+ * first row, the body from the row that carries it, the row's order if it
+ * has one. */
+static int take_row(ow_store *s, MYSQL_STMT *st, record_cols *c, int first, ow_record *r,
+                    size_t *cap, ow_error *err)
+{
+    int rc = OW_OK;
+
+    if (first)
+        fill_record(&c->req, r);
+    /* The first row sets the body (empty if it does not carry it). */
+    if (first || !c->req.nul[6])
+        rc = ow_store_fetch_column(s, st, 6, c->req.nul[6] ? 0 : c->req.body_len, &r->response,
+                                   "read response body", err);
+    if (rc != OW_OK || c->ord.nul[0])
         return rc;
-    bind_order_cols(&c);
+    if (grow_orders(r, cap) != OW_OK)
+        return ow_store_oom(err);
+    take_order(&c->ord, &r->orders[r->n_orders++]);
+    return OW_OK;
+}
+
+static int order_id_cmp(const void *a, const void *b)
+{
+    const ow_record_order *x = a;
+    const ow_record_order *y = b;
+
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Reads the rows of the executed lookup_sql into r; OW_ENOTFOUND when
+ * there are none. */
+static int read_record(ow_store *s, MYSQL_STMT *st, ow_record *r, ow_error *err)
+{
+    record_cols c;
+    size_t cap = 0;
+    size_t rows = 0;
+    int frc;
+    int rc = OW_OK;
+
+    bind_record_cols(&c, r);
     if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(s, st, "look up orders", err);
+        return ow_store_fail_stmt(s, st, "look up request", err);
     for (;;) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
             break;
-        if (grow_orders(r, &cap) != OW_OK) {
-            rc = ow_store_oom(err);
+        rc = take_row(s, st, &c, rows++ == 0, r, &cap, err);
+        if (rc != OW_OK)
             break;
-        }
-        take_order(&c, &r->orders[r->n_orders++]);
     }
     if (rc == OW_OK && frc != MYSQL_NO_DATA)
-        rc = ow_store_fail_stmt(s, st, "look up orders", err);
+        rc = ow_store_fail_stmt(s, st, "look up request", err);
     mysql_stmt_free_result(st);
+    if (rc == OW_OK && rows == 0)
+        rc = OW_ENOTFOUND;
+    if (rc == OW_OK && r->n_orders > 1)
+        qsort(r->orders, r->n_orders, sizeof(*r->orders), order_id_cmp);
     return rc;
 }
 
 int ow_store_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_len, ow_record *out,
                     ow_error *err)
 {
-    MYSQL_STMT *req = NULL;
-    MYSQL_STMT *orders = NULL;
+    MYSQL_STMT *st = NULL;
+    unsigned char hash[OW_KEY_HASH_LEN];
     int rc;
 
     ow_record_cleanup(out);
@@ -209,29 +232,24 @@ int ow_store_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_le
     out->user_id = user_id;
     memcpy(out->key, key, key_len);
     out->key_len = key_len;
-    rc = ow_store_begin_snapshot(s, err);
+    if (ow_key_hash(user_id, key, key_len, hash) != OW_OK)
+        return ow_store_oom(err);
+    rc = ow_store_connect(s, err);
     if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql_lookup_request, &req, err);
+        rc = ow_store_stmt(s, &lookup_sql, 0, &st, err);
+    if (rc == OW_OK) {
+        ow_param_bytes(&s->params, hash, sizeof(hash));
+        ow_param_int(&s->params, user_id);
+        ow_param_bytes(&s->params, out->key, key_len);
+        rc = ow_store_execute(s, st, &s->params, "look up request", err);
+    }
     if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql_lookup_orders, &orders, err);
-    if (rc == OW_OK)
-        rc = lookup_request(s, req, out, err);
-    if (rc == OW_OK)
-        rc = lookup_orders(s, orders, out, err);
-    if (req != NULL)
-        mysql_stmt_close(req);
-    if (orders != NULL)
-        mysql_stmt_close(orders);
-    ow_store_rollback(s);
+        rc = read_record(s, st, out, err);
+    ow_store_end_read(s);
     return rc;
 }
 
-static const char *const sql_order_by_ext =
-    "SELECT id, order_no, external_order_no, amount, product_id, quantity FROM orders "
-    "WHERE user_id = ? AND external_order_no = ?";
-
-/* One row, read outside any explicit transaction: a single statement sees
- * one snapshot by itself. */
+/* One row by the unique key (user_id, external_order_no). */
 int ow_store_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext_len,
                        ow_record_order *out, ow_error *err)
 {
@@ -245,12 +263,7 @@ int ow_store_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext
                             "external_order_no: must be 1 to %d bytes", OW_EXT_NO_MAX);
     rc = ow_store_connect(s, err);
     if (rc == OW_OK)
-        rc = ow_store_prepare(s, sql_order_by_ext, &st, err);
-    if (rc == OW_OK) {
-        ow_params_reset(&s->params);
-        if (ow_params_reserve(&s->params, 2) != OW_OK)
-            rc = ow_store_oom(err);
-    }
+        rc = ow_store_stmt(s, &order_by_ext_sql, 0, &st, err);
     if (rc == OW_OK) {
         ow_param_int(&s->params, user_id);
         ow_param_bytes(&s->params, ext, ext_len);
@@ -271,8 +284,6 @@ int ow_store_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext
             take_order(&c, out);
         mysql_stmt_free_result(st);
     }
-    if (st != NULL)
-        mysql_stmt_close(st);
-    ow_store_rollback(s);
+    ow_store_end_read(s);
     return rc;
 }

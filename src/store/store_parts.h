@@ -20,17 +20,20 @@ typedef bool ow_mybool;
 
 #define OW_STMT_BUCKETS 9 /* statements for 1, 2, 4, ... 256 rows */
 #define OW_STMT_MAX_ROWS 256
-#define OW_STMT_SLOTS 8 /* shapes the cache can hold */
+#define OW_STMT_SLOTS 10 /* shapes the cache can hold */
 /* Which cache slots each module's shapes use (slot numbers are unique). */
 enum {
     OW_SLOT_DECIDE = 0, /* 4 shapes: store_orders.c and store_decide.c */
     OW_SLOT_PURGE = 4,  /* 3 shapes: store_purge.c */
-    OW_SLOT_KNOWN = 7   /* 1 shape: store_decide.c's read of recorded keys */
+    OW_SLOT_KNOWN = 7,  /* 1 shape: store_decide.c's read of recorded keys */
+    OW_SLOT_LOOKUP = 8  /* 2 shapes: store_lookup.c */
 };
 
 /* A statement shape, owned by the module whose SQL it is: head,
  * the tuple repeated for each row (comma separated), tail. A row's
- * parameters are the tuple's placeholders. The connection caches one
+ * parameters are the tuple's placeholders; head and tail may hold
+ * placeholders of their own. A statement without a list is a shape whose
+ * tuple and tail are empty, used with bucket 0. The connection caches one
  * prepared statement per shape (slot < OW_STMT_SLOTS, unique per shape)
  * and row bucket. Static text only: scripts/check-sql.sh checks it. */
 typedef struct {
@@ -93,6 +96,7 @@ struct ow_store {
     unsigned connect_timeout_s;
     unsigned lock_wait_timeout_s;
     unsigned read_timeout_s; /* 0: room for the longest lock wait */
+    int read_only;           /* ow_store_params.read_only */
     ow_map_check map_check;
     ow_shard_map map;
     ow_db_gate *gate;      /* the database's watch says when to connect; NULL: always */
@@ -177,6 +181,9 @@ int ow_store_prepare(ow_store *s, const char *sql, MYSQL_STMT **out, ow_error *e
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err);
 int ow_store_commit(ow_store *s, ow_error *err);
 void ow_store_rollback(ow_store *s);
+/* Ends the transaction a read began: a ROLLBACK, except on a read-only
+ * connection, whose every statement is a transaction of its own. */
+void ow_store_end_read(ow_store *s);
 /* Closes the connection and its cached statements now. */
 void ow_store_disconnect(ow_store *s);
 /* Where the client library connects, for messages: "host:port", or for

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store_parts.h"
+#include "store_test.h"
 
 /* ow_timestamp is laid out as the start of MYSQL_TIME (the client library's
  * DATETIME), so a value is copied rather than rebuilt field by field. */
@@ -85,4 +86,39 @@ int ow_store_begin_snapshot(ow_store *s, ow_error *err)
 size_t ow_store_text_len(unsigned long len, size_t cap)
 {
     return len < cap ? (size_t)len : cap - 1;
+}
+
+static const char *const sql_session_counts =
+    "SELECT CAST(SUM(IF(VARIABLE_NAME = 'QUESTIONS', VARIABLE_VALUE, 0)) AS SIGNED), "
+    "CAST(SUM(IF(VARIABLE_NAME = 'COM_STMT_PREPARE', VARIABLE_VALUE, 0)) AS SIGNED), "
+    "CAST(SUM(IF(VARIABLE_NAME = 'COM_STMT_EXECUTE', VARIABLE_VALUE, 0)) AS SIGNED), "
+    "CAST(SUM(IF(VARIABLE_NAME = 'COM_STMT_CLOSE', VARIABLE_VALUE, 0)) AS SIGNED), "
+    "CAST(SUM(IF(VARIABLE_NAME = 'BYTES_SENT', VARIABLE_VALUE, 0)) AS SIGNED) "
+    "FROM information_schema.SESSION_STATUS";
+
+int ow_store_test_counts_read(ow_store *s, ow_store_test_counts *out, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res[5];
+    long long *v[5] = {&out->questions, &out->prepares, &out->executes, &out->closes,
+                       &out->bytes_sent};
+    ow_mybool nul[5];
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!ow_store_connected(s))
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "session counters: not connected");
+    rc = ow_store_prepare(s, sql_session_counts, &st, err);
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, NULL, "read session counters", err);
+    for (int i = 0; i < 5; i++)
+        ow_result_int(&res[i], v[i], &nul[i]);
+    if (rc == OW_OK && (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_fetch(st) != 0))
+        rc = ow_store_fail_stmt(s, st, "read session counters", err);
+    if (st != NULL) {
+        mysql_stmt_free_result(st);
+        mysql_stmt_close(st);
+    }
+    ow_store_end_read(s);
+    return rc;
 }

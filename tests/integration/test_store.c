@@ -19,6 +19,7 @@
 #include "../support/testdb.h"
 #include "ow/digest.h"
 #include "ow/store.h"
+#include "ow/store_lookup.h"
 #include "store_test.h"
 
 static testdb db;
@@ -735,6 +736,233 @@ static void test_key_hash_collision(void **state)
     }
 }
 
+/* --- The query service's reads ------------------------------------------ */
+
+/* A store whose connection is set up as the query service's are. */
+static ow_store *read_only_store(void)
+{
+    ow_store_params p = testdb_params(&db, 5);
+    ow_store *s;
+
+    p.read_only = 1;
+    s = ow_store_new(&p, &ids);
+    assert_non_null(s);
+    return s;
+}
+
+static ow_store_test_counts counts_now(ow_store *s)
+{
+    ow_store_test_counts c;
+    ow_error err;
+
+    if (ow_store_test_counts_read(s, &c, &err) != OW_OK)
+        fail_msg("read session counters: %s", err.msg);
+    return c;
+}
+
+/* What was sent between the reads a and b, less own (the reads' share). */
+static ow_store_test_counts counts_between(const ow_store_test_counts *a,
+                                           const ow_store_test_counts *b,
+                                           const ow_store_test_counts *own)
+{
+    ow_store_test_counts d;
+
+    d.questions = b->questions - a->questions - own->questions;
+    d.prepares = b->prepares - a->prepares - own->prepares;
+    d.executes = b->executes - a->executes - own->executes;
+    d.closes = b->closes - a->closes - own->closes;
+    d.bytes_sent = b->bytes_sent - a->bytes_sent - own->bytes_sent;
+    return d;
+}
+
+static const char *const read_value =
+    "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"R-1\",\"amount\":\"1.50\"},"
+    "{\"external_order_no\":\"R-2\",\"amount\":2,\"quantity\":4}]}";
+
+/* Once a connection has looked up, a lookup costs one round trip: one
+ * execution of a statement prepared when the connection was first used,
+ * and nothing around it (no snapshot transaction, no ROLLBACK, no prepare
+ * or close). For a record with orders, a key with no record, and an order. */
+static void test_lookup_one_round_trip(void **state)
+{
+    static const char *const what[] = {"record with orders", "missing key", "order"};
+    ow_store *w = testdb_store(&db, &ids, 5);
+    ow_store *s = read_only_store();
+    ow_store_test_counts a, b, own, d;
+    ow_record rec;
+    ow_record_order o;
+    ow_error err;
+    testmsg m;
+    int rc;
+
+    (void)state;
+    testmsg_make(&m, "rt-1", read_value);
+    assert_int_equal(testmsg_decide(w, &m), OW_DECISION_CREATED);
+    ow_record_init(&rec);
+    assert_int_equal(ow_store_lookup(s, 21, "rt-1", 4, &rec, &err), OW_OK);
+    assert_int_equal(ow_store_order_get(s, 21, "R-2", 3, &o, &err), OW_OK);
+    a = counts_now(s);
+    b = counts_now(s);
+    memset(&own, 0, sizeof(own));
+    own = counts_between(&a, &b, &own);
+    for (int i = 0; i < 3; i++) {
+        a = counts_now(s);
+        if (i == 0)
+            rc = ow_store_lookup(s, 21, "rt-1", 4, &rec, &err);
+        else if (i == 1)
+            rc = ow_store_lookup(s, 21, "rt-2", 4, &rec, &err);
+        else
+            rc = ow_store_order_get(s, 21, "R-2", 3, &o, &err);
+        b = counts_now(s);
+        assert_int_equal(rc, i == 1 ? OW_ENOTFOUND : OW_OK);
+        d = counts_between(&a, &b, &own);
+        if (d.questions != 1 || d.executes != 1 || d.prepares != 0 || d.closes != 0)
+            fail_msg("%s: %lld statements (%lld executions of prepared ones), %lld prepares, "
+                     "%lld closes; want 1, 1, 0, 0",
+                     what[i], d.questions, d.executes, d.prepares, d.closes);
+        if (i == 0) {
+            assert_int_equal(rec.n_orders, 2);
+            assert_memory_equal(rec.response.data, m.item.body.data, m.item.body.len);
+        }
+    }
+    assert_string_equal(o.external_order_no, "R-2");
+    assert_int_equal(o.quantity, 4);
+    ow_record_cleanup(&rec);
+    testmsg_free(&m);
+    ow_store_free(&s);
+    ow_store_free(&w);
+}
+
+/* A record with many orders and a large body: the body is read whole and
+ * sent once, not once per order row, and the orders come sorted by id
+ * whatever order their rows were written in. */
+static void test_lookup_many_orders(void **state)
+{
+    enum { N = 300, BODY = 100000 };
+    ow_store *s = read_only_store();
+    ow_store_test_counts a, b, own, d;
+    ow_record rec;
+    ow_error err;
+    char want[16];
+
+    (void)state;
+    testdb_exec(&db, "INSERT INTO idempotency_requests (id, user_id, idempotency_key, "
+                     "request_digest, status, response_status, response_body) VALUES (7, 22, "
+                     "'many', UNHEX(SHA2('many', 256)), 'SUCCEEDED', 201, "
+                     "CONCAT('{\"pad\":\"', REPEAT('a', 100000 - 10), '\"}'))");
+    /* Written in descending id order; external_order_no M-<id>. */
+    testdb_exec(&db, "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, "
+                     "product_id, quantity, request_id) SELECT 1000 - seq, CONCAT('OW-', 1000 - "
+                     "seq), 22, CONCAT('M-', 1000 - seq), seq / 100, NULL, seq, 7 "
+                     "FROM seq_1_to_300 ORDER BY seq");
+    ow_record_init(&rec);
+    assert_int_equal(ow_store_lookup(s, 22, "many", 4, &rec, &err), OW_OK);
+    memset(&own, 0, sizeof(own));
+    a = counts_now(s);
+    b = counts_now(s);
+    own = counts_between(&a, &b, &own);
+    a = counts_now(s);
+    assert_int_equal(ow_store_lookup(s, 22, "many", 4, &rec, &err), OW_OK);
+    b = counts_now(s);
+    d = counts_between(&a, &b, &own);
+    assert_int_equal(rec.id, 7);
+    assert_int_equal(rec.response.len, BODY);
+    assert_int_equal(memcmp(rec.response.data, "{\"pad\":\"aaa", 11), 0);
+    assert_int_equal(memcmp(rec.response.data + BODY - 5, "aaa\"}", 5), 0);
+    assert_int_equal(rec.n_orders, N);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(want, sizeof(want), "M-%zu", 700 + i);
+        assert_int_equal(rec.orders[i].id, (int64_t)(700 + i));
+        assert_string_equal(rec.orders[i].external_order_no, want);
+        assert_int_equal(rec.orders[i].quantity, 300 - (int64_t)i);
+    }
+    /* The body once and about 115 bytes per order row (300 allowed). */
+    if (d.bytes_sent < BODY || d.bytes_sent > BODY + N * 300)
+        fail_msg("a lookup sent %lld bytes for a body of %d bytes and %d orders", d.bytes_sent,
+                 BODY, N);
+    ow_record_cleanup(&rec);
+    ow_store_free(&s);
+}
+
+/* The query service's connections cannot write: the server refuses it. */
+static void test_read_only_refuses_writes(void **state)
+{
+    ow_store *s = read_only_store();
+    ow_error err;
+    testmsg m;
+
+    (void)state;
+    testmsg_make(&m, "ro-1", read_value);
+    assert_int_not_equal(ow_store_decide(s, &m.item, 1, &err), OW_OK);
+    assert_int_equal(err.cls, OW_ERRCLASS_FATAL);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 0);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 0);
+    testmsg_free(&m);
+    ow_store_free(&s);
+}
+
+/* Kills every connection to the test database but the admin's. */
+static void kill_store_connections(void)
+{
+    char sql[256];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int killed = 0;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
+             "CONNECTION_ID()",
+             db.database);
+    assert_int_equal(mysql_query(db.admin, sql), 0);
+    res = mysql_store_result(db.admin);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        char kill[64];
+
+        snprintf(kill, sizeof(kill), "KILL %s", row[0]);
+        if (mysql_query(db.admin, kill) == 0)
+            killed++;
+    }
+    mysql_free_result(res);
+    assert_true(killed >= 1);
+}
+
+/* A lookup on a connection the server dropped fails as retriable (the
+ * query service answers 503), and the next one connects and prepares
+ * again: the statements of the old connection are not used. */
+static void test_lookup_reconnects(void **state)
+{
+    ow_store *w = testdb_store(&db, &ids, 5);
+    ow_store *s = read_only_store();
+    ow_record rec;
+    ow_record_order o;
+    ow_error err;
+    testmsg m;
+
+    (void)state;
+    testmsg_make(&m, "rc-1", read_value);
+    assert_int_equal(testmsg_decide(w, &m), OW_DECISION_CREATED);
+    ow_store_free(&w);
+    ow_record_init(&rec);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(ow_store_lookup(s, 21, "rc-1", 4, &rec, &err), OW_OK);
+        assert_int_equal(ow_store_order_get(s, 21, "R-1", 3, &o, &err), OW_OK);
+        kill_store_connections();
+        if (round == 0)
+            assert_int_not_equal(ow_store_lookup(s, 21, "rc-1", 4, &rec, &err), OW_OK);
+        else
+            assert_int_not_equal(ow_store_order_get(s, 21, "R-1", 3, &o, &err), OW_OK);
+        assert_int_equal(err.cls, OW_ERRCLASS_RETRIABLE);
+    }
+    assert_int_equal(ow_store_lookup(s, 21, "rc-1", 4, &rec, &err), OW_OK);
+    assert_int_equal(rec.n_orders, 2);
+    assert_memory_equal(rec.response.data, m.item.body.data, m.item.body.len);
+    assert_int_equal(ow_store_order_get(s, 21, "R-1", 3, &o, &err), OW_OK);
+    assert_string_equal(o.amount, "1.50");
+    ow_record_cleanup(&rec);
+    testmsg_free(&m);
+    ow_store_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -751,6 +979,10 @@ int main(void)
         cmocka_unit_test_setup(test_replay_batch_reads_only, setup),
         cmocka_unit_test_setup(test_key_hash_matches_sql, setup),
         cmocka_unit_test_setup(test_key_hash_collision, setup),
+        cmocka_unit_test_setup(test_lookup_one_round_trip, setup),
+        cmocka_unit_test_setup(test_lookup_many_orders, setup),
+        cmocka_unit_test_setup(test_read_only_refuses_writes, setup),
+        cmocka_unit_test_setup(test_lookup_reconnects, setup),
     };
     int rc;
 

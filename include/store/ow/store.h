@@ -77,6 +77,12 @@ typedef struct {
     /* Longest wait for one answer of the server; 0: long enough for the
      * longest lock wait (lock_wait_timeout_s + 2 * connect_timeout_s + 5). */
     unsigned read_timeout_s;
+    /* 1 for a connection that only reads (the query service): its session
+     * is READ ONLY and autocommits, so each statement is a transaction of
+     * its own that reads one consistent snapshot and needs no ROLLBACK
+     * after it, and the server refuses any write on it. 0: statements run
+     * in a transaction that the caller commits or rolls back. */
+    int read_only;
     ow_store_tls tls;
     ow_map_check map_check;
     ow_shard_map map; /* OW_MAP_SHARD: what the database must record */

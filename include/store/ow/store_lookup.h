@@ -60,10 +60,12 @@ typedef struct {
 void ow_record_init(ow_record *r);
 void ow_record_cleanup(ow_record *r);
 
-/* Reads the record of (user_id, key) and its orders in one consistent
- * snapshot. out must have been initialised (ow_record_init); what it
- * held is released first. Returns 0, OW_ENOTFOUND (err untouched) when
- * there is no such record, or an error. */
+/* Reads the record of (user_id, key) and its orders with one statement,
+ * so in one consistent snapshot; on a read-only store (the query service)
+ * that statement is the lookup's only round trip. out must have been
+ * initialised (ow_record_init); what it held is released first. Returns
+ * 0, OW_ENOTFOUND (err untouched) when there is no such record, or an
+ * error. */
 int ow_store_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_len, ow_record *out,
                     ow_error *err);
 
