@@ -231,6 +231,18 @@ static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_j
         ow_kafka_header_int(h, "key-truncated-from", (long long)job->key_len);
 }
 
+/* Whether a refused produce call stops the worker. A producer that failed
+ * fatally refuses calls at once, possibly before its error callback asks
+ * for a replacement; without transactions it is replaced and the job
+ * redone, so only that case is not fatal. A full queue at shutdown is not
+ * either: the job is redelivered. */
+static int produce_fatal(const ow_output *o, rd_kafka_resp_err_t e)
+{
+    if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        return 0;
+    return e != RD_KAFKA_RESP_ERR__FATAL || o->cfg->exactly_once;
+}
+
 /* Produces one output of job, of the given kind, waiting while the local
  * queue is full. The value is copied and h is consumed. The job's ticket
  * waits for the output's acknowledgement from here on. Returns OW_OK,
@@ -268,7 +280,7 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
             return OW_EINVAL;
         OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
                OW_F_STR("error", rd_kafka_err2str(e)));
-        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        if (produce_fatal(o, e))
             ow_runstate_set_fatal(o->rs, "a result could not be produced");
         ow_job_settle(o->ledger, job, 0);
         return OW_EFATAL;
@@ -395,7 +407,7 @@ static void notice_failed(ow_output *o, ow_notice *n, rd_kafka_resp_err_t e)
 {
     OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", o->cfg->topic_dlq),
            OW_F_STR("error", rd_kafka_err2str(e)));
-    if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+    if (produce_fatal(o, e))
         ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
     ow_job_settle(o->ledger, n->job, 0);
 }

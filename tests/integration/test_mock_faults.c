@@ -1045,10 +1045,13 @@ static void test_producer_replaced(void **state)
                          s->mc, 3, API_PRODUCE, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
                          0),
                      RD_KAFKA_RESP_ERR_NO_ERROR);
+    /* Inputs keep arriving at every lane while the producer fails: a lane
+     * that produces between the failure and its replacement is refused at
+     * once, which must not stop the worker either. */
     for (int step = 0; step < 6; step++) {
         int64_t step_end = now_ms() + 500;
 
-        produce_inputs(s, 10);
+        produce_inputs(s, 80);
         do {
             check_safety(s, "producer replaced");
             if (kit_wait(s->worker, 50) >= 0)
