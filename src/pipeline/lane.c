@@ -132,11 +132,15 @@ static take_kind how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *
     return TAKE_COUNTED;
 }
 
+/* Whether jobs that need the database are taken. Only an outage holds
+ * them: a database that refuses the worker (its certificate, its password)
+ * refuses every attempt the same way, so the attempt is made, fails for
+ * good and stops the worker, instead of a wait that never ends. */
 static int db_answers(ow_lane *l)
 {
     ow_watch_state st = l->watch != NULL ? ow_store_watch_state(l->watch, NULL) : OW_WATCH_UP;
 
-    return st == OW_WATCH_UP || st == OW_WATCH_UNKNOWN;
+    return st != OW_WATCH_DOWN;
 }
 
 /* Moves eligible jobs from the queue into b. Called with l->mu held.

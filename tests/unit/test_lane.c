@@ -649,6 +649,27 @@ static void test_database_down_holds_only_what_needs_it(void **state)
     assert_int_equal(atomic_load(&ow_stats.shard_waiting[0]), 0);
 }
 
+/* A database the watch found refusing (a rejected certificate, a wrong
+ * password) is not waited for as an outage is: the lane takes its jobs,
+ * its attempt fails for good and the worker stops, as it would if the
+ * lane had met the refusal itself. Seen on MariaDB 11.8: the worker started
+ * while the first handshake looked like a lost connection, and waited
+ * until it was killed. */
+static void test_database_refused_stops_the_worker(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[1] = {simple(f, "r1", "o1")};
+
+    atomic_store(&fake_watch.state, OW_WATCH_REFUSED);
+    seen.fatal = 1;
+    enqueue_then_start(f, jobs, 1);
+    for (int i = 0; i < 5000 && !atomic_load(&f->rs.fatal); i++)
+        ow_sleep_ms(1, NULL);
+    assert_true(atomic_load(&f->rs.fatal));
+    assert_int_equal(seen.n_published, 0);
+    assert_int_equal(atomic_load(&ow_stats.shard_waiting[0]), 0);
+}
+
 static int64_t user_on(unsigned shard)
 {
     for (int64_t u = 100;; u++) {
@@ -701,6 +722,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),
         cmocka_unit_test_setup_teardown(test_database_down_holds_only_what_needs_it, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_database_refused_stops_the_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_by_database_then_key, setup, teardown),
     };
 
