@@ -22,11 +22,12 @@ static const char *const sql_count_old =
 /* The chunk after position (c, i): created_at < cutoff, (created_at, id) >
  * (c, i), written so that the range on ix_requests_created is
  * [c, cutoff) and the walk never revisits the delete-marked entries of the
- * chunks before it (issue 13). A locking read: the rows it returns stay
- * locked until the chunk's transaction ends, so no other purge can detach
- * their orders or delete them meanwhile. A row another transaction holds
- * is waited for; if that transaction deleted it, the read skips it and
- * takes the next one, so the chunk holds only records that still exist. */
+ * chunks before it, which would slow every chunk as the purge goes on.
+ * A locking read: the rows it returns stay locked until the chunk's
+ * transaction ends, so no other purge can detach their orders or delete
+ * them meanwhile. A row another transaction holds is waited for; if that
+ * transaction deleted it, the read skips it and takes the next one, so the
+ * chunk holds only records that still exist. */
 #define SQL_AFTER_POS                                                          \
     " FROM idempotency_requests WHERE created_at < ? AND created_at >= ? AND " \
     "(created_at > ? OR id > ?) ORDER BY created_at, id LIMIT ? FOR UPDATE"

@@ -70,7 +70,7 @@ int ow_store_lookup(ow_store *s, int64_t user_id, const char *key, size_t key_le
                     ow_error *err);
 
 /* One order by its business key (user_id, external_order_no), for the
- * query service (issue 15). Returns 0, OW_ENOTFOUND (err untouched), or an
+ * query service. Returns 0, OW_ENOTFOUND (err untouched), or an
  * error. */
 int ow_store_order_get(ow_store *s, int64_t user_id, const char *ext, size_t ext_len,
                        ow_record_order *out, ow_error *err);
