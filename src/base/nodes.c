@@ -3,17 +3,7 @@
 
 #include <string.h>
 
-/* Trims spaces and tabs around s[0..n). */
-static size_t trim(const char **s, size_t n)
-{
-    while (n > 0 && (**s == ' ' || **s == '\t')) {
-        (*s)++;
-        n--;
-    }
-    while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t'))
-        n--;
-    return n;
-}
+#include "ow/util.h"
 
 static int name_ok(const char *s, size_t n)
 {
@@ -62,7 +52,7 @@ int ow_nodes_join(const char *text, size_t len, char sep, const char *what, char
     for (;; i++) {
         const char *next = memchr(p, sep, (size_t)(end - p));
         const char *name = p;
-        size_t n = trim(&name, next != NULL ? (size_t)(next - p) : (size_t)(end - p));
+        size_t n = ow_trim_blanks(&name, next != NULL ? (size_t)(next - p) : (size_t)(end - p));
 
         if (i == OW_NODES_MAX)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0, "%s: more than %d nodes", what,

@@ -131,17 +131,6 @@ static int parse_port(const char *p, size_t n, unsigned *out)
     return 0;
 }
 
-static size_t trim(const char **s, size_t n)
-{
-    while (n > 0 && (**s == ' ' || **s == '\t')) {
-        (*s)++;
-        n--;
-    }
-    while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t'))
-        n--;
-    return n;
-}
-
 /* One node of an entry, "host", "[v6]" or, for the last node only, either
  * with ":port". Appends the host to names (a '|' list, cap bytes). */
 static int parse_node(const char *s, size_t n, int last, unsigned index, const char *entry,
@@ -151,7 +140,7 @@ static int parse_node(const char *s, size_t n, int last, unsigned index, const c
     size_t hlen, plen, used = strlen(names);
     char why[96];
 
-    n = trim(&s, n);
+    n = ow_trim_blanks(&s, n);
     if (split_host(s, n, &host, &hlen, &port, &plen) != 0)
         return entry_error(err, index, entry, entry_len, "expected host[:port][/database]");
     if (!host_ok(host, hlen)) {
@@ -208,12 +197,12 @@ int ow_shard_list_parse(const char *text, ow_shard_list *out, ow_error *err)
     const char *p = text;
 
     out->n = 0;
-    if (trim(&p, strlen(p)) == 0)
+    if (ow_trim_blanks(&p, strlen(p)) == 0)
         return OW_OK;
     for (;;) {
         const char *comma = strchr(p, ',');
         const char *e = p;
-        size_t n = trim(&e, comma != NULL ? (size_t)(comma - p) : strlen(p));
+        size_t n = ow_trim_blanks(&e, comma != NULL ? (size_t)(comma - p) : strlen(p));
 
         if (out->n == OW_SHARD_MAX)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,

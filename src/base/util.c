@@ -274,6 +274,17 @@ static int64_t duration_unit(char c)
     }
 }
 
+size_t ow_trim_blanks(const char **s, size_t n)
+{
+    while (n > 0 && (**s == ' ' || **s == '\t')) {
+        (*s)++;
+        n--;
+    }
+    while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t'))
+        n--;
+    return n;
+}
+
 int ow_duration_parse(const char *s, int64_t *seconds, const char **why)
 {
     const char *reason = NULL;

@@ -44,6 +44,21 @@ static void test_parse_int64(void **state)
     assert_int_equal(ow_parse_int64(NULL, NULL), OW_EINVAL);
 }
 
+/* Blanks go on both sides, nothing else does, and a blank-only text is
+ * empty. */
+static void test_trim_blanks(void **state)
+{
+    const char *s = " \ta b\t ", *e = "\t \t", *x = "x\n";
+
+    (void)state;
+    assert_int_equal(ow_trim_blanks(&s, strlen(s)), 3);
+    assert_memory_equal(s, "a b", 3);
+    assert_int_equal(ow_trim_blanks(&e, strlen(e)), 0);
+    assert_int_equal(ow_trim_blanks(&x, strlen(x)), 2);
+    assert_int_equal(ow_trim_blanks(&x, 1), 1);
+    assert_int_equal(x[0], 'x');
+}
+
 static void test_buf(void **state)
 {
     ow_buf b;
@@ -147,11 +162,9 @@ static void test_duration_parse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_int64),
-        cmocka_unit_test(test_buf),
-        cmocka_unit_test(test_backoff_bounds),
-        cmocka_unit_test(test_hash_stable),
-        cmocka_unit_test(test_duration_parse),
+        cmocka_unit_test(test_parse_int64), cmocka_unit_test(test_trim_blanks),
+        cmocka_unit_test(test_buf),         cmocka_unit_test(test_backoff_bounds),
+        cmocka_unit_test(test_hash_stable), cmocka_unit_test(test_duration_parse),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,6 +23,10 @@ int ow_parse_int64(const char *s, int64_t *out);
  * reason in *why (static text; why may be NULL). */
 int ow_duration_parse(const char *s, int64_t *seconds, const char **why);
 
+/* Trims spaces and tabs around (*s)[0..n): moves *s past the leading ones
+ * and returns the length without the trailing ones. */
+size_t ow_trim_blanks(const char **s, size_t n);
+
 /* Growable byte buffer; data is always NUL-terminated when non-NULL. */
 typedef struct {
     char *data;
