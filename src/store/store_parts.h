@@ -142,6 +142,9 @@ int ow_store_node_ready(ow_store *s, ow_error *err);
  * (err untouched) when none is recorded or the table does not exist yet,
  * or an error. Needs a connection; leaves no transaction open. */
 int ow_store_map_fetch(ow_store *s, ow_shard_map *m, ow_error *err);
+/* The recorded shard map against the one this connection expects (its
+ * params' map_check): OW_OK, or OW_EINVAL with an error naming both. */
+int ow_store_check_map(ow_store *s, ow_error *err);
 
 /* Shuts down the socket of s's connection, so that a call blocked in it
  * returns at once (a lost connection). Unlike ow_store_cancel, later
