@@ -7,27 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_rows.h"
 #include "ow/nodes.h"
 #include "ow/util.h"
-
-typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL } config_type;
-
-typedef struct {
-    const char *name;
-    config_type type;
-    int64_t min;
-    int64_t max;
-    const char *def;
-    int secret;
-    size_t offset;
-    const char *desc;
-} config_row;
 
 #define ROW_OFF(field) offsetof(ow_config, field)
 
 /* The one list of configuration keys. Order is the order of --help, of
  * `config --print` and of the README table. */
-static const config_row config_table[] = {
+const config_row ow_config_rows[] = {
     {"kafka.bootstrap.servers", CT_STRING, 0, 0, "127.0.0.1:9092", 0,
      ROW_OFF(kafka_bootstrap_servers), "Kafka brokers, host:port[,host:port...]."},
     {"kafka.group.id", CT_STRING, 0, 0, "order-worker", 0, ROW_OFF(kafka_group_id),
@@ -192,7 +180,8 @@ static const config_row config_table[] = {
      "ignored."},
 };
 
-#define N_ROWS (sizeof(config_table) / sizeof(config_table[0]))
+#define N_ROWS (sizeof(ow_config_rows) / sizeof(ow_config_rows[0]))
+const size_t ow_config_n_rows = N_ROWS;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -211,22 +200,12 @@ const char *ow_config_source_name(ow_config_source src)
     return (unsigned)src < sizeof(names) / sizeof(names[0]) ? names[src] : "?";
 }
 
-static char **str_field(ow_config *cfg, const config_row *row)
-{
-    return (char **)(void *)((char *)cfg + row->offset);
-}
-
-static int64_t *int_field(ow_config *cfg, const config_row *row)
-{
-    return (int64_t *)(void *)((char *)cfg + row->offset);
-}
-
 static const config_row *find_row(const char *key, size_t *index)
 {
     for (size_t i = 0; i < N_ROWS; i++) {
-        if (strcmp(config_table[i].name, key) == 0) {
+        if (strcmp(ow_config_rows[i].name, key) == 0) {
             *index = i;
-            return &config_table[i];
+            return &ow_config_rows[i];
         }
     }
     return NULL;
@@ -258,14 +237,14 @@ static int parse_row_value(ow_config *cfg, const config_row *row, const char *va
 
         if (copy == NULL)
             return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-        free(*str_field(cfg, row));
-        *str_field(cfg, row) = copy;
+        free(*ow_config_str_field(cfg, row));
+        *ow_config_str_field(cfg, row) = copy;
         return OW_OK;
     }
     case CT_LOGLEVEL:
         for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
             if (strcmp(value, level_names[i]) == 0) {
-                *int_field(cfg, row) = (int64_t)i;
+                *ow_config_int_field(cfg, row) = (int64_t)i;
                 return OW_OK;
             }
         }
@@ -279,7 +258,7 @@ static int parse_row_value(ow_config *cfg, const config_row *row, const char *va
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "%s: %s: %lld is out of range [%lld, %lld]", where, row->name,
                                 (long long)v, (long long)row->min, (long long)row->max);
-        *int_field(cfg, row) = v;
+        *ow_config_int_field(cfg, row) = v;
         return OW_OK;
     }
     return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "%s: %s: unknown type", where, row->name);
@@ -352,7 +331,7 @@ const char *ow_config_string(const ow_config *cfg, const char *key)
 
     if (row == NULL || row->type != CT_STRING)
         return NULL;
-    return *str_field((ow_config *)cfg, row);
+    return *ow_config_str_field((ow_config *)cfg, row);
 }
 
 ow_config_source ow_config_source_of(const ow_config *cfg, const char *key)
@@ -389,7 +368,7 @@ int ow_config_init(ow_config *cfg, ow_error *err)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     }
     for (size_t i = 0; i < N_ROWS; i++) {
-        int rc = parse_row_value(cfg, &config_table[i], config_table[i].def, "default", err);
+        int rc = parse_row_value(cfg, &ow_config_rows[i], ow_config_rows[i].def, "default", err);
 
         if (rc != OW_OK) {
             ow_config_cleanup(cfg);
@@ -403,8 +382,8 @@ void ow_config_cleanup(ow_config *cfg)
 {
     if (cfg->sources != NULL) {
         for (size_t i = 0; i < N_ROWS; i++) {
-            if (config_table[i].type == CT_STRING)
-                free(*str_field(cfg, &config_table[i]));
+            if (ow_config_rows[i].type == CT_STRING)
+                free(*ow_config_str_field(cfg, &ow_config_rows[i]));
             free(cfg->source_where[i]);
         }
     }
@@ -536,8 +515,7 @@ int ow_config_load_file(ow_config *cfg, const char *path, ow_error *err)
     return rc;
 }
 
-/* ORDER_WORKER_MYSQL_PORT for mysql.port. */
-static void env_name(const char *key, char *out, size_t outsz)
+void ow_config_env_name(const char *key, char *out, size_t outsz)
 {
     size_t n = strlen(OW_CONFIG_ENV_PREFIX);
     size_t i = 0;
@@ -559,9 +537,9 @@ static int load_env_var(ow_config *cfg, const char *name, size_t name_len, const
 
     snprintf(where, sizeof(where), "environment %.*s", (int)name_len, name);
     for (size_t i = 0; i < N_ROWS; i++) {
-        env_name(config_table[i].name, env, sizeof(env));
+        ow_config_env_name(ow_config_rows[i].name, env, sizeof(env));
         if (strlen(env) == name_len && memcmp(env, name, name_len) == 0)
-            return ow_config_set(cfg, config_table[i].name, value, OW_SRC_ENV, where, err);
+            return ow_config_set(cfg, ow_config_rows[i].name, value, OW_SRC_ENV, where, err);
     }
     /* ORDER_WORKER_KAFKA_SOCKET_TIMEOUT_MS -> kafka.socket.timeout.ms: librdkafka
      * property names use '.' and never '_'. */
@@ -601,110 +579,4 @@ int ow_config_is_secret_kafka(const char *name)
 {
     return strstr(name, "password") != NULL || strstr(name, "secret") != NULL ||
            strstr(name, ".pem") != NULL || strstr(name, "oauthbearer.config") != NULL;
-}
-
-static void print_value(const ow_config *cfg, const config_row *row, FILE *out)
-{
-    ow_config *c = (ow_config *)cfg;
-
-    if (row->secret) {
-        fputs(**str_field(c, row) != '\0' ? "(redacted)" : "", out);
-        return;
-    }
-    switch (row->type) {
-    case CT_STRING:
-        fputs(*str_field(c, row), out);
-        break;
-    case CT_INT:
-        fprintf(out, "%lld", (long long)*int_field(c, row));
-        break;
-    case CT_LOGLEVEL:
-        fputs(ow_log_level_name(*int_field(c, row)), out);
-        break;
-    }
-}
-
-/* How a node list is used, after mysql.host and mysql.shards. */
-static void print_nodes_note(const ow_config *cfg, const config_row *row, FILE *out)
-{
-    unsigned lists = 0;
-
-    if (strcmp(row->name, "mysql.host") == 0 && ow_nodes_count(cfg->mysql_host) > 1)
-        fprintf(out, "; %u nodes of one cluster, one used at a time, the first ready in order",
-                ow_nodes_count(cfg->mysql_host));
-    if (strcmp(row->name, "mysql.shards") != 0)
-        return;
-    for (unsigned i = 0; i < cfg->shards.n; i++)
-        lists += ow_nodes_count(cfg->shards.addr[i].host) > 1;
-    if (lists > 0)
-        fprintf(out, "; %u of %u shards are clusters of several nodes, one used at a time", lists,
-                cfg->shards.n);
-}
-
-void ow_config_print(const ow_config *cfg, FILE *out)
-{
-    for (size_t i = 0; i < N_ROWS; i++) {
-        fprintf(out, "%s = ", config_table[i].name);
-        print_value(cfg, &config_table[i], out);
-        fprintf(out, "    # %s", ow_config_source_name(cfg->sources[i]));
-        if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_FILE)
-            fprintf(out, " (%s)", cfg->source_where[i]);
-        else if (cfg->source_where[i] != NULL && cfg->sources[i] == OW_SRC_ENV)
-            fprintf(out, " (%s)", cfg->source_where[i] + strlen("environment "));
-        print_nodes_note(cfg, &config_table[i], out);
-        fputc('\n', out);
-    }
-    for (size_t i = 0; i < cfg->n_passthrough; i++) {
-        const ow_config_kv *kv = &cfg->passthrough[i];
-
-        fprintf(out, "kafka.%s = %s    # %s, passed to librdkafka\n", kv->name,
-                ow_config_is_secret_kafka(kv->name) ? "(redacted)" : kv->value,
-                ow_config_source_name(kv->source));
-    }
-}
-
-static const char *type_name(const config_row *row)
-{
-    switch (row->type) {
-    case CT_STRING:
-        return "string";
-    case CT_INT:
-        return "integer";
-    case CT_LOGLEVEL:
-        return "level";
-    }
-    return "?";
-}
-
-void ow_config_print_reference(FILE *out, int markdown)
-{
-    char env[128];
-
-    if (markdown) {
-        fputs("| key | type | default | range | environment | description |\n", out);
-        fputs("|---|---|---|---|---|---|\n", out);
-    }
-    for (size_t i = 0; i < N_ROWS; i++) {
-        const config_row *row = &config_table[i];
-        char range[64] = "";
-
-        env_name(row->name, env, sizeof(env));
-        if (row->type == CT_INT)
-            snprintf(range, sizeof(range), "%lld..%lld", (long long)row->min, (long long)row->max);
-        if (markdown)
-            fprintf(out, "| `%s` | %s | %s%s%s | %s | `%s` | %s%s |\n", row->name, type_name(row),
-                    row->def[0] ? "`" : "", row->def[0] ? row->def : "(empty)",
-                    row->def[0] ? "`" : "", range, env, row->desc,
-                    row->secret ? " Secret: never printed." : "");
-        else
-            fprintf(out, "  %-28s %s, default \"%s\"%s%s\n      %s\n", row->name, type_name(row),
-                    row->def, range[0] != '\0' ? ", " : "", range, row->desc);
-    }
-    if (markdown)
-        fputs("| `kafka.<property>` | string | | | `ORDER_WORKER_KAFKA_<PROPERTY>` | Passed to "
-              "librdkafka as `<property>`, for the consumer and the producer; "
-              "`kafka.consumer.<property>` and `kafka.producer.<property>` reach only one. |\n",
-              out);
-    else
-        fputs("  kafka.<property>             passed to librdkafka unchanged\n", out);
 }
