@@ -142,3 +142,8 @@ void ow_result_bytes(MYSQL_BIND *b, void *buf, size_t cap, unsigned long *len, o
     b->length = len;
     b->is_null = isnull;
 }
+
+size_t ow_store_text_len(unsigned long len, size_t cap)
+{
+    return len < cap ? (size_t)len : cap - 1;
+}

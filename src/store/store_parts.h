@@ -138,6 +138,17 @@ int ow_store_node_setup(ow_store *s, ow_error *err);
 /* On an open connection: a ping, and on a Galera node the readiness check. */
 int ow_store_node_ready(ow_store *s, ow_error *err);
 
+/* Whether a MySQL error number is one a retry may cure: the connection
+ * was lost or refused, or the server refused for the moment (deadlock,
+ * lock wait, read-only during a failover). */
+int ow_store_error_retriable(unsigned e);
+
+/* The connection's socket and node, published under cancel_mu for
+ * ow_store_cancel and the watch; whether a cancel came. */
+void ow_store_set_sock(ow_store *s, int sock);
+void ow_store_set_node(ow_store *s, unsigned node);
+int ow_store_cancelled(ow_store *s);
+
 /* The shard map this connection's database records: OW_OK, OW_ENOTFOUND
  * (err untouched) when none is recorded or the table does not exist yet,
  * or an error. Needs a connection; leaves no transaction open. */

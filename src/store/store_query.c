@@ -83,11 +83,6 @@ int ow_store_begin_snapshot(ow_store *s, ow_error *err)
     return rc;
 }
 
-size_t ow_store_text_len(unsigned long len, size_t cap)
-{
-    return len < cap ? (size_t)len : cap - 1;
-}
-
 static const char *const sql_session_counts =
     "SELECT CAST(SUM(IF(VARIABLE_NAME = 'QUESTIONS', VARIABLE_VALUE, 0)) AS SIGNED), "
     "CAST(SUM(IF(VARIABLE_NAME = 'COM_STMT_PREPARE', VARIABLE_VALUE, 0)) AS SIGNED), "
