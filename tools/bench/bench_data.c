@@ -6,38 +6,6 @@
 
 #include "bench.h"
 
-void bm_log(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("ow-bench: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-/* The tool cannot do anything useful without memory: say so and stop. */
-void *bm_xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
-
-    if (p == NULL) {
-        bm_log("out of memory (%zu x %zu bytes)", n, size);
-        exit(2);
-    }
-    return p;
-}
-
-char *bm_xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = bm_xcalloc(n, 1);
-
-    memcpy(p, s, n);
-    return p;
-}
-
 /* --- Generation ------------------------------------------------------------ */
 
 static void copy_msg(bm_msg *dst, const kit_gen_msg *m)

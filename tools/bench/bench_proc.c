@@ -1,4 +1,4 @@
-/* Processes, clocks, /proc sampling and the progress line. */
+/* Processes, /proc sampling and the progress line. */
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -9,22 +9,6 @@
 #include <unistd.h>
 
 #include "bench.h"
-
-double bm_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-double bm_wall(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* posix_spawn: safe in a parent with librdkafka threads. stdout and stderr
  * go to log_path (appended); stdin is /dev/null. */
