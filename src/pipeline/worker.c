@@ -19,7 +19,7 @@
 
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
-    ow_job *job = ow_job_from_message(&w->limits, m);
+    ow_job *job = ow_job_from_message(&w->maker, m);
     int rewound = 0;
     int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &rewound)
                          : OW_ENOMEM;
@@ -214,6 +214,8 @@ static void destroy(ow_worker *w)
         ow_output_destroy(&w->out);
     ow_txn_destroy(&w->txn);
     ow_runstate_cleanup(&w->rs);
+    /* Last: the producer is gone, so no delivery report ends a job after. */
+    ow_job_maker_cleanup(&w->maker);
 }
 
 void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
@@ -224,14 +226,14 @@ void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
 {
     ow_worker w;
+    ow_job_limits lim = {{(size_t)cfg->request_max_bytes, (size_t)cfg->request_max_orders}, 0};
     uint64_t seed = (uint64_t)ow_clock_mono_us() ^ (uint64_t)getpid() << 20;
     int rc;
 
     memset(&w, 0, sizeof(w));
     ow_runstate_init(&w.rs);
     w.cfg = cfg;
-    w.limits.request.max_bytes = (size_t)cfg->request_max_bytes;
-    w.limits.request.max_orders = (size_t)cfg->request_max_orders;
+    ow_job_maker_init(&w.maker, &lim);
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
     ow_ledger_init(&w.ledger, ow_worker_store_offset, &w);
     ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, ow_worker_epoch_end, &w);
