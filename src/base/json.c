@@ -492,9 +492,8 @@ static int decode_string(ow_json_parser *p, size_t start, size_t end, char *out,
     return rc;
 }
 
-/* Parses the string starting at the opening quote at p->pos.  The decoded
- * form is never longer than the raw body, so the raw length sizes it. */
-static int parse_string(ow_json_parser *p, const char **str, size_t *len)
+/* A string with escapes, control characters or non-ASCII bytes. */
+static int parse_escaped_string(ow_json_parser *p, const char **str, size_t *len)
 {
     size_t open = p->pos;
     size_t end = string_end(p, open + 1);
@@ -517,6 +516,43 @@ static int parse_string(ow_json_parser *p, const char **str, size_t *len)
     return 0;
 }
 
+/* The end of a plain string body from i: printable ASCII without escapes,
+ * which is what nearly every member name and value of a message is. */
+static size_t plain_end(const ow_json_parser *p, size_t i)
+{
+    while (i < p->len) {
+        unsigned char c = p->buf[i];
+
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+            break;
+        i++;
+    }
+    return i;
+}
+
+/* Parses the string starting at the opening quote at p->pos.  A plain
+ * string is copied as it is in one pass; any other is checked and decoded.
+ * The decoded form is never longer than the raw body, so the raw length
+ * sizes it. */
+static int parse_string(ow_json_parser *p, const char **str, size_t *len)
+{
+    size_t plain = plain_end(p, p->pos + 1);
+
+    if (plain < p->len && p->buf[plain] == '"') {
+        size_t n = plain - (p->pos + 1);
+        char *out = arena_alloc(p->doc, n + 1, 1);
+
+        if (out == NULL)
+            return fail_nomem(p);
+        memcpy(out, p->buf + p->pos + 1, n);
+        out[n] = '\0';
+        *str = out;
+        *len = n;
+        p->pos = plain + 1;
+        return 0;
+    }
+    return parse_escaped_string(p, str, len);
+}
 /* ---- Numbers and literals -------------------------------------------- */
 
 static size_t skip_digits(const ow_json_parser *p, size_t i)

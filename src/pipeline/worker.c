@@ -83,8 +83,15 @@ static void backpressure(ow_worker *w)
     int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
     const ow_config *c = w->cfg;
     int full = msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes;
-    int64_t now = ow_clock_mono_ms();
+    int64_t now;
 
+    /* Called for every message: below the limit and not paused, there is
+     * nothing to time. */
+    if (!full && !w->paused) {
+        w->full_since_ms = 0;
+        return;
+    }
+    now = ow_clock_mono_ms();
     if (!full || w->paused)
         w->full_since_ms = 0;
     else if (w->full_since_ms == 0)
@@ -250,7 +257,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
 
             if (atomic_load(&w.producer_failed))
                 ow_worker_replace_producer(&w);
-            if (ow_txn_due(&w.txn, ow_clock_mono_ms()))
+            if (cfg->exactly_once && ow_txn_due(&w.txn, ow_clock_mono_ms()))
                 ow_txn_commit(&w.txn, "interval", ow_clock_mono_ms() + TXN_FLUSH_WAIT_MS);
 
             if (w.full_since_ms != 0) { /* at the limit: wait, do not take more */
