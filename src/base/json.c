@@ -30,7 +30,7 @@
 /* A node plus the input offset of its member name, used to report where a
  * duplicate name appears.  The public node is the first member, so a
  * pointer to it converts back to the enclosing struct. */
-typedef struct {
+typedef struct ow_json_inode {
     ow_json_node pub;
     size_t key_off;
 } ow_json_inode;
@@ -46,9 +46,15 @@ struct ow_json_doc {
     ow_json_node *root;
     ow_json_block *blocks; /* the block serving small allocations is first */
     size_t next_block;     /* payload size of the next ordinary block */
+    /* The parser's stacks, kept with the document so that a document
+     * parsed again (ow_json_reparse) reuses them. */
+    struct ow_json_frame *stack;
+    size_t stack_cap;
+    const struct ow_json_inode **scratch;
+    size_t scratch_cap;
 };
 
-typedef struct {
+typedef struct ow_json_frame {
     ow_json_node *node; /* the open array or object */
     ow_json_node *last; /* its last child so far, or NULL */
 } ow_json_frame;
@@ -60,12 +66,8 @@ typedef struct {
     size_t max_depth;
     size_t max_nodes;
     size_t nodes;
-    ow_json_doc *doc;
-    ow_json_frame *stack;
+    ow_json_doc *doc; /* owns the stack and the scratch */
     size_t depth;
-    size_t stack_cap;
-    const ow_json_inode **scratch; /* children of an object being checked */
-    size_t scratch_cap;
     const char *key; /* member name waiting for its value */
     size_t key_len;
     size_t key_off;
@@ -174,7 +176,44 @@ static ow_json_doc *doc_new(void)
     doc->root = NULL;
     doc->blocks = NULL;
     doc->next_block = OW_JSON_BLOCK_MIN;
+    doc->stack = NULL;
+    doc->stack_cap = 0;
+    doc->scratch = NULL;
+    doc->scratch_cap = 0;
     return doc;
+}
+
+/* The most scratch entries a document keeps for its next parse. */
+#define OW_JSON_SCRATCH_KEEP 1024
+
+/* Empties a document for another parse: one ordinary block of the first
+ * size stays (the one a message of usual size fits in), every other block
+ * goes, and so does a scratch array grown by an unusually large object. */
+static void doc_reset(ow_json_doc *doc)
+{
+    ow_json_block *keep = NULL;
+    ow_json_block *b = doc->blocks;
+
+    while (b != NULL) {
+        ow_json_block *next = b->next;
+
+        if (keep == NULL && b->cap == OW_JSON_BLOCK_MIN) {
+            keep = b;
+            keep->next = NULL;
+            keep->used = 0;
+        } else {
+            free(b);
+        }
+        b = next;
+    }
+    doc->blocks = keep;
+    doc->next_block = keep != NULL ? 2 * OW_JSON_BLOCK_MIN : OW_JSON_BLOCK_MIN;
+    doc->root = NULL;
+    if (doc->scratch_cap > OW_JSON_SCRATCH_KEEP) {
+        free(doc->scratch);
+        doc->scratch = NULL;
+        doc->scratch_cap = 0;
+    }
 }
 
 /* ---- Character helpers ----------------------------------------------- */
@@ -453,9 +492,8 @@ static int decode_string(ow_json_parser *p, size_t start, size_t end, char *out,
     return rc;
 }
 
-/* Parses the string starting at the opening quote at p->pos.  The decoded
- * form is never longer than the raw body, so the raw length sizes it. */
-static int parse_string(ow_json_parser *p, const char **str, size_t *len)
+/* A string with escapes, control characters or non-ASCII bytes. */
+static int parse_escaped_string(ow_json_parser *p, const char **str, size_t *len)
 {
     size_t open = p->pos;
     size_t end = string_end(p, open + 1);
@@ -478,6 +516,43 @@ static int parse_string(ow_json_parser *p, const char **str, size_t *len)
     return 0;
 }
 
+/* The end of a plain string body from i: printable ASCII without escapes,
+ * which is what nearly every member name and value of a message is. */
+static size_t plain_end(const ow_json_parser *p, size_t i)
+{
+    while (i < p->len) {
+        unsigned char c = p->buf[i];
+
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+            break;
+        i++;
+    }
+    return i;
+}
+
+/* Parses the string starting at the opening quote at p->pos.  A plain
+ * string is copied as it is in one pass; any other is checked and decoded.
+ * The decoded form is never longer than the raw body, so the raw length
+ * sizes it. */
+static int parse_string(ow_json_parser *p, const char **str, size_t *len)
+{
+    size_t plain = plain_end(p, p->pos + 1);
+
+    if (plain < p->len && p->buf[plain] == '"') {
+        size_t n = plain - (p->pos + 1);
+        char *out = arena_alloc(p->doc, n + 1, 1);
+
+        if (out == NULL)
+            return fail_nomem(p);
+        memcpy(out, p->buf + p->pos + 1, n);
+        out[n] = '\0';
+        *str = out;
+        *len = n;
+        p->pos = plain + 1;
+        return 0;
+    }
+    return parse_escaped_string(p, str, len);
+}
 /* ---- Numbers and literals -------------------------------------------- */
 
 static size_t skip_digits(const ow_json_parser *p, size_t i)
@@ -577,7 +652,7 @@ static void attach(ow_json_parser *p, ow_json_inode *in)
         p->doc->root = n;
         return;
     }
-    f = &p->stack[p->depth - 1];
+    f = &p->doc->stack[p->depth - 1];
     if (f->node->type == OW_JSON_OBJECT) {
         n->key = p->key;
         n->key_len = p->key_len;
@@ -613,20 +688,21 @@ static int new_node(ow_json_parser *p, ow_json_type type, ow_json_node **out)
 
 static int grow_stack(ow_json_parser *p)
 {
-    size_t cap = p->stack_cap == 0 ? OW_JSON_STACK_MIN : p->stack_cap;
+    ow_json_doc *d = p->doc;
+    size_t cap = d->stack_cap == 0 ? OW_JSON_STACK_MIN : d->stack_cap;
     ow_json_frame *s;
 
-    if (p->stack_cap != 0)
+    if (d->stack_cap != 0)
         cap = cap <= SIZE_MAX / 2 ? cap * 2 : SIZE_MAX;
     if (cap > p->max_depth)
         cap = p->max_depth;
     if (cap > SIZE_MAX / sizeof(*s))
         return fail_nomem(p);
-    s = realloc(p->stack, cap * sizeof(*s));
+    s = realloc(d->stack, cap * sizeof(*s));
     if (s == NULL)
         return fail_nomem(p);
-    p->stack = s;
-    p->stack_cap = cap;
+    d->stack = s;
+    d->stack_cap = cap;
     return 0;
 }
 
@@ -640,7 +716,7 @@ static int open_container(ow_json_parser *p, ow_json_type type)
         snprintf(msg, sizeof(msg), "nesting deeper than %zu", p->max_depth);
         return fail(p, OW_JSON_ERR_LIMIT, p->pos, msg);
     }
-    if (p->depth == p->stack_cap) {
+    if (p->depth == p->doc->stack_cap) {
         rc = grow_stack(p);
         if (rc != 0)
             return rc;
@@ -648,8 +724,8 @@ static int open_container(ow_json_parser *p, ow_json_type type)
     rc = new_node(p, type, &n);
     if (rc != 0)
         return rc;
-    p->stack[p->depth].node = n;
-    p->stack[p->depth].last = NULL;
+    p->doc->stack[p->depth].node = n;
+    p->doc->stack[p->depth].last = NULL;
     p->depth++;
     p->pos++;
     return 0;
@@ -697,7 +773,8 @@ static int check_dups_small(ow_json_parser *p, const ow_json_node *obj)
 
 static int reserve_scratch(ow_json_parser *p, size_t count)
 {
-    if (ow_grow((void **)&p->scratch, &p->scratch_cap, count, sizeof(*p->scratch)) != OW_OK)
+    if (ow_grow((void **)&p->doc->scratch, &p->doc->scratch_cap, count, sizeof(*p->doc->scratch)) !=
+        OW_OK)
         return fail_nomem(p);
     return 0;
 }
@@ -709,15 +786,17 @@ static int check_dups_sorted(ow_json_parser *p, const ow_json_node *obj)
     size_t n = 0;
     size_t best = SIZE_MAX;
     int rc = reserve_scratch(p, obj->count);
+    const ow_json_inode **sorted;
 
     if (rc != 0)
         return rc;
+    sorted = p->doc->scratch;
     for (const ow_json_node *c = obj->first; c != NULL; c = c->next)
-        p->scratch[n++] = (const ow_json_inode *)c;
-    qsort(p->scratch, n, sizeof(*p->scratch), inode_cmp);
+        sorted[n++] = (const ow_json_inode *)c;
+    qsort(sorted, n, sizeof(*sorted), inode_cmp);
     for (size_t i = 1; i < n; i++) {
-        const ow_json_inode *prev = p->scratch[i - 1];
-        const ow_json_inode *c = p->scratch[i];
+        const ow_json_inode *prev = sorted[i - 1];
+        const ow_json_inode *c = sorted[i];
 
         if (key_cmp(&prev->pub, &c->pub) == 0 && c->key_off < best)
             best = c->key_off;
@@ -730,7 +809,7 @@ static int check_dups_sorted(ow_json_parser *p, const ow_json_node *obj)
 /* Pops the innermost container; p->pos is at its closing bracket. */
 static int close_container(ow_json_parser *p)
 {
-    const ow_json_node *n = p->stack[p->depth - 1].node;
+    const ow_json_node *n = p->doc->stack[p->depth - 1].node;
     int rc = 0;
 
     if (n->type == OW_JSON_OBJECT && n->count > OW_JSON_DUP_LINEAR_MAX)
@@ -884,7 +963,7 @@ static const container_words object_words = {'}', "unexpected end of input (uncl
  * its end, or a comma and (in an object) the next member's key. */
 static int after_value(ow_json_parser *p, bool *want_value)
 {
-    bool is_array = p->stack[p->depth - 1].node->type == OW_JSON_ARRAY;
+    bool is_array = p->doc->stack[p->depth - 1].node->type == OW_JSON_ARRAY;
     const container_words *w = is_array ? &array_words : &object_words;
 
     skip_ws(p);
@@ -944,6 +1023,16 @@ static void parser_init(ow_json_parser *p, const void *buf, size_t len,
     p->err = err;
 }
 
+/* Parses into p->doc and leaves the document's memory to the caller. */
+static int parse_into(ow_json_parser *p)
+{
+    int rc = parse_document(p);
+
+    if (rc != 0)
+        p->doc->root = NULL;
+    return rc;
+}
+
 int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **out,
                   ow_json_error *err)
 {
@@ -961,20 +1050,34 @@ int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_
     if (out == NULL || (buf == NULL && len != 0))
         return fail(&p, OW_JSON_ERR_ARG, 0, "invalid argument");
     p.doc = doc_new();
-    if (p.doc == NULL) {
-        rc = fail_nomem(&p);
-        goto out;
-    }
-    rc = parse_document(&p);
-    if (rc == 0) {
+    if (p.doc == NULL)
+        return fail_nomem(&p);
+    rc = parse_into(&p);
+    if (rc == 0)
         *out = p.doc;
-        p.doc = NULL;
-    }
-out:
-    free(p.stack);
-    free(p.scratch);
-    ow_json_free(&p.doc);
+    else
+        ow_json_free(&p.doc);
     return rc;
+}
+
+int ow_json_reparse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **doc,
+                    ow_json_error *err)
+{
+    ow_json_error scratch_err;
+    ow_json_parser p;
+
+    if (err == NULL)
+        err = &scratch_err;
+    err->offset = 0;
+    err->message[0] = '\0';
+    parser_init(&p, buf, len, limits, err);
+    if (doc == NULL || (buf == NULL && len != 0))
+        return fail(&p, OW_JSON_ERR_ARG, 0, "invalid argument");
+    if (*doc == NULL && (*doc = doc_new()) == NULL)
+        return fail_nomem(&p);
+    doc_reset(*doc);
+    p.doc = *doc;
+    return parse_into(&p);
 }
 
 const ow_json_node *ow_json_root(const ow_json_doc *doc)
@@ -995,6 +1098,8 @@ void ow_json_free(ow_json_doc **doc)
         free(b);
         b = next;
     }
+    free((*doc)->stack);
+    free((*doc)->scratch);
     free(*doc);
     *doc = NULL;
 }

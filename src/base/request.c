@@ -310,20 +310,43 @@ static int cmp_ext(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Up to this many orders, a batch with no repeated external_order_no is
+ * recognized by comparing every pair, without sorting. */
+#define UNIQUE_PAIRWISE_MAX 16
+
+/* 1 when items[0..n) are few and no two share an external_order_no; 0 when
+ * there are many, or a repeat, which the sorted check reports. An empty one
+ * (already reported as invalid) repeats nothing, as in the sorted check. */
+static int all_distinct_small(const ow_order_item *items, size_t n)
+{
+    if (n > UNIQUE_PAIRWISE_MAX)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        for (size_t k = 0; k < i; k++) {
+            if (items[i].ext_len != 0 && items[i].ext_len == items[k].ext_len &&
+                memcmp(items[i].external_order_no, items[k].external_order_no, items[i].ext_len) ==
+                    0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 /* Reports every item whose external_order_no repeats an earlier item's,
  * naming the first item of the run. Returns 1 when all are unique, 0 when
  * not, -1 when out of memory. */
-static int check_unique_ext(const ow_order_item *items, size_t n, ow_field_errors *errs)
+static int check_unique_ext(ow_request_scratch *s, const ow_order_item *items, size_t n,
+                            ow_field_errors *errs)
 {
     const ow_order_item **sorted;
     size_t run_start = 0;
     int ok = 1;
 
-    if (n < 2)
+    if (n < 2 || all_distinct_small(items, n))
         return 1;
-    sorted = malloc(n * sizeof(*sorted));
-    if (sorted == NULL)
+    if (ow_grow((void **)&s->sorted, &s->sorted_cap, n, sizeof(*s->sorted)) != OW_OK)
         return -1;
+    sorted = s->sorted;
     for (size_t i = 0; i < n; i++)
         sorted[i] = &items[i];
     qsort(sorted, n, sizeof(*sorted), cmp_ext);
@@ -337,12 +360,11 @@ static int check_unique_ext(const ow_order_item *items, size_t n, ow_field_error
                    "repeats orders[%zu].external_order_no", (size_t)(sorted[run_start] - items));
         ok = 0;
     }
-    free(sorted);
     return ok;
 }
 
-static int parse_orders(const ow_json_node *orders, const ow_request_limits *limits,
-                        ow_request *out, ow_field_errors *errs)
+static int parse_orders(ow_request_scratch *s, const ow_json_node *orders,
+                        const ow_request_limits *limits, ow_request *out, ow_field_errors *errs)
 {
     const ow_json_node *item;
     size_t i = 0;
@@ -366,7 +388,8 @@ static int parse_orders(const ow_json_node *orders, const ow_request_limits *lim
                             limits->max_orders);
         return 0;
     }
-    out->orders = calloc(orders->count, sizeof(*out->orders));
+    /* parse_item clears each item: no calloc. */
+    out->orders = malloc(orders->count * sizeof(*out->orders));
     if (out->orders == NULL)
         return -1;
     for (item = orders->first; item != NULL; item = item->next, i++) {
@@ -374,7 +397,7 @@ static int parse_orders(const ow_json_node *orders, const ow_request_limits *lim
             ok = 0;
     }
     out->n_orders = orders->count;
-    uniq = check_unique_ext(out->orders, out->n_orders, errs);
+    uniq = check_unique_ext(s, out->orders, out->n_orders, errs);
     if (uniq < 0)
         return -1;
     return ok && uniq;
@@ -402,11 +425,25 @@ static void parse_user_id(const ow_json_node *v, ow_request *out, ow_field_error
     out->user_id = id;
 }
 
-int ow_request_parse(const void *value, size_t len, const ow_request_limits *limits,
-                     ow_request *out, ow_field_errors *errs)
+/* The most entries the sorting scratch keeps between parses. */
+#define SORTED_KEEP 1024
+
+void ow_request_scratch_init(ow_request_scratch *s)
+{
+    memset(s, 0, sizeof(*s));
+}
+
+void ow_request_scratch_cleanup(ow_request_scratch *s)
+{
+    ow_json_free(&s->doc);
+    free(s->sorted);
+    ow_request_scratch_init(s);
+}
+
+int ow_request_parse_with(ow_request_scratch *s, const void *value, size_t len,
+                          const ow_request_limits *limits, ow_request *out, ow_field_errors *errs)
 {
     ow_json_limits jl = {JSON_MAX_DEPTH, 0};
-    ow_json_doc *doc = NULL;
     ow_json_error jerr;
     const ow_json_node *root;
     int ok = 1;
@@ -425,7 +462,7 @@ int ow_request_parse(const void *value, size_t len, const ow_request_limits *lim
         goto out;
     }
     jl.max_nodes = limits->max_orders * 20 > 100000 ? limits->max_orders * 20 : 100000;
-    jrc = ow_json_parse(value, len, &jl, &doc, &jerr);
+    jrc = ow_json_reparse(value, len, &jl, &s->doc, &jerr);
     if (jrc == OW_JSON_ERR_NOMEM) {
         rc = OW_ENOMEM;
         goto out;
@@ -435,26 +472,42 @@ int ow_request_parse(const void *value, size_t len, const ow_request_limits *lim
                             jerr.offset);
         goto out;
     }
-    root = ow_json_root(doc);
+    root = ow_json_root(s->doc);
     if (root->type != OW_JSON_OBJECT) {
         ow_field_errors_add(errs, "value", "must be a JSON object");
         goto out;
     }
     parse_user_id(ow_json_member(root, "user_id"), out, errs, &ok);
-    orc = parse_orders(ow_json_member(root, "orders"), limits, out, errs);
+    orc = parse_orders(s, ow_json_member(root, "orders"), limits, out, errs);
     if (orc < 0) {
         rc = OW_ENOMEM;
         goto out;
     }
     rc = (ok && orc) ? OW_OK : OW_EINVAL;
 out:
-    ow_json_free(&doc);
+    if (s->sorted_cap > SORTED_KEEP) {
+        free(s->sorted);
+        s->sorted = NULL;
+        s->sorted_cap = 0;
+    }
     if (rc != OW_OK) {
         int64_t user_id = out->user_id;
 
         ow_request_cleanup(out);
         out->user_id = user_id;
     }
+    return rc;
+}
+
+int ow_request_parse(const void *value, size_t len, const ow_request_limits *limits,
+                     ow_request *out, ow_field_errors *errs)
+{
+    ow_request_scratch s;
+    int rc;
+
+    ow_request_scratch_init(&s);
+    rc = ow_request_parse_with(&s, value, len, limits, out, errs);
+    ow_request_scratch_cleanup(&s);
     return rc;
 }
 

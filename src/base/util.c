@@ -86,7 +86,8 @@ int ow_buf_reserve(ow_buf *b, size_t extra)
 
 int ow_buf_append(ow_buf *b, const void *p, size_t n)
 {
-    if (ow_buf_reserve(b, n) != OW_OK)
+    /* The common case, room already there, without ow_buf_reserve's checks. */
+    if (b->cap - b->len <= n && ow_buf_reserve(b, n) != OW_OK)
         return OW_ENOMEM;
     if (n > 0)
         memcpy(b->data + b->len, p, n);
@@ -97,7 +98,11 @@ int ow_buf_append(ow_buf *b, const void *p, size_t n)
 
 int ow_buf_appendc(ow_buf *b, char c)
 {
-    return ow_buf_append(b, &c, 1);
+    if (b->cap - b->len <= 1 && ow_buf_reserve(b, 1) != OW_OK)
+        return OW_ENOMEM;
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+    return OW_OK;
 }
 
 int ow_buf_appends(ow_buf *b, const char *s)
@@ -122,22 +127,30 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...)
     return OW_OK;
 }
 
-size_t ow_format_int(long long v, char out[21])
+/* The digits of u, most significant first, into out with a NUL after. */
+static size_t format_digits(unsigned long long u, char *out)
 {
     char digits[20];
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
     size_t n = 0, k = 0;
 
     do {
         digits[n++] = (char)('0' + u % 10);
         u /= 10;
     } while (u > 0);
-    if (v < 0)
-        out[k++] = '-';
     while (n > 0)
         out[k++] = digits[--n];
     out[k] = '\0';
     return k;
+}
+
+size_t ow_format_int(long long v, char out[21])
+{
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+
+    if (v >= 0)
+        return format_digits(u, out);
+    out[0] = '-';
+    return 1 + format_digits(u, out + 1);
 }
 
 int ow_buf_append_int(ow_buf *b, long long v)
@@ -145,6 +158,13 @@ int ow_buf_append_int(ow_buf *b, long long v)
     char text[21];
 
     return ow_buf_append(b, text, ow_format_int(v, text));
+}
+
+int ow_buf_append_uint(ow_buf *b, unsigned long long v)
+{
+    char text[21];
+
+    return ow_buf_append(b, text, format_digits(v, text));
 }
 
 char *ow_buf_steal(ow_buf *b, size_t *len)

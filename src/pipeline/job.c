@@ -66,15 +66,94 @@ static void log_key_rejected(const ow_job *job, const char *why)
     OW_COUNT(keys_rejected, 1);
 }
 
+/* Empties job (new memory, or an ended job's) for a message: zeroed, its
+ * tags and buffers set. */
+static ow_job *job_init(ow_job *job)
+{
+    if (job == NULL)
+        return NULL;
+    memset(job, 0, sizeof(*job));
+    for (int k = 0; k < OW_OUT_KINDS; k++)
+        job->tags[k].kind = (ow_output_kind)k;
+    ow_buf_init(&job->invalid_body);
+    return job;
+}
+
 ow_job *ow_job_new(void)
 {
-    ow_job *job = calloc(1, sizeof(*job));
+    return job_init(malloc(sizeof(ow_job)));
+}
 
-    for (int k = 0; job != NULL && k < OW_OUT_KINDS; k++)
-        job->tags[k].kind = (ow_output_kind)k;
-    if (job != NULL)
-        ow_buf_init(&job->invalid_body);
-    return job;
+/* The most ended jobs a maker keeps for reuse; after a peak of jobs in
+ * flight the ones beyond it are freed. */
+#define MAKER_KEEP 1024
+
+void ow_job_maker_init(ow_job_maker *mk, const ow_job_limits *lim)
+{
+    memset(mk, 0, sizeof(*mk));
+    mk->lim = *lim;
+    ow_request_scratch_init(&mk->parse);
+    atomic_init(&mk->returned, NULL);
+}
+
+static void free_list(ow_job *job)
+{
+    while (job != NULL) {
+        ow_job *next = job->next;
+
+        free(job);
+        job = next;
+    }
+}
+
+void ow_job_maker_cleanup(ow_job_maker *mk)
+{
+    free_list(mk->spare);
+    free_list(atomic_exchange(&mk->returned, NULL));
+    mk->spare = NULL;
+    mk->n_spare = 0;
+    ow_request_scratch_cleanup(&mk->parse);
+}
+
+/* A job from the maker's spares, taking over the jobs returned since the
+ * last time when there are none; beyond MAKER_KEEP they are freed. */
+static ow_job *maker_take(ow_job_maker *mk)
+{
+    ow_job *job;
+
+    if (mk->spare == NULL) {
+        ow_job *list = atomic_exchange_explicit(&mk->returned, NULL, memory_order_acquire);
+
+        while (list != NULL) {
+            ow_job *next = list->next;
+
+            if (mk->n_spare < MAKER_KEEP) {
+                list->next = mk->spare;
+                mk->spare = list;
+                mk->n_spare++;
+            } else {
+                free(list);
+            }
+            list = next;
+        }
+    }
+    job = mk->spare;
+    if (job == NULL)
+        return job_init(malloc(sizeof(*job)));
+    mk->spare = job->next;
+    mk->n_spare--;
+    return job_init(job);
+}
+
+/* Any thread: the job goes on its maker's stack of returned jobs. */
+static void maker_return(ow_job_maker *mk, ow_job *job)
+{
+    ow_job *head = atomic_load_explicit(&mk->returned, memory_order_relaxed);
+
+    do {
+        job->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&mk->returned, &head, job, memory_order_release,
+                                                    memory_order_relaxed));
 }
 
 ow_job *ow_job_of_tag(ow_output_tag *tag)
@@ -82,7 +161,7 @@ ow_job *ow_job_of_tag(ow_output_tag *tag)
     return (ow_job *)(void *)((char *)(tag - tag->kind) - offsetof(ow_job, tags));
 }
 
-ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m)
+ow_job *ow_job_from_message(ow_job_maker *mk, const rd_kafka_message_t *m)
 {
     ow_job_input in = {.partition = m->partition,
                        .offset = m->offset,
@@ -92,34 +171,45 @@ ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *
                        .value = m->payload,
                        .len = m->len};
 
-    return ow_job_from_input(lim, &in);
+    return ow_job_from_input(mk, &in);
 }
 
-ow_job *ow_job_from_input(const ow_job_limits *lim, const ow_job_input *m)
+/* Copies the message's key into the job: into the job itself when it fits,
+ * which every valid key does. */
+static int copy_key(ow_job *job, const ow_job_input *m)
 {
-    ow_job *job = ow_job_new();
+    if (m->key == NULL)
+        return OW_OK;
+    job->key = m->key_len < sizeof(job->key_buf) ? job->key_buf : malloc(m->key_len + 1);
+    if (job->key == NULL)
+        return OW_ENOMEM;
+    memcpy(job->key, m->key, m->key_len);
+    job->key[m->key_len] = '\0';
+    job->key_len = m->key_len;
+    job->out_key_len = m->key_len < OW_OUTPUT_KEY_MAX ? m->key_len : OW_OUTPUT_KEY_MAX;
+    return OW_OK;
+}
+
+ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *m)
+{
+    const ow_job_limits *lim = &mk->lim;
+    ow_job *job = maker_take(mk);
     ow_field_errors errs;
     int key_ok;
     int rc;
 
     if (job == NULL)
         return NULL;
+    job->maker = mk;
     job->t.partition = m->partition; /* for the logs; ow_ledger_track fills the ticket */
     job->t.offset = m->offset;
     job->timestamp_ms = m->timestamp_ms;
-    if (m->key != NULL) {
-        job->key = malloc(m->key_len + 1);
-        if (job->key == NULL)
-            goto fail;
-        memcpy(job->key, m->key, m->key_len);
-        job->key[m->key_len] = '\0';
-        job->key_len = m->key_len;
-        job->out_key_len = m->key_len < OW_OUTPUT_KEY_MAX ? m->key_len : OW_OUTPUT_KEY_MAX;
-    }
+    if (copy_key(job, m) != OW_OK)
+        goto fail;
     job->key_hash = ow_hash64(job->key != NULL ? job->key : "", job->key_len);
     ow_field_errors_init(&errs);
     key_ok = ow_request_check_key(job->key, job->key_len, &errs) == OW_OK;
-    rc = ow_request_parse(m->value, m->len, &lim->request, &job->req, &errs);
+    rc = ow_request_parse_with(&mk->parse, m->value, m->len, &lim->request, &job->req, &errs);
     if (rc == OW_ENOMEM)
         goto fail;
     if (rc == OW_OK && key_ok) {
@@ -154,8 +244,12 @@ void ow_job_free(ow_job *job)
     if (job == NULL)
         return;
     ow_job_free_payload(job);
-    free(job->key);
-    free(job);
+    if (job->key != job->key_buf)
+        free(job->key);
+    if (job->maker != NULL)
+        maker_return(job->maker, job);
+    else
+        free(job);
 }
 
 /* Takes a finished job off the in-flight counts and frees it. */

@@ -7,6 +7,7 @@
 #define OW_JOB_H
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,15 +35,19 @@ typedef struct {
     ow_output_kind kind;
 } ow_output_tag;
 
+struct ow_job_maker;
+
 /* One consumed message from dispatch until its outputs are acknowledged. */
 typedef struct ow_job {
-    struct ow_job *next;  /* lane queue */
-    ow_ticket t;          /* partition, epoch, offset, acknowledgements */
-    int64_t timestamp_ms; /* the message's timestamp, for end-to-end latency */
-    size_t bytes;         /* counted against inflight.max_bytes */
-    char *key;            /* raw key bytes, NULL when the message had none */
-    size_t key_len;       /* the whole key's length */
-    size_t out_key_len;   /* the bytes of it that outputs carry */
+    struct ow_job *next;          /* lane queue; its maker's spares once ended */
+    struct ow_job_maker *maker;   /* where it goes when it ends; NULL: freed */
+    ow_ticket t;                  /* partition, epoch, offset, acknowledgements */
+    int64_t timestamp_ms;         /* the message's timestamp, for end-to-end latency */
+    size_t bytes;                 /* counted against inflight.max_bytes */
+    char *key;                    /* raw key bytes, NULL when the message had none */
+    char key_buf[OW_KEY_MAX + 1]; /* key points here when the key fits */
+    size_t key_len;               /* the whole key's length */
+    size_t out_key_len;           /* the bytes of it that outputs carry */
     uint64_t key_hash;
     int valid;
     /* Valid messages. */
@@ -73,8 +78,30 @@ typedef struct {
     size_t output_max; /* the most key + value bytes one output may carry */
 } ow_job_limits;
 
-/* An empty job (the caller fills it in), its tags set. NULL when out of
- * memory. */
+/* The thread that makes jobs (the consumer's poll thread) and what it keeps
+ * from one message to the next. A job ends on whichever thread settles its
+ * last acknowledgement (mostly the delivery poller); it then goes back to
+ * its maker through a lock-free stack rather than free(), and the maker
+ * takes the returned jobs all at once and makes new jobs of them. So a
+ * job's memory is allocated and freed on the maker's thread, where glibc's
+ * per-thread cache serves it, instead of the ending thread locking the
+ * maker's heap arena for every job. One maker per thread; only its thread
+ * calls ow_job_from_* and ow_job_maker_cleanup. */
+typedef struct ow_job_maker {
+    ow_job_limits lim;
+    ow_request_scratch parse;
+    ow_job *spare; /* ended jobs ready for reuse, linked by next */
+    size_t n_spare;
+    _Atomic(ow_job *) returned; /* jobs ended on any thread, linked by next */
+} ow_job_maker;
+
+void ow_job_maker_init(ow_job_maker *mk, const ow_job_limits *lim);
+/* Frees the spares, the returned jobs and the parse scratch. Jobs still in
+ * flight must have ended (or be abandoned for good) before. */
+void ow_job_maker_cleanup(ow_job_maker *mk);
+
+/* An empty job of no maker (the caller fills it in; ow_job_free frees it),
+ * its tags set. NULL when out of memory. */
 ow_job *ow_job_new(void);
 /* The job whose tag a delivery report carries. */
 ow_job *ow_job_of_tag(ow_output_tag *tag);
@@ -89,12 +116,15 @@ typedef struct {
     size_t len;
 } ow_job_input;
 
-/* A job for a message, parsed and validated; its ticket is not tracked
- * yet (ow_ledger_track on job->t). NULL when out of memory. */
-ow_job *ow_job_from_message(const ow_job_limits *lim, const rd_kafka_message_t *m);
+/* A job for a message, parsed and validated, made by mk on mk's thread;
+ * its ticket is not tracked yet (ow_ledger_track on job->t). NULL when out
+ * of memory. */
+ow_job *ow_job_from_message(ow_job_maker *mk, const rd_kafka_message_t *m);
 /* The same from the message's parts, for a caller that has no librdkafka
  * message (tools/ow_path.c measures this path over a fixed corpus). */
-ow_job *ow_job_from_input(const ow_job_limits *lim, const ow_job_input *in);
+ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *in);
+/* Ends a job on any thread: its payload and a long key are freed, and the
+ * job goes back to its maker (or is freed when it has none). */
 void ow_job_free(ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, ticket and acknowledgement count). */

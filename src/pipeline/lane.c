@@ -26,7 +26,11 @@
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
-#define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
+/* The orders of a job the batch's order set is first sized for: every batch
+ * clears the whole set, so it starts small and grows only for batches of
+ * larger jobs. */
+#define ORDERS_PER_JOB 4
+#define DB_WAIT_POLL_MS 100 /* how often a lane waiting for its database looks again */
 
 static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
 {
@@ -54,7 +58,7 @@ static int batch_init(batch *b, size_t cap)
     b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
     if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
         ow_htab_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
-        ow_htab_init(&b->orders_set, BATCH_MAX_ORDERS * 2) != OW_OK)
+        ow_htab_init(&b->orders_set, cap * SCAN_FACTOR * ORDERS_PER_JOB) != OW_OK)
         return OW_ENOMEM;
     return OW_OK;
 }

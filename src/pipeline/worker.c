@@ -19,7 +19,7 @@
 
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
-    ow_job *job = ow_job_from_message(&w->limits, m);
+    ow_job *job = ow_job_from_message(&w->maker, m);
     int rewound = 0;
     int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &rewound)
                          : OW_ENOMEM;
@@ -83,8 +83,15 @@ static void backpressure(ow_worker *w)
     int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
     const ow_config *c = w->cfg;
     int full = msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes;
-    int64_t now = ow_clock_mono_ms();
+    int64_t now;
 
+    /* Called for every message: below the limit and not paused, there is
+     * nothing to time. */
+    if (!full && !w->paused) {
+        w->full_since_ms = 0;
+        return;
+    }
+    now = ow_clock_mono_ms();
     if (!full || w->paused)
         w->full_since_ms = 0;
     else if (w->full_since_ms == 0)
@@ -214,6 +221,8 @@ static void destroy(ow_worker *w)
         ow_output_destroy(&w->out);
     ow_txn_destroy(&w->txn);
     ow_runstate_cleanup(&w->rs);
+    /* Last: the producer is gone, so no delivery report ends a job after. */
+    ow_job_maker_cleanup(&w->maker);
 }
 
 void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
@@ -224,14 +233,14 @@ void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
 {
     ow_worker w;
+    ow_job_limits lim = {{(size_t)cfg->request_max_bytes, (size_t)cfg->request_max_orders}, 0};
     uint64_t seed = (uint64_t)ow_clock_mono_us() ^ (uint64_t)getpid() << 20;
     int rc;
 
     memset(&w, 0, sizeof(w));
     ow_runstate_init(&w.rs);
     w.cfg = cfg;
-    w.limits.request.max_bytes = (size_t)cfg->request_max_bytes;
-    w.limits.request.max_orders = (size_t)cfg->request_max_orders;
+    ow_job_maker_init(&w.maker, &lim);
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
     ow_ledger_init(&w.ledger, ow_worker_store_offset, &w);
     ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, ow_worker_epoch_end, &w);
@@ -248,7 +257,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
 
             if (atomic_load(&w.producer_failed))
                 ow_worker_replace_producer(&w);
-            if (ow_txn_due(&w.txn, ow_clock_mono_ms()))
+            if (cfg->exactly_once && ow_txn_due(&w.txn, ow_clock_mono_ms()))
                 ow_txn_commit(&w.txn, "interval", ow_clock_mono_ms() + TXN_FLUSH_WAIT_MS);
 
             if (w.full_since_ms != 0) { /* at the limit: wait, do not take more */

@@ -36,7 +36,7 @@ typedef struct {
     ow_store_watch **watches;
     unsigned n_dbs;
     ow_idgen ids;
-    ow_job_limits limits;
+    ow_job_maker maker; /* the poll thread's */
 
     pthread_t poller;
     int poller_started;

@@ -325,7 +325,7 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc != OW_OK)
         return rc;
     w->out_ready = 1;
-    w->limits.output_max = w->out.output_max;
+    w->maker.lim.output_max = w->out.output_max;
     rc = start_lanes(w, err);
     if (rc != OW_OK)
         return rc;

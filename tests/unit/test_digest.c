@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -42,7 +43,8 @@ static const char *const same[] = {
     "\"product_id\":101,\"quantity\":1},{\"external_order_no\":\"B-2\",\"amount\":\"5\","
     "\"product_id\":null}]}",
     "{\"user_id\":42,\"note\":\"ignored\",\"orders\":[{\"external_order_no\":\"B20260827-001\","
-    "\"amount\":\"19.9\",\"product_id\":101,\"x\":1},{\"external_order_no\":\"B-2\",\"amount\":5.0}]}",
+    "\"amount\":\"19.9\",\"product_id\":101,\"x\":1},{\"external_order_no\":\"B-2\",\"amount\":5.0}"
+    "]}",
 };
 
 /* Requests that differ from base in one respect each. */
@@ -66,7 +68,8 @@ static const char *const different[] = {
     "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
     "\"product_id\":101,\"quantity\":2},{\"external_order_no\":\"B-2\",\"amount\":5}]}",
     /* item order */
-    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B-2\",\"amount\":5},{\"external_order_no\":"
+    "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B-2\",\"amount\":5},{\"external_order_"
+    "no\":"
     "\"B20260827-001\",\"amount\":\"19.90\",\"product_id\":101,\"quantity\":1}]}",
     /* one item fewer */
     "{\"user_id\":42,\"orders\":[{\"external_order_no\":\"B20260827-001\",\"amount\":\"19.90\","
@@ -130,9 +133,9 @@ static void test_canonical_form_and_vector(void **state)
     assert_int_equal(ow_request_parse(v, strlen(v), &limits, &req, &errs), OW_OK);
     ow_buf_init(&canon);
     assert_int_equal(ow_digest_canonical(&req, &canon), OW_OK);
-    assert_string_equal(canon.data,
-                        "{\"orders\":[{\"amount\":\"19.90\",\"external_order_no\":\"B20260827-001\","
-                        "\"product_id\":101,\"quantity\":1}],\"user_id\":42}");
+    assert_string_equal(
+        canon.data, "{\"orders\":[{\"amount\":\"19.90\",\"external_order_no\":\"B20260827-001\","
+                    "\"product_id\":101,\"quantity\":1}],\"user_id\":42}");
     assert_int_equal(ow_digest_compute(&req, raw, hex), OW_OK);
     /* sha256sum of the text above. */
     assert_string_equal(hex, "617ba20a7005cb1c5dcf1f0b4450af614802fb12ad0b2655813278e4d2996c08");
@@ -142,7 +145,8 @@ static void test_canonical_form_and_vector(void **state)
 
 static void test_escaping_in_canonical_form(void **state)
 {
-    const char *v = "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"a\\\"b\\\\c\",\"amount\":1}]}";
+    const char *v =
+        "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"a\\\"b\\\\c\",\"amount\":1}]}";
     ow_request req;
     ow_field_errors errs;
     ow_buf canon;
@@ -156,6 +160,72 @@ static void test_escaping_in_canonical_form(void **state)
                                     "\"a\\\"b\\\\c\",\"product_id\":null,\"quantity\":1}],"
                                     "\"user_id\":1}");
     ow_buf_cleanup(&canon);
+    ow_request_cleanup(&req);
+}
+
+/* A request whose canonical form is many times longer than any buffer the
+ * digest writes it through: the text is the one built here with printf,
+ * byte for byte, and the digest is SHA-256 of that text. Orders of every
+ * external_order_no length, quotes and backslashes included, put the
+ * pieces across every alignment. */
+static void test_long_canonical_form(void **state)
+{
+    enum { N = 1000 };
+    ow_request req = {0};
+    ow_buf canon, want;
+    unsigned char raw[OW_DIGEST_LEN], direct[OW_DIGEST_LEN];
+    char hex[OW_DIGEST_HEX_LEN + 1];
+
+    (void)state;
+    req.user_id = 9223372036854775807LL;
+    req.n_orders = N;
+    req.orders = calloc(N, sizeof(*req.orders));
+    assert_non_null(req.orders);
+    ow_buf_init(&want);
+    assert_int_equal(ow_buf_appends(&want, "{\"orders\":["), OW_OK);
+    for (size_t i = 0; i < N; i++) {
+        ow_order_item *o = &req.orders[i];
+        char amount[OW_AMOUNT_TEXT_MAX];
+
+        o->ext_len = 1 + i % OW_EXT_NO_MAX;
+        for (size_t k = 0; k < o->ext_len; k++)
+            o->external_order_no[k] = "ab\"\\-9"[(i + k) % 6];
+        o->amount_cents = (int64_t)(i * 7919) % OW_AMOUNT_MAX_CENTS;
+        o->product_id = i % 3 == 0 ? 0 : (int64_t)i * 1000003;
+        o->quantity = i % 5 == 0 ? OW_QUANTITY_MAX : (int64_t)i + 1;
+        ow_amount_format(o->amount_cents, amount);
+        assert_int_equal(ow_buf_appendf(&want, "%s{\"amount\":\"%s\",\"external_order_no\":\"",
+                                        i > 0 ? "," : "", amount),
+                         OW_OK);
+        for (size_t k = 0; k < o->ext_len; k++) {
+            char c = o->external_order_no[k];
+
+            if (c == '"' || c == '\\')
+                assert_int_equal(ow_buf_appendc(&want, '\\'), OW_OK);
+            assert_int_equal(ow_buf_appendc(&want, c), OW_OK);
+        }
+        if (o->product_id > 0)
+            assert_int_equal(ow_buf_appendf(&want, "\",\"product_id\":%lld,\"quantity\":%lld}",
+                                            (long long)o->product_id, (long long)o->quantity),
+                             OW_OK);
+        else
+            assert_int_equal(ow_buf_appendf(&want, "\",\"product_id\":null,\"quantity\":%lld}",
+                                            (long long)o->quantity),
+                             OW_OK);
+    }
+    assert_int_equal(ow_buf_appendf(&want, "],\"user_id\":%lld}", (long long)req.user_id), OW_OK);
+    assert_true(want.len > 20 * 4096);
+    ow_buf_init(&canon);
+    assert_int_equal(ow_buf_appends(&canon, "prefix:"), OW_OK);
+    assert_int_equal(ow_digest_canonical(&req, &canon), OW_OK);
+    assert_int_equal(canon.len, 7 + want.len);
+    assert_memory_equal(canon.data, "prefix:", 7);
+    assert_memory_equal(canon.data + 7, want.data, want.len);
+    assert_int_equal(ow_digest_compute(&req, raw, hex), OW_OK);
+    assert_int_equal(ow_sha256(want.data, want.len, direct), OW_OK);
+    assert_memory_equal(raw, direct, sizeof(raw));
+    ow_buf_cleanup(&canon);
+    ow_buf_cleanup(&want);
     ow_request_cleanup(&req);
 }
 
@@ -191,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_same_request_same_digest),
         cmocka_unit_test(test_different_request_different_digest),
         cmocka_unit_test(test_canonical_form_and_vector),
+        cmocka_unit_test(test_long_canonical_form),
         cmocka_unit_test(test_escaping_in_canonical_form),
         cmocka_unit_test(test_key_hash),
     };

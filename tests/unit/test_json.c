@@ -595,6 +595,113 @@ static void test_api_edges(void **state)
     assert_null(doc);
 }
 
+/* ---- Parsing again into one document ---------------------------------- */
+
+/* Two DOMs are the same tree: types, names, strings and lexemes. */
+static void same_tree(const ow_json_node *a, const ow_json_node *b)
+{
+    assert_int_equal(a->type, b->type);
+    assert_int_equal(a->len, b->len);
+    assert_int_equal(a->key_len, b->key_len);
+    assert_int_equal(a->count, b->count);
+    assert_true((a->str == NULL) == (b->str == NULL));
+    if (a->str != NULL)
+        assert_memory_equal(a->str, b->str, a->len + 1);
+    assert_true((a->key == NULL) == (b->key == NULL));
+    if (a->key != NULL)
+        assert_memory_equal(a->key, b->key, a->key_len + 1);
+    for (a = a->first, b = b->first; a != NULL || b != NULL; a = a->next, b = b->next) {
+        assert_true(a != NULL && b != NULL);
+        same_tree(a, b);
+    }
+}
+
+/* Every row of the table, and a document of 5,000 members (more than the
+ * block a document keeps), parsed again and again into one document, in
+ * turn: each gives what a fresh parse gives, tree, code, message and
+ * offset, whatever the document held before. */
+static void test_reparse_matches_parse(void **state)
+{
+    ow_json_doc *reused = NULL;
+    size_t big_len = 0, unused = 0;
+    char *big = make_object(5000, NULL, &big_len, &unused);
+
+    (void)state;
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i <= N_CASES; i++) {
+            const char *in = i < N_CASES ? cases[i].input : big;
+            size_t len = i < N_CASES ? cases[i].len : big_len;
+            char *copy = malloc(len != 0 ? len : 1);
+            ow_json_doc *fresh = NULL;
+            ow_json_error e1, e2;
+            int rc1, rc2;
+
+            assert_non_null(copy);
+            memcpy(copy, in, len);
+            rc1 = ow_json_parse(copy, len, NULL, &fresh, &e1);
+            rc2 = ow_json_reparse(copy, len, NULL, &reused, &e2);
+            assert_int_equal(rc2, rc1);
+            assert_non_null(reused);
+            if (rc1 == 0) {
+                same_tree(ow_json_root(fresh), ow_json_root(reused));
+            } else {
+                assert_null(ow_json_root(reused));
+                assert_string_equal(e2.message, e1.message);
+                assert_int_equal(e2.offset, e1.offset);
+            }
+            ow_json_free(&fresh);
+            free(copy);
+        }
+    }
+    ow_json_free(&reused);
+    free(big);
+}
+
+/* Strings with a plain start and then an escape, a multi-byte character or
+ * a control byte at every position decode as the escape says, or fail
+ * where the byte is. */
+static void test_plain_then_special(void **state)
+{
+    static const struct {
+        const char *tail; /* raw JSON after the plain part, before the quote */
+        const char *want; /* decoded, NULL: rejected */
+        size_t want_len;
+    } tails[] = {{"\\n", "\n", 1},
+                 {"\\u00e9", "\xc3\xa9", 2},
+                 {"\xc3\xa9", "\xc3\xa9", 2},
+                 {"\\\"", "\"", 1},
+                 {"\x01", NULL, 0},
+                 {"\xc3", NULL, 0},
+                 {"\\ud83d\\ude00", "\xf0\x9f\x98\x80", 4}};
+    char in[64], want[64];
+
+    (void)state;
+    for (size_t t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
+        for (size_t plain = 0; plain < 6; plain++) {
+            ow_json_doc *doc = NULL;
+            ow_json_error err;
+            int n = snprintf(in, sizeof(in), "[\"%.*s%sz\"]", (int)plain, "abcdef", tails[t].tail);
+            int rc = parse_exact(in, (size_t)n, NULL, &doc, &err);
+            const ow_json_node *s;
+
+            if (tails[t].want == NULL) {
+                assert_true(rc < 0);
+                assert_int_equal(err.offset, 2 + plain);
+                continue;
+            }
+            assert_int_equal(rc, 0);
+            s = ow_json_root(doc)->first;
+            memcpy(want, "abcdef", plain);
+            memcpy(want + plain, tails[t].want, tails[t].want_len);
+            want[plain + tails[t].want_len] = 'z';
+            assert_int_equal(s->len, plain + tails[t].want_len + 1);
+            assert_memory_equal(s->str, want, s->len);
+            assert_int_equal(s->str[s->len], '\0');
+            ow_json_free(&doc);
+        }
+    }
+}
+
 /* ---- Runner ---------------------------------------------------------- */
 
 static int run_table(void)
@@ -618,6 +725,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dom_numbers),
+        cmocka_unit_test(test_reparse_matches_parse),
+        cmocka_unit_test(test_plain_then_special),
         cmocka_unit_test(test_dom_strings),
         cmocka_unit_test(test_dom_walk),
         cmocka_unit_test(test_depth_default_limit),

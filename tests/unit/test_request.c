@@ -192,6 +192,74 @@ static void test_all_errors_collected(void **state)
     ow_request_cleanup(&req);
 }
 
+/* A repeated external_order_no is reported the same way in a batch of any
+ * size, with or without an empty one among them (already invalid, never a
+ * repeat): the repeats in order of their number, each naming the first of
+ * its run. Sizes 2 to 20 straddle the 16 orders up to which repeats are
+ * looked for pair by pair. */
+static void test_repeats_any_size(void **state)
+{
+    ow_request_scratch scratch;
+
+    (void)state;
+    ow_request_scratch_init(&scratch);
+    for (size_t n = 2; n <= 20; n++) {
+        for (size_t dup = 0; dup < 3; dup++) {
+            char v[4096];
+            size_t len = (size_t)snprintf(v, sizeof(v), "{\"user_id\":7,\"orders\":[");
+            ow_request req;
+            ow_field_errors errs;
+            int rc;
+
+            for (size_t i = 0; i < n; i++) {
+                /* dup 0: all distinct; 1: the last repeats the first; 2: the
+                 * last two repeat the first and orders[1] is empty. */
+                size_t name = (dup >= 1 && i == n - 1) || (dup == 2 && n > 3 && i == n - 2) ? 0 : i;
+                const char *ext = dup == 2 && i == 1 ? "" : NULL;
+                char own[16];
+
+                snprintf(own, sizeof(own), "E-%zu", name);
+                len += (size_t)snprintf(v + len, sizeof(v) - len,
+                                        "%s{\"external_order_no\":\"%s\",\"amount\":1}",
+                                        i > 0 ? "," : "", ext != NULL ? ext : own);
+            }
+            len += (size_t)snprintf(v + len, sizeof(v) - len, "]}");
+            ow_field_errors_init(&errs);
+            rc = ow_request_parse_with(&scratch, v, len, &limits, &req, &errs);
+            if (dup == 0) {
+                assert_int_equal(rc, OW_OK);
+                assert_int_equal(errs.count, 0);
+                ow_request_cleanup(&req);
+                continue;
+            }
+            assert_int_equal(rc, OW_EINVAL);
+            {
+                size_t e = 0;
+                char field[64];
+
+                if (dup == 2) {
+                    assert_string_equal(errs.items[e].field, "orders[1].external_order_no");
+                    assert_non_null(strstr(errs.items[e].message, "must be 1 to 64 bytes"));
+                    e++;
+                }
+                for (size_t i = (dup == 2 && n > 3) ? n - 2 : n - 1; i < n; i++) {
+                    if (i == 1 && dup == 2)
+                        continue;
+                    snprintf(field, sizeof(field), "orders[%zu].external_order_no", i);
+                    assert_true(e < errs.count);
+                    assert_string_equal(errs.items[e].field, field);
+                    assert_string_equal(errs.items[e].message,
+                                        "repeats orders[0].external_order_no");
+                    e++;
+                }
+                assert_int_equal(errs.count, e);
+            }
+            ow_request_cleanup(&req);
+        }
+    }
+    ow_request_scratch_cleanup(&scratch);
+}
+
 static void test_limits(void **state)
 {
     ow_request_limits small = {64, 2};
@@ -309,10 +377,14 @@ static void test_amount_round_trip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_value_table),     cmocka_unit_test(test_values_parsed),
-        cmocka_unit_test(test_all_errors_collected), cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_error_cap),       cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_value_table),
+        cmocka_unit_test(test_values_parsed),
+        cmocka_unit_test(test_all_errors_collected),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_error_cap),
+        cmocka_unit_test(test_keys),
         cmocka_unit_test(test_amount_round_trip),
+        cmocka_unit_test(test_repeats_any_size),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

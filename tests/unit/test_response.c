@@ -90,9 +90,9 @@ static void test_conflict_names_items_and_fields(void **state)
     fields = json_dumps(json_object_get(json_array_get(conf, 1), "fields"), JSON_COMPACT);
     assert_string_equal(fields, "[\"product_id\",\"quantity\"]");
     free(fields);
-    assert_string_equal(json_string_value(json_array_get(
-                            json_object_get(json_array_get(conf, 0), "fields"), 0)),
-                        "amount");
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(json_array_get(conf, 0), "fields"), 0)),
+        "amount");
     json_decref(j);
     ow_buf_cleanup(&b);
 }
@@ -232,6 +232,177 @@ static void test_max_len_bounds_every_body(void **state)
     assert_true(big >= 1949062);
 }
 
+/* --- Every body against the formats it had when it was printed -------- */
+
+/* The string s[0..len) as JSON, escaped as the contract's bodies escape. */
+static void ref_string(ow_buf *b, const char *s, size_t len)
+{
+    assert_int_equal(ow_buf_appendc(b, '"'), OW_OK);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\')
+            assert_int_equal(ow_buf_appendf(b, "\\%c", c), OW_OK);
+        else if (c < 0x20)
+            assert_int_equal(ow_buf_appendf(b, "\\u%04x", c), OW_OK);
+        else
+            assert_int_equal(ow_buf_appendc(b, (char)c), OW_OK);
+    }
+    assert_int_equal(ow_buf_appendc(b, '"'), OW_OK);
+}
+
+static void ref_head(ow_buf *b, int status, const char *code, const char *message,
+                     const ow_response_ctx *ctx)
+{
+    assert_int_equal(ow_buf_appendf(b, "{\"status\":%d,\"code\":\"%s\"", status, code), OW_OK);
+    if (message != NULL) {
+        assert_int_equal(ow_buf_appends(b, ",\"message\":"), OW_OK);
+        ref_string(b, message, strlen(message));
+    }
+    assert_int_equal(
+        ow_buf_appendf(b, ",\"user_id\":%lld,\"idempotency_key\":", (long long)ctx->user_id),
+        OW_OK);
+    ref_string(b, ctx->key, ctx->key_len);
+    assert_int_equal(ow_buf_appendf(b, ",\"request_digest\":\"%s\"", ctx->digest_hex), OW_OK);
+}
+
+static void same_bytes(const ow_buf *got, const ow_buf *want, const char *what)
+{
+    if (got->len != want->len || memcmp(got->data, want->data, want->len) != 0)
+        fail_msg("%s:\n got  %s\n want %s", what, got->data, want->data);
+}
+
+static const char conflict_msg[] = "orders with these external_order_no already exist with "
+                                   "different details; no order of this batch was created";
+static const char reused_msg[] = "this idempotency key was already used for a different request; "
+                                 "nothing was changed";
+static const char progress_msg[] = "a request with this idempotency key is still being processed; "
+                                   "the definitive result follows";
+
+static void check_conflict(const ow_response_ctx *ctx, const ow_request *req)
+{
+    static const char *const names[] = {"amount", "product_id", "quantity"};
+    ow_conflict c[7];
+    ow_buf got, want;
+
+    for (size_t i = 0; i < 7; i++) {
+        c[i].index = (i * 4099) % req->n_orders;
+        c[i].fields = (unsigned)i + 1; /* every combination of the three */
+    }
+    ow_buf_init(&got);
+    ow_buf_init(&want);
+    assert_int_equal(ow_response_order_conflict(ctx, req, c, 7, &got), OW_OK);
+    ref_head(&want, 409, "ORDER_ALREADY_EXISTS", conflict_msg, ctx);
+    assert_int_equal(ow_buf_appends(&want, ",\"conflicts\":["), OW_OK);
+    for (size_t i = 0; i < 7; i++) {
+        const ow_order_item *it = &req->orders[c[i].index];
+        int first = 1;
+
+        assert_int_equal(ow_buf_appendf(&want, "%s{\"index\":%zu,\"external_order_no\":",
+                                        i > 0 ? "," : "", c[i].index),
+                         OW_OK);
+        ref_string(&want, it->external_order_no, it->ext_len);
+        assert_int_equal(ow_buf_appends(&want, ",\"fields\":["), OW_OK);
+        for (unsigned k = 0; k < 3; k++) {
+            if ((c[i].fields & (1u << k)) == 0)
+                continue;
+            assert_int_equal(ow_buf_appendf(&want, "%s\"%s\"", first ? "" : ",", names[k]), OW_OK);
+            first = 0;
+        }
+        assert_int_equal(ow_buf_appends(&want, "]}"), OW_OK);
+    }
+    assert_int_equal(ow_buf_appends(&want, "]}"), OW_OK);
+    same_bytes(&got, &want, "409 ORDER_ALREADY_EXISTS");
+    ow_buf_cleanup(&got);
+    ow_buf_cleanup(&want);
+}
+
+static void check_reused_and_progress(const ow_response_ctx *ctx, int64_t retry_after)
+{
+    ow_buf got, want;
+
+    ow_buf_init(&got);
+    ow_buf_init(&want);
+    assert_int_equal(ow_response_key_reused(ctx, &got), OW_OK);
+    ref_head(&want, 409, "IDEMPOTENCY_KEY_REUSED", reused_msg, ctx);
+    assert_int_equal(ow_buf_appendc(&want, '}'), OW_OK);
+    same_bytes(&got, &want, "409 IDEMPOTENCY_KEY_REUSED");
+    ow_buf_reset(&got);
+    ow_buf_reset(&want);
+    assert_int_equal(ow_response_in_progress(ctx, retry_after, &got), OW_OK);
+    ref_head(&want, 409, "REQUEST_IN_PROGRESS", progress_msg, ctx);
+    assert_int_equal(ow_buf_appendf(&want, ",\"retry_after_ms\":%lld}", (long long)retry_after),
+                     OW_OK);
+    same_bytes(&got, &want, "409 REQUEST_IN_PROGRESS");
+    ow_buf_cleanup(&got);
+    ow_buf_cleanup(&want);
+}
+
+static void check_invalid(const char *key, size_t key_len, int has_user, int64_t user_id,
+                          const ow_field_errors *errs)
+{
+    ow_buf got, want;
+
+    ow_buf_init(&got);
+    ow_buf_init(&want);
+    assert_int_equal(ow_response_invalid(key, key_len, has_user, user_id, errs, &got), OW_OK);
+    assert_int_equal(ow_buf_appends(&want, "{\"status\":400,\"code\":\"INVALID_REQUEST\","
+                                           "\"message\":\"the message is not a valid order "
+                                           "batch; see errors\""),
+                     OW_OK);
+    if (has_user)
+        assert_int_equal(ow_buf_appendf(&want, ",\"user_id\":%lld", (long long)user_id), OW_OK);
+    if (key != NULL) {
+        assert_int_equal(ow_buf_appends(&want, ",\"idempotency_key\":"), OW_OK);
+        ref_string(&want, key, key_len);
+    }
+    assert_int_equal(ow_buf_appends(&want, ",\"errors\":["), OW_OK);
+    for (size_t i = 0; i < errs->count; i++) {
+        assert_int_equal(ow_buf_appends(&want, i > 0 ? ",{\"field\":" : "{\"field\":"), OW_OK);
+        ref_string(&want, errs->items[i].field, strlen(errs->items[i].field));
+        assert_int_equal(ow_buf_appends(&want, ",\"message\":"), OW_OK);
+        ref_string(&want, errs->items[i].message, strlen(errs->items[i].message));
+        assert_int_equal(ow_buf_appendc(&want, '}'), OW_OK);
+    }
+    assert_int_equal(ow_buf_appendc(&want, ']'), OW_OK);
+    if (errs->omitted > 0)
+        assert_int_equal(ow_buf_appendf(&want, ",\"errors_omitted\":%zu", errs->omitted), OW_OK);
+    assert_int_equal(ow_buf_appendc(&want, '}'), OW_OK);
+    same_bytes(&got, &want, "400 INVALID_REQUEST");
+    ow_buf_cleanup(&got);
+    ow_buf_cleanup(&want);
+}
+
+/* Each body kind, byte for byte, against the printf formats it was built
+ * with, over the extremes of every number and every escape of a string:
+ * results already stored are replayed byte for byte, so a body may never
+ * change its bytes. */
+static void test_every_body_as_printed(void **state)
+{
+    static const int64_t users[] = {1, 42, 1000000007, INT64_MAX};
+    static const int64_t retries[] = {0, 7, 5000, INT64_MAX};
+    static const size_t omitted[] = {0, 1, 99, SIZE_MAX};
+    const char key[] = "k\"\\\x01\x1f:ok";
+    ow_order_item items[2];
+    ow_request req = two_orders(items);
+    ow_field_errors errs;
+
+    (void)state;
+    for (size_t u = 0; u < sizeof(users) / sizeof(users[0]); u++) {
+        ow_response_ctx ctx = {users[u], key, u == 0 ? 0 : sizeof(key) - 1, digest};
+
+        check_conflict(&ctx, &req);
+        check_reused_and_progress(&ctx, retries[u]);
+        ow_field_errors_init(&errs);
+        for (size_t e = 0; e < u; e++)
+            ow_field_errors_add(&errs, e == 1 ? "orders[1].amount\"" : "value",
+                                "bad \\ \"%zu\"\x02", e);
+        errs.omitted = omitted[u];
+        check_invalid(u % 2 ? key : NULL, sizeof(key) - 1, (int)(u % 2), users[u], &errs);
+        check_invalid(key, u, 1, -users[u], &errs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_codes),
         cmocka_unit_test(test_max_len_bounds_every_body),
+        cmocka_unit_test(test_every_body_as_printed),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,7 +130,7 @@ uint64_t pt_corpus_checksum(const pt_corpus *c)
 /* --- The path ---------------------------------------------------------------- */
 
 typedef struct {
-    ow_job_limits lim;
+    ow_job_maker maker; /* makes the jobs, as the poll thread's does */
     ow_config cfg;
     ow_output out;
     ow_idgen ids;
@@ -255,7 +255,7 @@ static int one(pt_ctx *x, const pt_msg *m, size_t i)
                        .key_len = m->key_len,
                        .value = m->value,
                        .len = m->len};
-    ow_job *job = ow_job_from_input(&x->lim, &in);
+    ow_job *job = ow_job_from_input(&x->maker, &in);
     int rc = OW_OK;
 
     if (job == NULL)
@@ -271,6 +271,7 @@ static int one(pt_ctx *x, const pt_msg *m, size_t i)
 
 static int ctx_init(pt_ctx *x, pt_stats *st)
 {
+    ow_job_limits lim;
     ow_error err;
 
     memset(x, 0, sizeof(*x));
@@ -279,10 +280,11 @@ static int ctx_init(pt_ctx *x, pt_stats *st)
     x->st = st;
     if (ow_config_init(&x->cfg, &err) != OW_OK)
         return -1;
-    x->lim.request.max_bytes = (size_t)x->cfg.request_max_bytes;
-    x->lim.request.max_orders = (size_t)x->cfg.request_max_orders;
+    lim.request.max_bytes = (size_t)x->cfg.request_max_bytes;
+    lim.request.max_orders = (size_t)x->cfg.request_max_orders;
     /* librdkafka's default message.max.bytes, as the output stage computes it. */
-    x->lim.output_max = 1000000 - OW_OUTPUT_RESERVE;
+    lim.output_max = 1000000 - OW_OUTPUT_RESERVE;
+    ow_job_maker_init(&x->maker, &lim);
     x->out.cfg = &x->cfg;
     ow_idgen_init(&x->ids, 1, fixed_clock);
     /* The worker logs a rejected or reused key at warn: log I/O is not part
@@ -302,6 +304,7 @@ int pt_run(const pt_corpus *c, int rounds, pt_stats *st)
             rc = one(&x, &c->v[i], i) == OW_OK ? 0 : -1;
     }
     free(x.refs);
+    ow_job_maker_cleanup(&x.maker);
     ow_config_cleanup(&x.cfg);
     return rc;
 }

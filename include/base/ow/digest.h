@@ -26,14 +26,15 @@
  * SQL: UNHEX(LEFT(SHA2(CONCAT(user_id, ':', idempotency_key), 256), 32)). */
 #define OW_KEY_HASH_LEN 16
 
-/* SHA-256 of data[0..len) into out. Returns 0 or OW_ENOMEM when OpenSSL
- * fails (in practice: no memory for the digest context). Thread-safe. */
+/* SHA-256 of data[0..len) into out, with a context on the stack. Returns 0,
+ * or OW_ENOMEM should libcrypto report a failure. Thread-safe. */
 int ow_sha256(const void *data, size_t len, unsigned char out[OW_DIGEST_LEN]);
 
 /* Appends the canonical form to out. Returns 0 or OW_ENOMEM. */
 int ow_digest_canonical(const ow_request *req, ow_buf *out);
-/* Computes the digest; hex gets 64 lower-case hex digits and a NUL.
- * Returns 0 or OW_ENOMEM. */
+/* Computes the digest; hex gets 64 lower-case hex digits and a NUL. The
+ * canonical form goes into the hash a chunk at a time: nothing is
+ * allocated. Returns 0 or OW_ENOMEM. */
 int ow_digest_compute(const ow_request *req, unsigned char raw[OW_DIGEST_LEN],
                       char hex[OW_DIGEST_HEX_LEN + 1]);
 

@@ -67,6 +67,14 @@ typedef struct ow_json_doc ow_json_doc; /* opaque; owns every node and string (o
  * limits and err may be NULL (default limits; no error details). */
 int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **out,
                   ow_json_error *err);
+/* The same into *doc, reusing the memory of the document it holds (NULL
+ * the first time): its first arena block and its stacks stay from one parse
+ * to the next, so that a caller parsing one message after another allocates
+ * nothing for messages of usual size. Nodes of the previous parse are gone.
+ * After a failure *doc still holds the (empty) document for the next parse;
+ * free it with ow_json_free when done. */
+int ow_json_reparse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **doc,
+                    ow_json_error *err);
 const ow_json_node *ow_json_root(const ow_json_doc *doc); /* borrowed */
 void ow_json_free(ow_json_doc **doc);                     /* NULL-safe; sets *doc = NULL */
 /* Borrowed pointer to the member named name (NUL-terminated) of an object, or NULL.

@@ -61,6 +61,23 @@ int ow_request_check_key(const void *key, size_t len, ow_field_errors *errs);
 int ow_request_parse(const void *value, size_t len, const ow_request_limits *limits,
                      ow_request *out, ow_field_errors *errs);
 
+/* What a caller parsing one message after another keeps from one parse to
+ * the next: the JSON document's memory and the array the uniqueness check
+ * sorts, so that a parse allocates only the orders. Zero it (or
+ * ow_request_scratch_init) before the first use; one per thread. */
+struct ow_json_doc;
+typedef struct {
+    struct ow_json_doc *doc;
+    const ow_order_item **sorted;
+    size_t sorted_cap;
+} ow_request_scratch;
+
+void ow_request_scratch_init(ow_request_scratch *s);
+void ow_request_scratch_cleanup(ow_request_scratch *s);
+/* ow_request_parse with the memory of s. */
+int ow_request_parse_with(ow_request_scratch *s, const void *value, size_t len,
+                          const ow_request_limits *limits, ow_request *out, ow_field_errors *errs);
+
 void ow_request_cleanup(ow_request *req);
 
 /* A hash of an order's unique key (user_id, external_order_no), for the

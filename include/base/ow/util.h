@@ -48,6 +48,8 @@ int ow_buf_appendf(ow_buf *b, const char *fmt, ...) __attribute__((format(printf
  * length (at most 20). */
 size_t ow_format_int(long long v, char out[21]);
 int ow_buf_append_int(ow_buf *b, long long v);
+/* The same for an unsigned value (a size_t, which %zu would print). */
+int ow_buf_append_uint(ow_buf *b, unsigned long long v);
 /* Appends the contents of the file at path to out; a file larger than max
  * bytes is refused. The error names the path. */
 int ow_read_file(const char *path, size_t max, ow_buf *out, ow_error *err);
