@@ -101,9 +101,11 @@ on_exit() {  # COMMAND
   trap ow_at_exit EXIT
 }
 ow_at_exit() {
-  local i
+  # A prefixed counter: the commands run in this function's scope, and one
+  # that sets a variable i would otherwise move it.
+  local ow_i
   set +eu
-  for ((i = ${#OW_AT_EXIT[@]} - 1; i >= 0; i--)); do eval "${OW_AT_EXIT[i]}"; done
+  for ((ow_i = ${#OW_AT_EXIT[@]} - 1; ow_i >= 0; ow_i--)); do eval "${OW_AT_EXIT[ow_i]}"; done
 }
 
 kill_each() {  # SIGNAL PID...: empty PIDs and processes already gone are skipped

@@ -79,6 +79,9 @@ check "on_exit: a failing command or an unset variable stops no other" "after fi
 body 'v=early; on_exit "echo \$v"; v=late'
 check "on_exit: the command is expanded when it runs" "late" "$OUT"
 
+body 'on_exit "echo first"; on_exit "for i in 1 2 3; do :; done; echo second"; on_exit "i=0; echo third"'
+check "on_exit: a command's own variables move no other" "third second first|0" "$(echo $OUT)|$STATUS"
+
 # A signal while a foreground child runs, as in the fault runs' sleeps.
 # The script runs under job control: a non-interactive shell starts its
 # background jobs with SIGINT ignored, and an ignored signal cannot be
