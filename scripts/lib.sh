@@ -301,8 +301,16 @@ fault_run_timeouts() {
     ORDER_WORKER_RETRY_BACKOFF_MAX_MS=2000 ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=5000 \
     ORDER_WORKER_REBALANCE_DRAIN_TIMEOUT_MS=2000
 }
-# Whether the built worker has a configuration key, as its --help lists them.
-worker_has_key() { "$BIN" --help 2>&1 | grep -qE "^  $1 "; }  # KEY (a regular expression)
+# Whether the built worker has a configuration key, as its --help lists
+# them. The help is read whole first: `--help | grep -q` under pipefail
+# fails when grep stops at the key while the worker is still writing
+# (SIGPIPE, status 141), which happens once the help is longer than what
+# the pipe holds before grep reads it.
+worker_has_key() {  # KEY (a regular expression)
+  local help
+  help="$("$BIN" --help 2>&1)" || true
+  grep -qE "^  $1 " <<<"$help"
+}
 
 # ------------------------------------------------------------- fault runs ---
 # chaos.sh, eos.sh and shards.sh: a run bounded to LIMIT_S seconds from

@@ -107,6 +107,18 @@ check "untrapped SIGTERM: cleanups, then ended by the signal (143)" "started cle
 body 'sleep 30 & a=$!; kill_each TERM "" "$a" 99999999; wait "$a" || echo "status $?"'
 check "kill_each: skips empty and gone pids" "status 143|0" "$OUT|$STATUS"
 
+# --- the worker's keys ------------------------------------------------------
+# A --help far longer than a pipe holds, the key on its first line.
+{
+  echo '#!/usr/bin/env bash'
+  echo 'echo "  worker.replica_id            string, default \"\""'
+  echo 'for ((i = 0; i < 5000; i++)); do echo "  filler.key_$i                string, default \"\""; done'
+} >"$dir/fake-worker"
+chmod +x "$dir/fake-worker"
+body "BIN=$dir/fake-worker; worker_has_key 'worker\\.replica_id' && echo yes || echo no
+worker_has_key 'processing\\.guarantee' && echo yes || echo no"
+check "worker_has_key: a key early in a long --help, and one absent" "yes no|0" "$(echo $OUT)|$STATUS"
+
 # --- ports ------------------------------------------------------------------
 body 'for i in 1 2 3 4 5; do pick_port p; echo "$p"; done'
 ports=$(sort -u <<<"$OUT" | awk -v lo=20000 -v hi=32000 '$1 >= lo && $1 <= hi' | wc -l)
