@@ -10,8 +10,9 @@
 #
 #   paths        ROOT BUILD BIN KIT
 #   messages     messages clock_start say warn die die_with script_help
-#   at exit      on_exit kill_each
-#   processes    pid_running port_in_use pick_port wait_port_closed launch
+#   at exit      on_exit kill_each AT_EXIT_FAILED
+#   processes    find_bin pid_running signal_wait port_in_use pick_port
+#                wait_port_closed launch
 #   services     services services_in services_up services_up_in services_env
 #                instance_port need_kafka export_test_env
 #   the worker   mariadb_at secret write_private worker_user worker_database
@@ -20,7 +21,7 @@
 #                start_killer stop_replicas scale_down_up wait_generator
 #                catch_up replica_exits self_check_verdict replica_verdict
 #                finish stop_fault_run
-#   benchmarks   run_stamp ow_bench committed_offsets ticks
+#   benchmarks   run_stamp ow_bench committed_offsets ticks backlog_window
 
 # ------------------------------------------------------------------ paths ---
 # ROOT is the repository, BUILD the build directory (OW_BUILD_DIR, default
@@ -94,18 +95,23 @@ script_help() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; 
 # each runs even when one before it failed (-e and -u are off while they
 # run). They leave the exit status as it was: 130 or 143 from a script's
 # `trap 'exit 130' INT`, and a signal bash handles by default ends the script
-# with that signal after them. A command here must not exit.
+# with that signal after them. A command here must not exit; one that finds
+# the run failed after all (galera.sh's check that no firewall rule is left)
+# sets AT_EXIT_FAILED=1, and a script that was ending with status 0 then
+# ends with 1.
 OW_AT_EXIT=()
+AT_EXIT_FAILED=0
 on_exit() {  # COMMAND
   OW_AT_EXIT+=("$1")
   trap ow_at_exit EXIT
 }
 ow_at_exit() {
-  # A prefixed counter: the commands run in this function's scope, and one
-  # that sets a variable i would otherwise move it.
-  local ow_i
+  # Prefixed locals: the commands run in this function's scope, and one
+  # that sets a variable i would otherwise move the counter.
+  local ow_status=$? ow_i
   set +eu
   for ((ow_i = ${#OW_AT_EXIT[@]} - 1; ow_i >= 0; ow_i--)); do eval "${OW_AT_EXIT[ow_i]}"; done
+  if ((ow_status == 0 && AT_EXIT_FAILED)); then exit 1; fi
 }
 
 kill_each() {  # SIGNAL PID...: empty PIDs and processes already gone are skipped
@@ -117,6 +123,17 @@ kill_each() {  # SIGNAL PID...: empty PIDs and processes already gone are skippe
 }
 
 # -------------------------------------------------------------- processes ---
+# The path of a program, looked for in the sbin directories too, which a
+# non-login PATH may lack (mariadbd).
+find_bin() {  # NAME
+  local d
+  if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
+  for d in /usr/sbin /sbin /usr/local/sbin /usr/bin; do
+    [[ -x $d/$1 ]] && { echo "$d/$1"; return 0; }
+  done
+  return 1
+}
+
 # A live process (zombies count as dead: PID 1 in a container may not reap).
 pid_running() {  # PID
   local stat state
@@ -125,6 +142,17 @@ pid_running() {  # PID
   state=${stat##*) }      # "PID (comm) STATE ...": comm may contain spaces
   state=${state%% *}
   [[ -n $state && $state != Z && $state != X ]]
+}
+
+# Sends SIGNAL to PID and waits up to TIMEOUT_S for it to end; returns 1 if
+# it still runs then (the caller decides what comes next: SIGKILL, say).
+signal_wait() {  # PID SIGNAL TIMEOUT_S
+  local deadline=$((SECONDS + $3))
+  kill "-$2" "$1" 2>/dev/null || true
+  while pid_running "$1"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
 }
 
 # Is something listening on 127.0.0.1:PORT?
@@ -250,35 +278,39 @@ export_test_env() {
 }
 
 # ------------------------------------------------------------- the worker ---
-# The mariadb client as root on a throwaway server of scripts/services.sh;
+# The mariadb client as root on a throwaway server: PORT on 127.0.0.1 (one
+# of scripts/services.sh) or HOST:PORT (a node of scripts/galera-cluster.sh);
 # no option file is read, so that a user's ~/.my.cnf cannot change it.
-mariadb_at() {  # PORT ARGS...
-  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$1" -uroot "${@:2}"
+mariadb_at() {  # [HOST:]PORT ARGS...
+  mariadb --no-defaults --protocol=tcp -h"$(server_host "$1")" -P"${1##*:}" -uroot "${@:2}"
 }
+server_host() { if [[ $1 == *:* ]]; then echo "${1%:*}"; else echo 127.0.0.1; fi; }  # [HOST:]PORT
 secret() { printf '%s-%s\n' "$1" "$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"; }  # PREFIX
 write_private() {  # FILE TEXT: TEXT and a newline, readable by this user only
   printf '%s\n' "$2" >"$1"
   chmod 600 "$1"
 }
 # The least-privilege user of sql/worker_user.sql on DATABASE.
-worker_user() {  # PORT DATABASE PASSWORD [USER]
+worker_user() {  # [HOST:]PORT DATABASE PASSWORD [USER]
   mariadb_at "$1" -e "SET @worker_user='${4:-ow_worker}', @worker_host='%', @worker_password='$3',
     @worker_database='$2'; SOURCE $ROOT/sql/worker_user.sql;"
 }
-# DATABASE made on every server PORT, migrated as root (through the first,
-# or over the shards of ORDER_WORKER_MYSQL_SHARDS when that is set), and
-# the least-privilege user ow_worker with PASSWORD on each: every worker
-# this script starts afterwards connects to the first server as that user,
-# its password in RUN/worker.password.
-worker_database() {  # DATABASE PASSWORD PORT...
-  local db=$1 password=$2 port
+# DATABASE made on every server [HOST:]PORT (as mariadb_at names them),
+# migrated as root (through the first, or over the shards of
+# ORDER_WORKER_MYSQL_SHARDS when that is set), and the least-privilege user
+# ow_worker with PASSWORD on each: every worker this script starts
+# afterwards connects to the first server as that user, its password in
+# RUN/worker.password.
+worker_database() {  # DATABASE PASSWORD [HOST:]PORT...
+  local db=$1 password=$2 server host
   shift 2
-  for port in "$@"; do mariadb_at "$port" -e "CREATE DATABASE $db"; done
-  ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PORT="$1" ORDER_WORKER_MYSQL_DATABASE="$db" \
-    "$BIN" migrate >/dev/null
-  for port in "$@"; do worker_user "$port" "$db" "$password"; done
+  host=$(server_host "$1")
+  for server in "$@"; do mariadb_at "$server" -e "CREATE DATABASE $db"; done
+  ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_HOST="$host" ORDER_WORKER_MYSQL_PORT="${1##*:}" \
+    ORDER_WORKER_MYSQL_DATABASE="$db" "$BIN" migrate >/dev/null
+  for server in "$@"; do worker_user "$server" "$db" "$password"; done
   write_private "$RUN/worker.password" "$password"
-  export ORDER_WORKER_MYSQL_HOST=127.0.0.1 ORDER_WORKER_MYSQL_PORT="$1" ORDER_WORKER_MYSQL_USER=ow_worker \
+  export ORDER_WORKER_MYSQL_HOST="$host" ORDER_WORKER_MYSQL_PORT="${1##*:}" ORDER_WORKER_MYSQL_USER=ow_worker \
     ORDER_WORKER_MYSQL_DATABASE="$db" ORDER_WORKER_MYSQL_PASSWORD_FILE="$RUN/worker.password"
 }
 create_topics() {  # PARTITIONS INPUT RESULTS DLQ: the dead letters on one partition
@@ -325,20 +357,29 @@ need_built() {  # FILE...
     [[ -x $f ]] || die_with 2 "$f not built (run scripts/test.sh or cmake --build build)"
   done
 }
-# mix TOPIC N RATE SEED PREFIX LOG: N messages of the chaos mix (about 25 %
-# retries, 2 % key reuse, 2 % clashes, 1 % invalid) at RATE a second.
+# mix TOPIC N RATE SEED PREFIX LOG [ARG...]: N messages of the chaos mix
+# (about 25 % retries, 2 % key reuse, 2 % clashes, 1 % invalid) at RATE a
+# second; the ARGs go to ow-kit gen too (--stop-file FILE).
 mix() {
   "$KIT" gen "$OW_KAFKA_BOOTSTRAP" "$1" "$2" --rate "$3" --seed "$4" \
-    --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix "$5" 2>"$6"
+    --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix "$5" "${@:7}" 2>"$6"
 }
 
-# Replicas under supervision (chaos.sh, eos.sh), as a service manager runs
-# them: replica I is `BIN run` (its log RUN/worker-I.log), started again
-# whenever it exits until stop_replica I. Each exit goes to RUN/exits.log
-# ("replica I pid P exit S"), each restart to the faults file. REPLICA_IDS=1
-# runs replica I with worker.replica_id = I, so that each restart fences
-# the replica's predecessor (eos.sh).
+# Replicas under supervision (chaos.sh, eos.sh, galera.sh), as a service
+# manager runs them: replica I is `BIN run` (its log RUN/worker-I.log),
+# started again whenever it exits until stop_replica I; SUPERVISORS[I] is
+# its supervisor's pid. REPLICA_IDS=1 runs replica I with
+# worker.replica_id = I, so that each restart fences the replica's
+# predecessor (eos.sh). After each exit, replica_exited I PID STATUS runs,
+# and replica_restart I before a restart: by default the exit goes to
+# RUN/exits.log ("replica I pid P exit S") and the restart, 0.3 s later, to
+# the faults file. A script redefines them, and replica_hung (below), where
+# a replica's exit means something else (galera.sh: a failure, not a fault
+# to recover from).
 REPLICA_IDS=0
+SUPERVISORS=()
+replica_exited() { echo "replica $1 pid $2 exit $3" >>"$RUN/exits.log"; }  # I PID STATUS
+replica_restart() { sleep 0.3; fault restart "$1"; }  # I
 supervise() {  # I
   local i=$1 pid status id_env=()
   if ((REPLICA_IDS)); then id_env=(ORDER_WORKER_WORKER_REPLICA_ID="$i"); fi
@@ -350,15 +391,19 @@ supervise() {  # I
     # pid to signal: stop the replica here, as it would have.
     [[ -f $RUN/replica-$i.enabled ]] || kill -TERM "$pid" 2>/dev/null || true
     set +e; { wait "$pid"; } 2>/dev/null; status=$?; set -e
-    echo "replica $i pid $pid exit $status" >>"$RUN/exits.log"
+    # Recorded before the pid file goes: stop_replicas waits for the pid
+    # files to go, and its caller then reads the exits.
+    replica_exited "$i" "$pid" "$status"
     rm -f "$RUN/replica-$i.pid"
-    if [[ -f $RUN/replica-$i.enabled ]]; then
-      sleep 0.3
-      fault restart "$i"
-    fi
+    if [[ -f $RUN/replica-$i.enabled ]]; then replica_restart "$i"; fi
   done
 }
-start_replica() { touch "$RUN/replica-$1.enabled"; supervise "$1" & }  # I
+start_replica() {  # I
+  touch "$RUN/replica-$1.enabled"
+  supervise "$1" &
+  # shellcheck disable=SC2034  # for the script to wait for
+  SUPERVISORS[$1]=$!
+}
 stop_replica() {  # I: a clean stop (SIGTERM), as an operator scales down
   rm -f "$RUN/replica-$1.enabled"
   [[ -f $RUN/replica-$1.pid ]] && kill -TERM "$(cat "$RUN/replica-$1.pid")" 2>/dev/null || true
@@ -426,8 +471,10 @@ catch_up() {  # GROUP TOPIC MARGIN_S PAUSE_S [WHEN]
 }
 
 # Stops replicas I... cleanly: each must stop within 30 s of its SIGTERM;
-# one that hangs is killed and counted in HUNG, which fails the run.
+# one that hangs is killed and replica_hung MESSAGE runs: by default it
+# says MESSAGE and counts the replica in HUNG, which fails the run.
 HUNG=0
+replica_hung() { HUNG=$((HUNG + 1)); say "$1"; }
 stop_replicas() {  # I...
   local i pidf
   for i in "$@"; do stop_replica "$i"; done
@@ -437,8 +484,7 @@ stop_replicas() {  # I...
   done
   for pidf in "$RUN"/replica-*.pid; do
     [[ -f $pidf ]] || continue
-    HUNG=$((HUNG + 1))
-    say "replica ${pidf##*/} did not stop within 30 s of SIGTERM"
+    replica_hung "replica ${pidf##*/} did not stop within 30 s of SIGTERM"
     kill -9 "$(cat "$pidf")" 2>/dev/null || true
   done
 }
@@ -504,3 +550,48 @@ committed_offsets() {  # GROUP TOPIC
     awk '/^partition/ { s += ($4 < 0 ? 0 : $4) } END { print s + 0 }'
 }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }  # PID: utime + stime
+
+# backlog_window GROUP TOPIC N PID...: a benchmark's window while its
+# workers (the pids in WORKERS) decide a backlog of N preloaded on TOPIC:
+# from GROUP's first committed offset to the N-th (polled every 200 ms, at
+# most 120 s for the first and 600 s more for the rest, so that the group's
+# join is not counted); then the workers are stopped (SIGTERM) and waited
+# for. Sets WIN_MS, WIN_N (the batches decided in the window), WIN_WORKERS
+# (the workers' CPU ticks in it) and WIN_TICKS (each PID's, in order).
+# Returns 1 when nothing was committed, 2 when only WIN_C of N were, 3 when
+# a worker exited with a status other than 0 (WIN_STATUS): the benchmark
+# says which of its runs failed.
+# shellcheck disable=SC2034  # WIN_*: the caller's
+backlog_window() {
+  local group=$1 topic=$2 n=$3 t0=0 c0=0 c=0 w0=0 i pid
+  local -a pids=("${@:4}") m0=()
+  for _ in $(seq 600); do
+    c=$(committed_offsets "$group" "$topic")
+    if ((c > 0)); then
+      t0=$(now_ms) c0=$c w0=$(worker_ticks)
+      for i in "${!pids[@]}"; do m0[i]=$(ticks "${pids[i]}"); done
+      break
+    fi
+    sleep 0.2
+  done
+  ((t0 > 0)) || return 1
+  for _ in $(seq 3000); do
+    c=$(committed_offsets "$group" "$topic")
+    ((c >= n)) && break
+    sleep 0.2
+  done
+  WIN_C=$c
+  ((c >= n)) || return 2
+  WIN_MS=$(($(now_ms) - t0)) WIN_N=$((n - c0)) WIN_WORKERS=$(($(worker_ticks) - w0)) WIN_TICKS=()
+  for i in "${!pids[@]}"; do WIN_TICKS[i]=$(($(ticks "${pids[i]}") - m0[i])); done
+  for pid in "${WORKERS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" || { WIN_STATUS=$?; return 3; }
+  done
+  WORKERS=()
+}
+worker_ticks() {
+  local pid sum=0
+  for pid in "${WORKERS[@]}"; do sum=$((sum + $(ticks "$pid"))); done
+  echo "$sum"
+}
