@@ -199,19 +199,12 @@ wait_ready() {  # WANT N...
   done
 }
 
-stop_node() {  # N SIGNAL: signal node N and wait until it is gone
-  local n=$1 sig=$2 pid deadline
+stop_node() {  # N SIGNAL: signal node N and wait until it is gone (SIGKILL every 10 s after STOP_TIMEOUT)
+  local n=$1 sig=$2 limit=$STOP_TIMEOUT pid
   pid="$(node_pid "$n")" || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT))
-  while pid_running "$pid"; do
-    if ((SECONDS >= deadline)); then
-      say "node $n (pid $pid) did not stop within ${STOP_TIMEOUT}s of SIG$sig; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-      sig=KILL
-    fi
-    sleep 0.1
+  until signal_wait "$pid" "$sig" "$limit"; do
+    say "node $n (pid $pid) did not stop within ${STOP_TIMEOUT}s of SIG$sig; sending SIGKILL"
+    sig=KILL limit=10
   done
   rm -f "$(node_pidfile "$n")"
 }

@@ -109,16 +109,6 @@ fi
 
 usage() { script_help >&2; exit 2; }
 
-# Find a binary also in sbin dirs, which a non-login PATH may lack.
-find_bin() {
-  local name=$1 d
-  if command -v "$name" >/dev/null 2>&1; then command -v "$name"; return 0; fi
-  for d in /usr/sbin /sbin /usr/local/sbin /usr/bin; do
-    [[ -x $d/$name ]] && { echo "$d/$name"; return 0; }
-  done
-  return 1
-}
-
 proc_comm()    { cat "/proc/$1/comm" 2>/dev/null || true; }
 proc_cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
 proc_cwd()     { readlink "/proc/$1/cwd" 2>/dev/null || true; }
@@ -218,22 +208,11 @@ show_log_tail() {  # LOG
 
 # Send SIGTERM, wait, then SIGKILL. Only call with a pid that pid_is_ours.
 kill_and_wait() {  # PID NAME
-  local pid=$1 name=$2 deadline
-  kill -TERM "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT))
-  while pid_running "$pid"; do
-    if ((SECONDS >= deadline)); then
-      warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-      while pid_running "$pid"; do
-        ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
-        sleep 0.2
-      done
-      break
-    fi
-    sleep 0.2
-  done
+  local pid=$1 name=$2
+  if ! signal_wait "$pid" TERM "$STOP_TIMEOUT"; then
+    warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
+    signal_wait "$pid" KILL 10 || die "$name (pid $pid) survived SIGKILL"
+  fi
 }
 
 # ---------------------------------------------------------------- mariadb ---
