@@ -55,8 +55,7 @@ printf 'bench-shards: %-6s %10s %10s %12s %s\n' shards batches/s orders/s "worke
 
 run_k() {  # K
   local k=$1 list="" s db=bench_k$1 in=bsh-in-$1 out=bsh-out-$1 dlq=bsh-dlq-$1 group=bsh-group-$1
-  local t0=0 c0=0 t1 c w0 w1 orders i
-  local -a m0 m1
+  local orders i
   for ((s = 0; s < k; s++)); do
     mariadb_at "${PORTS[$s]}" -e "CREATE DATABASE $db"
     list+="${list:+,}127.0.0.1:${PORTS[$s]}/$db"
@@ -75,42 +74,21 @@ run_k() {  # K
       "$BIN" run 2>>"$RUN/worker-$k-$i.log" &
     WORKERS+=("$!")
   done
-  # The window: from the first committed offset to the last.
-  for _ in $(seq 600); do
-    c=$(committed_offsets $group "$in")
-    if ((c > 0)); then
-      t0=$(now_ms) c0=$c
-      w0=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-      for ((s = 0; s < 3; s++)); do m0[s]=$(ticks "${PIDS[$s]}"); done
-      break
-    fi
-    sleep 0.2
-  done
-  ((t0 > 0)) || die "K=$k: nothing was committed within 120 s (see $RUN/worker-$k-*.log)"
-  for _ in $(seq 3000); do
-    c=$(committed_offsets $group "$in")
-    ((c >= N)) && break
-    sleep 0.2
-  done
-  ((c >= N)) || die "K=$k: only $c of $N committed (see $RUN/worker-$k-*.log)"
-  t1=$(now_ms)
-  w1=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-  for ((s = 0; s < 3; s++)); do m1[s]=$(ticks "${PIDS[$s]}"); done
-  for pid in "${WORKERS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" || die "K=$k: a worker exited with status $? (see $RUN/worker-$k-*.log)"
-  done
-  WORKERS=()
+  backlog_window $group "$in" "$N" "${PIDS[@]}" || case $? in
+    1) die "K=$k: nothing was committed within 120 s (see $RUN/worker-$k-*.log)" ;;
+    2) die "K=$k: only $WIN_C of $N committed (see $RUN/worker-$k-*.log)" ;;
+    *) die "K=$k: a worker exited with status $WIN_STATUS (see $RUN/worker-$k-*.log)" ;;
+  esac
   orders=0
   for ((s = 0; s < k; s++)); do
     orders=$((orders + $(mariadb_at "${PORTS[$s]}" -N -e "SELECT COUNT(*) FROM $db.orders")))
   done
-  local ms=$((t1 - t0)) cpu=""
+  local ms=$WIN_MS cpu=""
   for ((s = 0; s < 3; s++)); do
-    cpu+="$(awk -v d=$((m1[s] - m0[s])) -v hz="$CLK" -v ms=$ms 'BEGIN { printf "%d%%", 100 * d / hz / (ms / 1000) }')"
+    cpu+="$(awk -v d="${WIN_TICKS[s]}" -v hz="$CLK" -v ms="$ms" 'BEGIN { printf "%d%%", 100 * d / hz / (ms / 1000) }')"
     ((s < 2)) && cpu+=" "
   done
-  awk -v n=$((N - c0)) -v o="${orders:-0}" -v nn="$N" -v ms=$ms -v w=$((w1 - w0)) -v hz="$CLK" -v k="$k" -v cpu="$cpu" \
+  awk -v n="$WIN_N" -v o="${orders:-0}" -v nn="$N" -v ms="$ms" -v w="$WIN_WORKERS" -v hz="$CLK" -v k="$k" -v cpu="$cpu" \
     'BEGIN { printf "bench-shards: %-6d %10.0f %10.0f %11.0f%% %s\n", k, n / (ms / 1000), o * (n / nn) / (ms / 1000), 100 * w / hz / (ms / 1000), cpu }'
 }
 
