@@ -48,7 +48,6 @@ T0=$SECONDS
 mkdir -p "$RUN"
 RUN="$(cd "$RUN" && pwd -P)"
 R="$RUN/root"
-MOUNTS=()
 
 # Processes whose root directory is the Debian 13 root: what the run inside
 # started and left (its own traps normally stop everything).
@@ -89,7 +88,6 @@ unmount_all() {
 cleanup() {
   stop_root_pids
   unmount_all
-  MOUNTS=()
   if [[ -n "$(mounts_under_run)" ]]; then
     warn "still mounted: $(mounts_under_run | tr '\n' ' ')"
   else
@@ -110,13 +108,8 @@ on_exit cleanup
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM HUP
 
-mnt() {  # TARGET MOUNT-ARGS...
-  local target=$1
-  shift
-  mkdir -p "$target"
-  mount "$@" "$target"
-  MOUNTS+=("$target")
-}
+# cleanup finds the mounts under RUN: nothing to remember here.
+mnt() { mkdir -p "$1"; mount "${@:2}" "$1"; }  # TARGET MOUNT-ARGS...
 
 # A killed earlier run may have left its mounts and processes.
 cleanup
