@@ -20,40 +20,24 @@
 # and a build (OW_BUILD_DIR, default build/). Stops everything it starts and
 # starts the database again if it stopped it.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages alerts --die FAIL 1
 : "${OW_RUN_DIR:?set OW_RUN_DIR to the services state folder}"
 RULES="$ROOT/config/prometheus/order-worker.rules.yml"
 DASH="$ROOT/config/grafana/order-worker.json"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 WORK="$OW_RUN_DIR/alerts"
 PIDS=()
 db_stopped=0
 
-say() { printf 'alerts: %s\n' "$*"; }
-die() { printf 'alerts: FAIL: %s\n' "$*" >&2; exit 1; }
-
 cleanup() {
-  set +e
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  local pid
+  kill_each TERM "${PIDS[@]}"
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  ((db_stopped)) && "$ROOT/scripts/services.sh" mariadb-up >/dev/null 2>&1
+  if ((db_stopped)); then services mariadb-up >/dev/null 2>&1; fi
 }
-trap cleanup EXIT
+on_exit cleanup
 
-USED_PORTS=" "
-free_port() {  # a random loopback port nobody listens on, as scripts/services.sh picks them
-  local p
-  while :; do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 12001))
-    [[ $USED_PORTS == *" $p "* ]] && continue
-    [[ -z $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && break
-  done
-  USED_PORTS+="$p "
-  echo "$p"
-}
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }  # FROM TO
 
 # --- 1. promtool -------------------------------------------------------------
@@ -81,24 +65,22 @@ n_queries=$(jq '[.. | objects | select(has("expr"))] | length' "$DASH")
 say "dashboard: valid JSON, $n_panels panels, $n_queries queries"
 
 # --- 3. two replicas and Prometheus ------------------------------------------
-# shellcheck disable=SC1091
-source "$OW_RUN_DIR/services.env"
+services_env "$OW_RUN_DIR"
 rm -rf "$WORK" && mkdir -p "$WORK"
 suffix="$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
 DB="ow_alerts_$suffix"
 IN="alerts-$suffix-in"
-mysql_root() { mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
+mysql_root() { mariadb_at "$OW_MYSQL_PORT" "$@"; }
 mysql_root -e "CREATE DATABASE $DB"
-password="a-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-printf '%s\n' "$password" >"$WORK/worker.password"
-chmod 600 "$WORK/worker.password"
+password="$(secret a)"
+write_private "$WORK/worker.password" "$password"
 for t in "$IN:2" "alerts-$suffix-results:2" "alerts-$suffix-dlq:1"; do
   "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "${t%:*}" "${t#*:}" >/dev/null
 done
 ports=()
 for i in 1 2; do
-  free_port >"$WORK/port"
-  ports+=("$(cat "$WORK/port")")
+  pick_port port
+  ports+=("$port")
   sed -e "s|^kafka.bootstrap.servers = .*|kafka.bootstrap.servers = $OW_KAFKA_BOOTSTRAP|" \
       -e "s|^kafka.group.id = .*|kafka.group.id = alerts-$suffix|" \
       -e "s|^topic.input = .*|topic.input = $IN|" \
@@ -113,10 +95,9 @@ for i in 1 2; do
       -e "s|^metrics.port = .*|metrics.port = ${ports[i - 1]}|" \
       "$ROOT/config/order-worker.conf" >"$WORK/replica-$i.conf"
 done
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= \
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' \
   "$BIN" migrate --config "$WORK/replica-1.conf" >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; die "migrate"; }
-mysql_root -e "SET @worker_user='ow_alerts', @worker_host='%', @worker_password='$password',
-               @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
+worker_user "$OW_MYSQL_PORT" "$DB" "$password" ow_alerts
 for i in 1 2; do
   "$BIN" run --config "$WORK/replica-$i.conf" 2>"$WORK/replica-$i.log" &
   PIDS+=($!)
@@ -126,8 +107,8 @@ done
 # seconds; the expressions are the shipped ones.
 sed -E 's/^( *for: ).*/\15s/' "$RULES" >"$WORK/rules.yml"
 grep -q 'for: 5s' "$WORK/rules.yml" || die "the test copy of the rules did not shorten for:"
-free_port >"$WORK/port"
-prom_port=$(cat "$WORK/port")
+prom_port=""
+pick_port prom_port
 cat >"$WORK/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
@@ -219,7 +200,7 @@ sleep 3
 [[ -z $(alert_states) ]] || die "OrderWorkerDatabaseUnavailable is active while the database is up: $(alert_states)"
 t_down=$(date +%s.%N)
 db_stopped=1
-"$ROOT/scripts/services.sh" mariadb-down >"$WORK/mariadb-down.log" 2>&1
+services mariadb-down >"$WORK/mariadb-down.log" 2>&1
 t_stopped=$(date +%s.%N)
 first=""
 first_firing() {  # true once both replicas' alerts fire; notes when the first did
@@ -232,7 +213,7 @@ wait_for 120 "OrderWorkerDatabaseUnavailable firing for both replicas" first_fir
 t_fire=$(date +%s.%N)
 say "database stopped (mariadb-down took $(secs "$t_down" "$t_stopped") s): alert firing for the first replica $(secs "$t_down" "$first") s and for both $(secs "$t_down" "$t_fire") s after the stop began (scrape 1 s, evaluation 1 s, for: 5 s, idle ping 5 s)"
 t_up=$(date +%s.%N)
-"$ROOT/scripts/services.sh" mariadb-up >"$WORK/mariadb-up.log" 2>&1
+services mariadb-up >"$WORK/mariadb-up.log" 2>&1
 db_stopped=0
 t_started=$(date +%s.%N)
 cleared() { [[ -z $(alert_states) ]]; }

@@ -55,15 +55,12 @@
 # Bounds: each phase's ow-bench at most 900 s (--quick) or 3,600 s, and
 # gives up after 60 s without a commit; each callgrind run at most 600 s.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench --stderr --die ERROR 2
+clock_start
 export OW_RUN_DIR="$ROOT/.run/bench"
 export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
-T_START=$SECONDS
-
-say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
-die() { say "ERROR: $*"; exit 2; }
 
 QUICK=0 CPU=1 OUT="" WORKER="" PATH_TOOL=""
 while (($# > 0)); do
@@ -76,7 +73,7 @@ while (($# > 0)); do
     --worker) [[ $# -ge 2 ]] || die "--worker needs a binary"; WORKER=$2; shift ;;
     --path-tool) [[ $# -ge 2 ]] || die "--path-tool needs a binary"; PATH_TOOL=$2; shift ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
-    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) script_help; exit 0 ;;
     *) die "unknown option $1 (with --cost: --quick, --build DIR, --worker BIN, --path-tool BIN, --no-cpu, --out DIR)" ;;
   esac
   shift
@@ -101,13 +98,13 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd -P)"
 
 services_up=0 child="" scratch=""
+# What runs under run_bounded first, then the services it may use.
 cleanup() {
-  set +e
   if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
-  if ((services_up)); then "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1; fi
+  if ((services_up)); then services stop all >/dev/null 2>&1; fi
   if [[ -n $scratch ]]; then rm -rf "$scratch"; fi
 }
-trap cleanup EXIT
+on_exit cleanup
 trap 'exit 130' INT TERM
 
 # run_bounded SECONDS CMD...: CMD under timeout, in the background so that
@@ -172,11 +169,10 @@ us() {
 }
 
 if ((CPU)); then
-  OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >&2
   services_up=1
-  # shellcheck disable=SC1091
-  source "$OW_RUN_DIR/services.env"
-  [[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start (got the $OW_BROKER_KIND broker); run scripts/deps.sh"
+  services start all >&2
+  services_env "$OW_RUN_DIR"
+  need_kafka
   WATCH="mariadbd=$(cat "$OW_RUN_DIR/mariadb.pid"),kafka=$(cat "$OW_RUN_DIR/kafka.pid")"
   # shellcheck source=scripts/bench-warmup.sh
   source "$ROOT/scripts/bench-warmup.sh"

@@ -21,69 +21,46 @@
 # ratio says what certification and applying cost here, not what a
 # cluster over a network gives (docs/performance.md, "Knobs").
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench-galera --stderr --die ERROR 2
+clock_start
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 N="${OW_BENCH_GALERA_N:-20000}"
 [[ " $* " == *" --quick "* ]] && N="${OW_BENCH_GALERA_N:-5000}"
 LANES="${OW_BENCH_GALERA_LANES:-4}"
 PARTS=8
 export OW_RUN_DIR="$ROOT/.run/bench-galera"
 RUN="$OW_RUN_DIR"
-T_START=$SECONDS
 CLK=$(getconf CLK_TCK)
 
-say() { printf 'bench-galera: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
-die() { say "ERROR: $*"; exit 2; }
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; } # utime + stime
-now_ms() { date +%s%3N; }
-
 cmake --build "$BUILD" --target order-worker ow-kit >/dev/null || die "build failed"
-WORKERS=()
-cleanup() {
-  set +e
-  for pid in "${WORKERS[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  "$ROOT/scripts/galera-cluster.sh" stop >/dev/null 2>&1
-  "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 rm -rf "$RUN"
 mkdir -p "$RUN"
-# Ports exported by a caller's services.env would be forced here.
-env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT OW_BUILD_DIR="$BUILD" \
-  "$ROOT/scripts/services.sh" start all >&2
+services_up_in "$RUN" all >&2
+on_exit '"$ROOT/scripts/galera-cluster.sh" stop >/dev/null 2>&1'
 "$ROOT/scripts/galera-cluster.sh" start >&2
-# shellcheck disable=SC1091
-source "$RUN/services.env"
-# shellcheck disable=SC1091
+WORKERS=()
+on_exit 'kill_each 9 "${WORKERS[@]}"; wait 2>/dev/null'
+services_env "$RUN"
+# shellcheck disable=SC1091  # written by scripts/galera-cluster.sh
 source "$RUN/galera.env"
 [[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start; run scripts/deps.sh"
 
-echo "bench-galera: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+echo "bench-galera: $(run_stamp); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 echo "bench-galera: $N new batches per run, 2 replicas x $LANES lanes, $PARTS partitions; single: MariaDB $OW_MARIADB_VERSION; galera: 3 nodes, $OW_GALERA_VERSION, Galera $OW_GALERA_PROVIDER_VERSION (durable commits on every node)"
 printf 'bench-galera: %-7s %10s %10s %12s %s\n' target batches/s orders/s "workers CPU" "mariadbd CPU (% of one core, per node)"
-
-committed() {  # GROUP TOPIC: total committed offsets (ow-kit lag exits 1 while there is lag)
-  { "$KIT" lag "$OW_KAFKA_BOOTSTRAP" "$1" "$2" 2>/dev/null || true; } |
-    awk '/^partition/ { s += ($4 < 0 ? 0 : $4) } END { print s + 0 }'
-}
 
 RATE_OF=()  # batches/s per target, for the ratio
 run_target() {  # NAME HOSTS PORT PIDS...
   local name=$1 hosts=$2 port=$3 db=bench_$1 in=bg-in-$1 out=bg-out-$1 dlq=bg-dlq-$1 group=bg-group-$1
-  local t0=0 c0=0 t1 c w0 w1 orders i host=${2%%,*}
-  local -a pids=("${@:4}") m0 m1
-  mariadb --no-defaults --protocol=tcp -h"$host" -P"$port" -uroot -e "CREATE DATABASE $db"
+  local orders i host=${2%%,*} logs="$RUN/worker-$1-*.log"
+  mariadb_at "$host:$port" -e "CREATE DATABASE $db"
   ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_HOST="$host" ORDER_WORKER_MYSQL_PORT="$port" \
     ORDER_WORKER_MYSQL_DATABASE=$db "$BIN" migrate >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$in" $PARTS >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$out" $PARTS >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$dlq" 1 >/dev/null
+  create_topics $PARTS "$in" "$out" "$dlq" >/dev/null
   "$KIT" gen "$OW_KAFKA_BOOTSTRAP" "$in" "$N" --seed 20261205 --retry 0 --reuse 0 \
     --clash 0 --invalid 0 --items 10 --prefix "$name" 2>"$RUN/gen-$name.log"
   WORKERS=()
@@ -96,38 +73,18 @@ run_target() {  # NAME HOSTS PORT PIDS...
       "$BIN" run 2>>"$RUN/worker-$name-$i.log" &
     WORKERS+=("$!")
   done
-  for _ in $(seq 600); do
-    c=$(committed "$group" "$in")
-    if ((c > 0)); then
-      t0=$(now_ms) c0=$c
-      w0=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-      for i in "${!pids[@]}"; do m0[i]=$(ticks "${pids[i]}"); done
-      break
-    fi
-    sleep 0.2
+  backlog_window "$group" "$in" "$N" "${@:4}" || case $? in
+    1) die "$name: nothing was committed within 120 s (see $logs)" ;;
+    2) die "$name: only $WIN_C of $N committed within 600 s (see $logs)" ;;
+    *) die "$name: a worker exited with status $WIN_STATUS (see $logs)" ;;
+  esac
+  orders=$(mariadb_at "$host:$port" -N -e "SELECT COUNT(*) FROM $db.orders")
+  local ms=$WIN_MS cpu=""
+  for i in "${!WIN_TICKS[@]}"; do
+    cpu+="$(awk -v d="${WIN_TICKS[i]}" -v hz="$CLK" -v ms="$ms" 'BEGIN { printf "%d%% ", 100 * d / hz / (ms / 1000) }')"
   done
-  ((t0 > 0)) || die "$name: nothing was committed within 120 s (see $RUN/worker-$name-*.log)"
-  for _ in $(seq 3000); do
-    c=$(committed "$group" "$in")
-    ((c >= N)) && break
-    sleep 0.2
-  done
-  ((c >= N)) || die "$name: only $c of $N committed within 600 s (see $RUN/worker-$name-*.log)"
-  t1=$(now_ms)
-  w1=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-  for i in "${!pids[@]}"; do m1[i]=$(ticks "${pids[i]}"); done
-  for pid in "${WORKERS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" || die "$name: a worker exited with status $? (see $RUN/worker-$name-*.log)"
-  done
-  WORKERS=()
-  orders=$(mariadb --no-defaults --protocol=tcp -h"$host" -P"$port" -uroot -N -e "SELECT COUNT(*) FROM $db.orders")
-  local ms=$((t1 - t0)) cpu=""
-  for i in "${!pids[@]}"; do
-    cpu+="$(awk -v d=$((m1[i] - m0[i])) -v hz="$CLK" -v ms=$ms 'BEGIN { printf "%d%% ", 100 * d / hz / (ms / 1000) }')"
-  done
-  RATE_OF+=("$(awk -v n=$((N - c0)) -v ms=$ms 'BEGIN { printf "%.1f", n / (ms / 1000) }')")
-  awk -v n=$((N - c0)) -v o="${orders:-0}" -v nn="$N" -v ms=$ms -v w=$((w1 - w0)) -v hz="$CLK" -v t="$name" -v cpu="$cpu" \
+  RATE_OF+=("$(awk -v n="$WIN_N" -v ms="$ms" 'BEGIN { printf "%.1f", n / (ms / 1000) }')")
+  awk -v n="$WIN_N" -v o="${orders:-0}" -v nn="$N" -v ms="$ms" -v w="$WIN_WORKERS" -v hz="$CLK" -v t="$name" -v cpu="$cpu" \
     'BEGIN { printf "bench-galera: %-7s %10.0f %10.0f %11.0f%% %s\n", t, n / (ms / 1000), o * (n / nn) / (ms / 1000), 100 * w / hz / (ms / 1000), cpu }' |
     tee -a "$RUN/bench-galera.txt"
 }

@@ -29,12 +29,10 @@
 # OW_PURGE_BATCH (rows per purge chunk; default 500), OW_PURGE_MAX_RATE (also
 # a second purge run with --max-rate this many records/s).
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-T_START=$SECONDS
-say() { printf 'bench: [%4ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
-die() { say "ERROR: $*"; exit 2; }
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench --stderr --width 4 --die ERROR 2
+clock_start
 
 MODE="" QUICK=0 OUT=""
 while (($# > 0)); do
@@ -59,7 +57,9 @@ else
   if ((QUICK)); then STEPS=(200000); else STEPS=("${OW_PURGE_ROWS:-5000000}"); fi
 fi
 TOP=${STEPS[-1]}
-export OW_RUN_DIR="$ROOT/.run/$MODE$( ((QUICK)) && echo -quick)"
+OW_RUN_DIR="$ROOT/.run/$MODE"
+if ((QUICK)); then OW_RUN_DIR+="-quick"; fi
+export OW_RUN_DIR
 OUT="${OUT:-$OW_RUN_DIR/results-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd -P)"
@@ -73,18 +73,9 @@ say "disk: $((avail_kb / 1048576)) GiB free where the data goes, about $((need_k
 
 cmake --build "$BUILD" --target order-worker ow-bench ow-growth-gen ow-kit >/dev/null || die "build failed"
 
-services_up=0
-cleanup() {
-  set +e
-  if ((services_up)); then "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1; fi
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
-OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >&2
-services_up=1
-# shellcheck disable=SC1091
-source "$OW_RUN_DIR/services.env"
-[[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start; run scripts/deps.sh"
+services_up >&2
+need_kafka
 
 # The broker warms up as in scripts/bench.sh, so that step 0 is not
 # measured on a cold broker (the first full run's step 0 was, which made
@@ -96,25 +87,22 @@ source "$OW_RUN_DIR/services.env"
 source "$ROOT/scripts/bench-warmup.sh"
 warm_broker_jvm
 fresh_bench() {  # OUT_DIR ARGS...: ow-bench on a database of its own unless ARGS name one
-  local out=$1
-  shift
-  "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-port "$OW_MYSQL_PORT" \
-    --worker "$BUILD/order-worker" --out "$out" --no-naive --no-serial --no-db-limit "$@"
+  ow_bench "$1" --no-naive --no-serial --no-db-limit "${@:2}"
 }
 if [[ $MODE == growth ]]; then
   warm_pipeline "$RATE" "$OUT/pipeline-warmup" fresh_bench --rate "$RATE" || true
 fi
 
 DB=owg
-sql() { mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
+sql() { mariadb_at "$OW_MYSQL_PORT" "$@"; }
 q() { sql -N -B "$DB" -e "$1"; }
 export ORDER_WORKER_MYSQL_HOST=127.0.0.1 ORDER_WORKER_MYSQL_PORT="$OW_MYSQL_PORT" \
-  ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD= ORDER_WORKER_MYSQL_DATABASE=$DB
+  ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD='' ORDER_WORKER_MYSQL_DATABASE=$DB
 sql -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
-"$BUILD/order-worker" migrate >"$OUT/migrate.log" 2>&1 || die "migrate failed ($OUT/migrate.log)"
+"$BIN" migrate >"$OUT/migrate.log" 2>&1 || die "migrate failed ($OUT/migrate.log)"
 
 {
-  echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), mode $MODE$( ((QUICK)) && echo ' --quick')"
+  echo "bench: $(run_stamp), mode $MODE$( ((QUICK)) && echo ' --quick')"
   echo "bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; MariaDB $OW_MARIADB_VERSION, buffer pool $(q 'SELECT @@innodb_buffer_pool_size DIV 1048576') MiB, redo log $(q 'SELECT @@innodb_log_file_size DIV 1048576') MiB"
 } | tee "$OUT/growth.txt"
 

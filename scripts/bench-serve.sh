@@ -18,16 +18,17 @@
 # order-worker is the new binary. It makes its own database (10,001 request
 # records) and stops what it starts.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench-serve --die '' 2
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
 export OW_RUN_DIR="${OW_RUN_DIR:-$ROOT/.run}"
 OLD=""
 while (($# > 0)); do
   case $1 in
-    --old-build) [[ $# -ge 2 ]] || { echo "bench-serve: --old-build needs a build directory" >&2; exit 2; }
+    --old-build) [[ $# -ge 2 ]] || die "--old-build needs a build directory"
       OLD=$2/order-worker; shift ;;
-    --old) [[ $# -ge 2 ]] || { echo "bench-serve: --old needs a binary" >&2; exit 2; }
+    --old) [[ $# -ge 2 ]] || die "--old needs a binary"
       OLD=$2; shift ;;
     *) break ;;
   esac
@@ -35,18 +36,17 @@ while (($# > 0)); do
 done
 N=${1:-20000}
 C=${2:-16}
-[[ $N =~ ^[0-9]+$ && $C =~ ^[0-9]+$ ]] || { echo "bench-serve: N and CONCURRENCY are integers" >&2; exit 2; }
-NEW="$BUILD/order-worker"
+[[ $N =~ ^[0-9]+$ && $C =~ ^[0-9]+$ ]] || die "N and CONCURRENCY are integers"
+NEW="$BIN"
 for bin in "$NEW" ${OLD:+"$OLD"}; do
-  [[ -x $bin ]] || { echo "bench-serve: $bin is not an executable" >&2; exit 2; }
+  [[ -x $bin ]] || die "$bin is not an executable"
 done
-# shellcheck disable=SC1091
-source "$OW_RUN_DIR/services.env"
+services_env "$OW_RUN_DIR"
 DB="bench_serve_$$"
 WORK="$(mktemp -d)"
 TOKEN="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
-PW="b-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-PORT=$((20000 + RANDOM % 10000))
+PW="$(secret b)"
+pick_port PORT
 pid=""
 
 stop_serve() {
@@ -58,11 +58,11 @@ stop_serve() {
 }
 cleanup() {
   stop_serve
-  mysql_root -e "DROP DATABASE IF EXISTS $DB; DROP USER IF EXISTS 'ow_bench_api'@'%'" || true
+  mysql_root -e "DROP DATABASE IF EXISTS $DB; DROP USER IF EXISTS 'ow_bench_api'@'%'"
   rm -rf "$WORK"
 }
-trap cleanup EXIT
-mysql_root() { mariadb -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot "$@"; }
+on_exit cleanup
+mysql_root() { mariadb_at "$OW_MYSQL_PORT" "$@"; }
 
 mysql_root -e "CREATE DATABASE $DB"
 ORDER_WORKER_MYSQL_PORT=$OW_MYSQL_PORT ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_DATABASE=$DB \
@@ -81,8 +81,7 @@ mysql_root "$DB" -e "
     VALUES (20000, 42, 'bench-found', UNHEX('617ba20a7005cb1c5dcf1f0b4450af614802fb12ad0b2655813278e4d2996c08'),
             'SUCCEEDED', 201, '$BODY');"
 
-printf '%s\n' "$TOKEN" >"$WORK/token"
-chmod 600 "$WORK/token"  # serve refuses a token file others may read
+write_private "$WORK/token" "$TOKEN"  # serve refuses a token file others may read
 cat >"$WORK/serve.conf" <<CONF
 mysql.port = $OW_MYSQL_PORT
 mysql.user = ow_bench_api
@@ -98,8 +97,7 @@ start_serve() {  # BIN
   "$1" serve --config "$WORK/serve.conf" 2>>"$WORK/serve.log" &
   pid=$!
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && return 0; sleep 0.1; done
-  echo "bench-serve: $1 serve did not answer /healthz within 5 s:" >&2
-  tail -n 5 "$WORK/serve.log" >&2
+  { say "$1 serve did not answer /healthz within 5 s:"; tail -n 5 "$WORK/serve.log"; } >&2
   exit 1
 }
 
@@ -108,7 +106,7 @@ start_serve() {  # BIN
 measure() {
   local out
   curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
-    "http://127.0.0.1:$PORT$2" | grep -qx "$3" || { echo "bench-serve: $2 is not $3"; exit 1; }
+    "http://127.0.0.1:$PORT$2" | grep -qx "$3" || { say "$2 is not $3"; exit 1; }
   out="$(ab -k -q -t 30 -n "$N" -c "$C" -e "$WORK/pct.csv" -H "Authorization: Bearer $TOKEN" \
     "http://127.0.0.1:$PORT$2" 2>&1)"
   RPS="$(awk '/^Requests per second/ {print $4}' <<<"$out")"
@@ -120,7 +118,7 @@ measure() {
     "$(awk '/^Non-2xx responses/ {print $3}' <<<"$out" | grep . || echo 0)" "$C"
 }
 
-echo "bench-serve: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), api.threads 4, ab $(ab -V | awk 'NR==1 {print $5}') with keep-alive, loopback"
+say "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), api.threads 4, ab $(ab -V | awk 'NR==1 {print $5}') with keep-alive, loopback"
 if [[ -z $OLD ]]; then
   start_serve "$NEW"
   measure found /v1/requests/42/bench-found 201
@@ -142,6 +140,6 @@ compare() {
     "$4" "$o_rps" "$RPS" "$(awk -v a="$o_rps" -v b="$RPS" 'BEGIN { printf "%.2f", (a > 0 ? b / a : 0) }')" \
     "$o_p50" "$o_p99" "$P50" "$P99"
 }
-echo "bench-serve: old $OLD, new $NEW"
+say "old $OLD, new $NEW"
 compare not-found /v1/requests/42/bench-missing 404 "serve (not-found)"
 compare found /v1/requests/42/bench-found 201 serve

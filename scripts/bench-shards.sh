@@ -20,11 +20,11 @@
 # The machine's cores are shared by everything here, so the curve flattens
 # early; docs/performance.md ("Shards") has the model for separate machines.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench-shards --stderr --die ERROR 2
+clock_start
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 N="${OW_BENCH_SHARDS_N:-20000}"
 [[ " $* " == *" --quick "* ]] && N="${OW_BENCH_SHARDS_N:-5000}"
 LANES="${OW_BENCH_SHARDS_LANES:-4}"
@@ -32,70 +32,36 @@ PER_SHARD=0
 [[ " $* " == *" --lanes-per-shard "* ]] && PER_SHARD=1
 PARTS=8
 RUN="$ROOT/.run/bench-shards"
-T_START=$SECONDS
 CLK=$(getconf CLK_TCK)
 
-say() { printf 'bench-shards: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
-die() { say "ERROR: $*"; exit 2; }
-svc() {  # INSTANCE COMMAND...
-  local dir=$RUN
-  (($1 > 0)) && dir="$RUN/db$1"
-  # Ports exported by a caller's services.env (scripts/test.sh) would be forced here.
-  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT \
-    OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
-}
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; } # utime + stime
-now_ms() { date +%s%3N; }
-
 cmake --build "$BUILD" --target order-worker ow-kit >/dev/null || die "build failed"
-WORKERS=()
-cleanup() {
-  set +e
-  for pid in "${WORKERS[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  svc 2 stop all >/dev/null 2>&1
-  svc 1 stop all >/dev/null 2>&1
-  svc 0 stop all >/dev/null 2>&1
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 rm -rf "$RUN"
 mkdir -p "$RUN/db1" "$RUN/db2"
-svc 0 start all >&2
-svc 1 start mariadb >&2
-svc 2 start mariadb >&2
-# shellcheck disable=SC1091
-source "$RUN/services.env"
-[[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start; run scripts/deps.sh"
-PORTS=("$OW_MYSQL_PORT"
-  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db1/services.env")"
-  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db2/services.env")")
+services_up_in "$RUN" all >&2
+services_up_in "$RUN/db1" mariadb >&2
+services_up_in "$RUN/db2" mariadb >&2
+WORKERS=()
+on_exit 'kill_each 9 "${WORKERS[@]}"; wait 2>/dev/null'
+services_env "$RUN"
+need_kafka
+PORTS=("$OW_MYSQL_PORT" "$(instance_port "$RUN/db1")" "$(instance_port "$RUN/db2")")
 PIDS=("$(cat "$RUN/mariadb.pid")" "$(cat "$RUN/db1/mariadb.pid")" "$(cat "$RUN/db2/mariadb.pid")")
 
-echo "bench-shards: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+echo "bench-shards: $(run_stamp); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 echo "bench-shards: $N new batches per run, 2 replicas x $LANES lanes$( ((PER_SHARD)) && echo ' per shard'), $PARTS partitions, MariaDB $OW_MARIADB_VERSION (durable commits)"
 printf 'bench-shards: %-6s %10s %10s %12s %s\n' shards batches/s orders/s "workers CPU" "mariadbd CPU (per shard, % of one core)"
 
-# Total committed offsets of GROUP on TOPIC.
-# (ow-kit lag exits 1 while there is lag.)
-committed() {
-  { "$KIT" lag "$OW_KAFKA_BOOTSTRAP" "$1" "$2" 2>/dev/null || true; } |
-    awk '/^partition/ { s += ($4 < 0 ? 0 : $4) } END { print s + 0 }'
-}
-
 run_k() {  # K
   local k=$1 list="" s db=bench_k$1 in=bsh-in-$1 out=bsh-out-$1 dlq=bsh-dlq-$1 group=bsh-group-$1
-  local t0=0 c0=0 t1 c w0 w1 orders i
-  local -a m0 m1
+  local orders i
   for ((s = 0; s < k; s++)); do
-    mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"${PORTS[$s]}" -uroot -e "CREATE DATABASE $db"
+    mariadb_at "${PORTS[$s]}" -e "CREATE DATABASE $db"
     list+="${list:+,}127.0.0.1:${PORTS[$s]}/$db"
   done
   ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_SHARDS="$list" "$BIN" migrate >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$in" $PARTS >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$out" $PARTS >/dev/null
-  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "$dlq" 1 >/dev/null
+  create_topics $PARTS "$in" "$out" "$dlq" >/dev/null
   "$KIT" gen "$OW_KAFKA_BOOTSTRAP" "$in" "$N" --seed $((20261200 + k)) --retry 0 --reuse 0 \
     --clash 0 --invalid 0 --items 10 --prefix "k$k" 2>"$RUN/gen-$k.log"
   WORKERS=()
@@ -108,43 +74,21 @@ run_k() {  # K
       "$BIN" run 2>>"$RUN/worker-$k-$i.log" &
     WORKERS+=("$!")
   done
-  # The window: from the first committed offset to the last.
-  for _ in $(seq 600); do
-    c=$(committed $group "$in")
-    if ((c > 0)); then
-      t0=$(now_ms) c0=$c
-      w0=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-      for ((s = 0; s < 3; s++)); do m0[s]=$(ticks "${PIDS[$s]}"); done
-      break
-    fi
-    sleep 0.2
-  done
-  ((t0 > 0)) || die "K=$k: nothing was committed within 120 s (see $RUN/worker-$k-*.log)"
-  for _ in $(seq 3000); do
-    c=$(committed $group "$in")
-    ((c >= N)) && break
-    sleep 0.2
-  done
-  ((c >= N)) || die "K=$k: only $c of $N committed (see $RUN/worker-$k-*.log)"
-  t1=$(now_ms)
-  w1=$(($(ticks "${WORKERS[0]}") + $(ticks "${WORKERS[1]}")))
-  for ((s = 0; s < 3; s++)); do m1[s]=$(ticks "${PIDS[$s]}"); done
-  for pid in "${WORKERS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" || die "K=$k: a worker exited with status $? (see $RUN/worker-$k-*.log)"
-  done
-  WORKERS=()
+  backlog_window $group "$in" "$N" "${PIDS[@]}" || case $? in
+    1) die "K=$k: nothing was committed within 120 s (see $RUN/worker-$k-*.log)" ;;
+    2) die "K=$k: only $WIN_C of $N committed (see $RUN/worker-$k-*.log)" ;;
+    *) die "K=$k: a worker exited with status $WIN_STATUS (see $RUN/worker-$k-*.log)" ;;
+  esac
   orders=0
   for ((s = 0; s < k; s++)); do
-    orders=$((orders + $(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"${PORTS[$s]}" -uroot -N \
-      -e "SELECT COUNT(*) FROM $db.orders")))
+    orders=$((orders + $(mariadb_at "${PORTS[$s]}" -N -e "SELECT COUNT(*) FROM $db.orders")))
   done
-  local ms=$((t1 - t0)) cpu=""
+  local ms=$WIN_MS cpu=""
   for ((s = 0; s < 3; s++)); do
-    cpu+="$(awk -v d=$((m1[s] - m0[s])) -v hz="$CLK" -v ms=$ms 'BEGIN { printf "%d%%", 100 * d / hz / (ms / 1000) }')"
+    cpu+="$(awk -v d="${WIN_TICKS[s]}" -v hz="$CLK" -v ms="$ms" 'BEGIN { printf "%d%%", 100 * d / hz / (ms / 1000) }')"
     ((s < 2)) && cpu+=" "
   done
-  awk -v n=$((N - c0)) -v o="${orders:-0}" -v nn="$N" -v ms=$ms -v w=$((w1 - w0)) -v hz="$CLK" -v k="$k" -v cpu="$cpu" \
+  awk -v n="$WIN_N" -v o="${orders:-0}" -v nn="$N" -v ms="$ms" -v w="$WIN_WORKERS" -v hz="$CLK" -v k="$k" -v cpu="$cpu" \
     'BEGIN { printf "bench-shards: %-6d %10.0f %10.0f %11.0f%% %s\n", k, n / (ms / 1000), o * (n / nn) / (ms / 1000), 100 * w / hz / (ms / 1000), cpu }'
 }
 

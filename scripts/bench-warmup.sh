@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# The broker warm-ups that scripts/bench.sh and scripts/bench-growth.sh
-# run before they measure. Sourced; needs BUILD,
-# OW_KAFKA_BOOTSTRAP, say() and die().
+# The broker warm-ups that scripts/bench.sh, scripts/bench-growth.sh and
+# scripts/bench-cost.sh run before they measure. Sourced after
+# scripts/lib.sh (KIT, say, die) and the services' variables
+# (OW_KAFKA_BOOTSTRAP).
 
 # A fresh broker's JVM is still compiling its hot paths: the same produce
 # load cost it 52 % of a core in its first 10 s and 24 % in the next 10 s
@@ -11,10 +12,10 @@ warm_broker_jvm() {
   local secs="${OW_BENCH_JVM_WARMUP_S:-20}"
   ((secs > 0)) || return 0
   say "warming the broker's JVM for ${secs} s"
-  "$BUILD/ow-kit" create-topic "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup 6 >/dev/null
-  "$BUILD/ow-kit" gen "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup $((4000 * secs)) --rate 4000 \
+  "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup 6 >/dev/null
+  "$KIT" gen "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup $((4000 * secs)) --rate 4000 \
     --prefix warm >/dev/null 2>&1
-  "$BUILD/ow-kit" read "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup >/dev/null
+  "$KIT" read "$OW_KAFKA_BOOTSTRAP" owb-jvm-warmup >/dev/null
 }
 
 # The produce-and-read warm-up leaves the broker's C2 compiler busy once a

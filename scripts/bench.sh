@@ -70,14 +70,11 @@
 # not complete (a worker dies, nothing is committed for --stall-timeout
 # seconds, or an input has no result) or a service does not start.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages bench --stderr --die ERROR 2
+clock_start
 export OW_RUN_DIR="$ROOT/.run/bench"
-T_START=$SECONDS
-
-say() { printf 'bench: [%3ds] %s\n' "$((SECONDS - T_START))" "$*" >&2; }
-die() { say "ERROR: $*"; exit 2; }
 
 # MariaDB's default 96 MiB redo log held the checkpoint age at its limit
 # at 3,100 batches/s, and every lane stalled together while InnoDB flushed
@@ -100,12 +97,12 @@ while (($# > 0)); do
     --verify) VERIFY=1 ;;
     --sweep) SWEEP=1; PASS+=(--sweep) ;;
     --eos) EOS=1; PASS+=(--eos) ;;
-    --small-grid) PASS+=(--lanes 1,2,4 --batches 1,16,64) ;;
+    --small-grid) PASS+=(--lanes "1,2,4" --batches "1,16,64") ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
     --broker-cpus) [[ $# -ge 2 ]] || die "--broker-cpus needs a CPU list (e.g. 1)"; BROKER_CPUS=$2; shift ;;
     --broker-nice) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || die "--broker-nice needs a niceness 0-19"; BROKER_NICE=$2; shift ;;
     --broker-tmpfs) export OW_KAFKA_DATA_TMPFS=1 ;;
-    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) script_help; exit 0 ;;
     *) PASS+=("$1") ;;
   esac
   shift
@@ -130,18 +127,17 @@ fi
 cmake --build "$BUILD" --target order-worker ow-bench ow-verify ow-kit >/dev/null || die "build failed"
 # --eos: each mode's worker variables, as far as this worker has the keys.
 if ((EOS)); then
-  has_key() { "$BUILD/order-worker" --help 2>&1 | grep -qE "^  $1 "; }
   EO_GUARANTEE="${OW_BENCH_EO_GUARANTEE:-exactly_once_v2}"
   [[ $EO_GUARANTEE == exactly_once_v2 || $EO_GUARANTEE == at_least_once ]] ||
     die "OW_BENCH_EO_GUARANTEE must be exactly_once_v2 or at_least_once"
-  if has_key 'processing\.guarantee'; then
+  if worker_has_key 'processing\.guarantee'; then
     PASS+=(--alo-env ORDER_WORKER_PROCESSING_GUARANTEE=at_least_once
       --eo-env ORDER_WORKER_PROCESSING_GUARANTEE="$EO_GUARANTEE")
   elif [[ $EO_GUARANTEE != at_least_once ]]; then
     die "this order-worker has no processing.guarantee key (no exactly-once mode);" \
       "OW_BENCH_EO_GUARANTEE=at_least_once runs both modes at least once"
   fi
-  if has_key 'worker\.replica_id'; then
+  if worker_has_key 'worker\.replica_id'; then
     PASS+=(--eo-env ORDER_WORKER_WORKER_REPLICA_ID=1)
   fi
   if [[ -n ${OW_BENCH_TXN_INTERVAL_MS:-} ]]; then
@@ -152,27 +148,10 @@ if ((EOS)); then
   fi
 fi
 
-services_up=0
-cleanup() {
-  set +e
-  if ((services_up)); then "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1; fi
-}
-trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >&2
-services_up=1
-# shellcheck disable=SC1091
-source "$OW_RUN_DIR/services.env"
-[[ $OW_BROKER_KIND == kafka ]] || die "Apache Kafka did not start (got the $OW_BROKER_KIND broker); run scripts/deps.sh"
+services_up >&2
+need_kafka
 WATCH="mariadbd=$(cat "$OW_RUN_DIR/mariadb.pid"),kafka=$(cat "$OW_RUN_DIR/kafka.pid")"
-ow_bench() {  # OUT_DIR ARGS...: ow-bench against these services and this worker
-  local out=$1
-  shift
-  "$BUILD/ow-bench" --bootstrap "$OW_KAFKA_BOOTSTRAP" --mysql-host 127.0.0.1 \
-    --mysql-port "$OW_MYSQL_PORT" --mysql-user root --worker "$BUILD/order-worker" \
-    --out "$out" "$@"
-}
 SETUP=""  # what was done to the services, for the log and bench.txt's header
 setup_done() { say "$1"; SETUP+=" ($1)"; }
 
@@ -200,9 +179,9 @@ fi
 if [[ ${OW_KAFKA_DATA_TMPFS:-0} == 1 ]]; then setup_done "broker log directory in /dev/shm"; fi
 
 {
-  echo "bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), order-worker $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
+  echo "bench: $(run_stamp)$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo ' (src modified)')"
   echo "bench: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1, redo log $(mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -N -B -e 'SELECT @@innodb_log_file_size DIV 1048576') MiB), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
+  echo "bench: MariaDB $OW_MARIADB_VERSION on :$OW_MYSQL_PORT (innodb_flush_log_at_trx_commit=1, redo log $(mariadb_at "$OW_MYSQL_PORT" -N -B -e 'SELECT @@innodb_log_file_size DIV 1048576') MiB), $OW_KAFKA_VERSION on $OW_KAFKA_BOOTSTRAP"
   echo "bench: ow-bench ${PASS[*]}$SETUP"
 } | tee "$OUT/bench.txt"
 

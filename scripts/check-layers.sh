@@ -14,7 +14,8 @@
 # the same through include paths; this check needs no build and names the
 # line. Run with --self-test to see it fail on planted violations.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 declare -A ALLOWED=(
   [base]="base"
@@ -92,7 +93,7 @@ check() {  # ROOT
 
 if [[ ${1:-} == --self-test ]]; then
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
+  on_exit 'rm -rf "$tmp"'
   n=0
   # FILE|LINE: the line is added after the file's first include.
   for plant in \

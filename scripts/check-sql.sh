@@ -18,7 +18,8 @@
 # Data always travels as bound parameters. Run with --self-test to prove the
 # check fails on planted violations.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 check() {  # DIR
   local dir=$1 bad=0 line
@@ -95,7 +96,7 @@ check() {  # DIR
 
 if [[ ${1:-} == --self-test ]]; then
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
+  on_exit 'rm -rf "$tmp"'
   for plant in \
       's/ow_store_exec_static(s, "SAVEPOINT ow_item", err)/ow_store_exec_static(s, key, err)/' \
       's/rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", \&st, err);/rc = ow_store_prepare(s, text, \&st, err);/' \

@@ -9,8 +9,8 @@
 #        scripts/contract.sh --self-test   the checker must reject drifted output
 # Needs tools/contract/node_modules (scripts/deps.sh) and python3-jsonschema.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DOC="$ROOT/docs/asyncapi.yaml"
 CHECK=(/usr/bin/python3 "$ROOT/tools/contract/check_contract.py" "$DOC")
 capture=${1:-}

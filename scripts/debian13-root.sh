@@ -20,6 +20,9 @@
 #   OW_DEBIAN13_CACHE    where roots are kept (default /var/cache/order-worker)
 #   OW_DEBIAN_MIRROR     Debian archive (default http://deb.debian.org/debian)
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages debian13-root --stderr
 
 SUITE=trixie
 # What the tier needs inside: the build (gcc 14 and the libraries), MariaDB
@@ -43,9 +46,6 @@ KEY="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
 DEST="$CACHE/debian13-$KEY"
 DEBS="$CACHE/debian13-debs"
 
-say() { printf 'debian13-root: %s\n' "$*" >&2; }
-die() { printf 'debian13-root: ERROR: %s\n' "$*" >&2; exit 1; }
-
 [[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot, mount)"
 command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing: run scripts/deps.sh"
 mkdir -p "$CACHE" "$DEBS"
@@ -66,7 +66,7 @@ cleanup() {
   MOUNTS=()
   if [[ -n ${TMP:-} ]]; then rm -rf --one-file-system "$TMP"; fi
 }
-trap cleanup EXIT
+on_exit cleanup
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 mnt() {  # TARGET MOUNT-ARGS...

@@ -33,22 +33,21 @@
 # every way out; the run inside is bounded by OW_DEBIAN13_TIMEOUT seconds
 # (default 2400). The last line is the tier's summary.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages debian13 --die FAILED 1
+# The clone is bind-mounted into the root at this path: no symbolic link in it.
+ROOT="$(cd "$ROOT" && pwd -P)"
 RUN="${OW_DEBIAN13_RUN_DIR:-$ROOT/.run/debian13}"
 TIERS="${OW_DEBIAN13_TIERS:-unit integration e2e secure package}"
 LIMIT="${OW_DEBIAN13_TIMEOUT:-2400}"
 BUILD="$ROOT/build-debian13"
 T0=$SECONDS
 
-say() { printf 'debian13: %s\n' "$*"; }
-die() { printf 'debian13: FAILED: %s\n' "$*" >&2; exit 1; }
-
 [[ $(id -u) -eq 0 ]] || die "needs root (mount, chroot)"
 mkdir -p "$RUN"
 RUN="$(cd "$RUN" && pwd -P)"
 R="$RUN/root"
-MOUNTS=()
 
 # Processes whose root directory is the Debian 13 root: what the run inside
 # started and left (its own traps normally stop everything).
@@ -60,13 +59,13 @@ root_pids() {
   return 0
 }
 stop_root_pids() {
-  local pids i
+  local pids
   pids="$(root_pids)"
   [[ -z $pids ]] && return 0
   say "stopping what the run left in the root: $(tr '\n' ' ' <<<"$pids")"
   # shellcheck disable=SC2086
   kill -TERM $pids 2>/dev/null || true
-  for i in $(seq 1 20); do
+  for _ in $(seq 1 20); do
     [[ -z "$(root_pids)" ]] && return 0
     sleep 0.5
   done
@@ -89,9 +88,8 @@ unmount_all() {
 cleanup() {
   stop_root_pids
   unmount_all
-  MOUNTS=()
   if [[ -n "$(mounts_under_run)" ]]; then
-    printf 'debian13: WARNING: still mounted: %s\n' "$(mounts_under_run | tr '\n' ' ')" >&2
+    warn "still mounted: $(mounts_under_run | tr '\n' ' ')"
   else
     rm -rf --one-file-system "$RUN/upper" "$RUN/work"
   fi
@@ -106,17 +104,12 @@ on_signal() {
   fi
   exit "$1"
 }
-trap cleanup EXIT
+on_exit cleanup
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM HUP
 
-mnt() {  # TARGET MOUNT-ARGS...
-  local target=$1
-  shift
-  mkdir -p "$target"
-  mount "$@" "$target"
-  MOUNTS+=("$target")
-}
+# cleanup finds the mounts under RUN: nothing to remember here.
+mnt() { mkdir -p "$1"; mount "${@:2}" "$1"; }  # TARGET MOUNT-ARGS...
 
 # A killed earlier run may have left its mounts and processes.
 cleanup

@@ -8,43 +8,31 @@
 # dead letters, and stops everything. Exit 0 when every outcome is the
 # expected one.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export OW_RUN_DIR="$ROOT/.run/demo"
 RUN="$OW_RUN_DIR"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 PIDS=()
 
-say() { printf '\n== %s\n' "$*"; }
+# The demo's steps stand out as headings in its output.
+step() { printf '\n== %s\n' "$*"; }
 
-cleanup() {
-  set +e
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
-}
-trap cleanup EXIT
-
-say "installing what is missing and building"
+step "installing what is missing and building"
 "$ROOT/scripts/deps.sh"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" >/dev/null
 echo "built $("$BIN" --version)"
 
-say "starting MariaDB and Kafka (throwaway, loopback)"
+step "starting MariaDB and Kafka (throwaway, loopback)"
 mkdir -p "$RUN"
-OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all
-# shellcheck disable=SC1091
-source "$RUN/services.env"
+services_up
+on_exit 'kill_each TERM "${PIDS[@]}"; wait 2>/dev/null'
 
-say "creating the database, the schema, the worker's user and the topics"
+step "creating the database, the schema, the worker's user and the topics"
 DB=orders_demo
-mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -e "CREATE DATABASE $DB"
-PASSWORD="demo-$(od -An -N6 -tx8 /dev/urandom | tr -d ' ')"
-printf '%s\n' "$PASSWORD" >"$RUN/worker.password"
-chmod 600 "$RUN/worker.password"
+mariadb_at "$OW_MYSQL_PORT" -e "CREATE DATABASE $DB"
+PASSWORD="$(secret demo)"
+write_private "$RUN/worker.password" "$PASSWORD"
 sed -e "s|^kafka.bootstrap.servers = .*|kafka.bootstrap.servers = $OW_KAFKA_BOOTSTRAP|" \
     -e "s|^mysql.port = .*|mysql.port = $OW_MYSQL_PORT|" \
     -e "s|^mysql.database = .*|mysql.database = $DB|" \
@@ -53,17 +41,15 @@ sed -e "s|^kafka.bootstrap.servers = .*|kafka.bootstrap.servers = $OW_KAFKA_BOOT
     "$ROOT/config/order-worker.conf" >"$RUN/order-worker.conf"
 CONF="$RUN/order-worker.conf"
 # migrate needs CREATE: run it as the administrator, overriding two keys.
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= "$BIN" migrate --config "$CONF"
-mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -e \
-  "SET @worker_user='order_worker', @worker_host='%', @worker_password='$PASSWORD',
-   @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' "$BIN" migrate --config "$CONF"
+worker_user "$OW_MYSQL_PORT" $DB "$PASSWORD" order_worker
 echo "user order_worker may: SELECT, INSERT, UPDATE (and DELETE on requests, for purge)"
 for t in order-batches:6 order-batch-results:6 order-batches.dlq:1; do
   "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "${t%:*}" "${t#*:}"
 done
 echo "topics: order-batches (6 partitions), order-batch-results (6), order-batches.dlq (1)"
 
-say "starting two worker replicas in one consumer group"
+step "starting two worker replicas in one consumer group"
 for i in 1 2; do
   "$BIN" run --config "$CONF" 2>"$RUN/replica-$i.log" &
   PIDS+=($!)
@@ -108,7 +94,7 @@ send() {  # N SCENARIO USER KEY EXPECT DOC
   ROWS+=("$(printf '%-2s|%-34s|%-5s|%-11s|%-30s|%-8s|%s' "$n" "$what" "$user" "$key" "$code" "${replayed:--}" "$detail")")
 }
 
-say "sending sample batches (each waits for its result)"
+step "sending sample batches (each waits for its result)"
 FIRST='{"user_id":42,"orders":[{"external_order_no":"D-100","amount":"19.90","product_id":101},{"external_order_no":"D-101","amount":"5.00","quantity":2}]}'
 send 1 "first request" 42 demo-1 "201 CREATED" "$FIRST"
 send 2 "retry, same bytes" 42 demo-1 "201 CREATED" "$FIRST"
@@ -118,17 +104,16 @@ send 4 "same key, other content" 42 demo-1 "409 IDEMPOTENCY_KEY_REUSED" \
   '{"user_id":42,"orders":[{"external_order_no":"D-102","amount":"1.00"}]}'
 send 5 "new key, identical existing order" 42 demo-2 "201 CREATED" \
   '{"user_id":42,"orders":[{"external_order_no":"D-100","amount":"19.90","product_id":101},{"external_order_no":"D-103","amount":"7.50"}]}'
-send 6 "new key, existing order differs" 42 demo-3 "409 ORDER_ALREADY_EXISTS" \
-  '{"user_id":42,"orders":[{"external_order_no":"D-104","amount":"3.00"},{"external_order_no":"D-101","amount":"6.00","quantity":2}]}'
-send 7 "retry of the conflicting request" 42 demo-3 "409 ORDER_ALREADY_EXISTS" \
-  '{"user_id":42,"orders":[{"external_order_no":"D-104","amount":"3.00"},{"external_order_no":"D-101","amount":"6.00","quantity":2}]}'
+CONFLICT='{"user_id":42,"orders":[{"external_order_no":"D-104","amount":"3.00"},{"external_order_no":"D-101","amount":"6.00","quantity":2}]}'
+send 6 "new key, existing order differs" 42 demo-3 "409 ORDER_ALREADY_EXISTS" "$CONFLICT"
+send 7 "retry of the conflicting request" 42 demo-3 "409 ORDER_ALREADY_EXISTS" "$CONFLICT"
 send 8 "same key, another user" 7 demo-1 "201 CREATED" \
   '{"user_id":7,"orders":[{"external_order_no":"D-100","amount":"19.90"}]}'
 send 9 "poison: not JSON" 42 demo-poison "400 INVALID_REQUEST" 'this is not JSON {'
 send 10 "invalid field" 42 demo-bad "400 INVALID_REQUEST" \
   '{"user_id":42,"orders":[{"external_order_no":"D-105","amount":"1.999","quantity":0}]}'
 
-say "one key on two partitions at the same moment (two replicas may decide it)"
+step "one key on two partitions at the same moment (two replicas may decide it)"
 RACE='{"user_id":42,"orders":[{"external_order_no":"D-200","amount":"12.00"}]}'
 printf '%s' "$RACE" | "$KIT" produce "$OW_KAFKA_BOOTSTRAP" order-batches --partition 0 --key demo-race &
 p0=$!
@@ -139,11 +124,11 @@ n_race=$(grep -c . <<<"$race" || true)
 bodies=$(jq -r '.value' <<<"$race" | sort -u | grep -c . || true)
 echo "$race" | jq -r '"  partition \(.headers["source-partition"]) offset \(.headers["source-offset"]): replayed=\(.headers.replayed) \(.value | fromjson | "\(.status) \(.code)")"'
 if [[ $n_race -ne 2 || $bodies -ne 1 ]]; then fails=$((fails + 1)); echo "  EXPECTED two identical results"; fi
-rows=$(mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -N $DB -e \
+rows=$(mariadb_at "$OW_MYSQL_PORT" -N $DB -e \
   "SELECT COUNT(*) FROM idempotency_requests WHERE idempotency_key='demo-race'")
 echo "  request records for demo-race: $rows (the unique key decided)"
 
-say "outcomes"
+step "outcomes"
 printf '%-2s|%-34s|%-5s|%-11s|%-30s|%-8s|%s\n' "#" "scenario" "user" "key" "result" "replayed" "detail"
 printf '%s\n' "--+----------------------------------+-----+-----------+------------------------------+--------+------"
 printf '%s\n' "${ROWS[@]}"
@@ -153,20 +138,20 @@ else
   echo "results 1, 2 and 3 DIFFER"; fails=$((fails + 1))
 fi
 
-say "the stored record: order-worker lookup --user 42 --key demo-1"
+step "the stored record: order-worker lookup --user 42 --key demo-1"
 "$BIN" lookup --config "$CONF" --user 42 --key demo-1 | jq -c '{status, response_status, request_digest, orders: [.orders[] | {order_no, external_order_no, amount}]}'
 
-say "dead letters (order-batches.dlq)"
+step "dead letters (order-batches.dlq)"
 dead="$(read_until order-batches.dlq 2 '.key == "demo-poison" or .key == "demo-bad"')"
 [[ -z $dead ]] || jq -r '"  key=\(.key) error=\(.headers["error-message"]) bytes=\(.value | @json)"' <<<"$dead"
 if [[ $(grep -c . <<<"$dead" || true) -ne 2 ]]; then
   fails=$((fails + 1)); echo "  EXPECTED the dead letters of demo-poison and demo-bad"
 fi
 
-say "database audit: order-worker audit"
+step "database audit: order-worker audit"
 "$BIN" audit --config "$CONF" || fails=$((fails + 1))
 
-say "stopping the replicas (SIGTERM)"
+step "stopping the replicas (SIGTERM)"
 for i in 1 2; do
   kill -TERM "${PIDS[i-1]}"
   status=0
@@ -178,7 +163,7 @@ PIDS=()
 "$KIT" lag "$OW_KAFKA_BOOTSTRAP" order-worker order-batches | tail -1
 
 if ((fails > 0)); then
-  say "demo FAILED: $fails unexpected outcome(s); logs in $RUN"
+  step "demo FAILED: $fails unexpected outcome(s); logs in $RUN"
   exit 1
 fi
-say "demo finished: every outcome as expected (logs in $RUN)"
+step "demo finished: every outcome as expected (logs in $RUN)"

@@ -18,26 +18,24 @@
 #   OW_DEPS_KAFKA_OPTIONAL=1  if the Maven fetch fails, warn and exit 0
 #                             (services.sh then falls back to the mock broker)
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages deps
 
 KAFKA_VERSION=4.1.1
-
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   librdkafka-dev default-libmysqlclient-dev libjansson-dev libssl-dev
   libcmocka-dev libmicrohttpd-dev zlib1g-dev
   mariadb-server mariadb-client galera-4 rsync iproute2 iptables
-  clang clang-format libclang-rt-14-dev valgrind
+  clang clang-format libclang-rt-14-dev valgrind shellcheck
   gnuplot-nox curl kcat jq openssl apache2-utils
   openjdk-17-jre-headless openjdk-17-jdk-headless maven
   systemd
   prometheus dpkg-dev lintian debootstrap
   nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
-
-say() { printf 'deps: %s\n' "$*"; }
-die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Run a command as root (directly, or through sudo when we are not root).
 as_root() {
@@ -107,16 +105,16 @@ stop_packaged_prometheus() {
 }
 
 fetch_kafka_jars() {
-  local cache_parent="$REPO_ROOT/.cache/kafka"
+  local cache_parent="$ROOT/.cache/kafka"
   local cache="$cache_parent/$KAFKA_VERSION"
-  local pom="$REPO_ROOT/scripts/kafka/pom.xml"
+  local pom="$ROOT/scripts/kafka/pom.xml"
 
   if [[ ${OW_DEPS_SKIP_KAFKA:-0} == 1 ]]; then
     say "kafka: jar fetch skipped (OW_DEPS_SKIP_KAFKA=1)"
     return 0
   fi
   if [[ -f $cache/.complete ]]; then
-    say "kafka: jars for Apache Kafka $KAFKA_VERSION already cached in ${cache#"$REPO_ROOT"/}/jars"
+    say "kafka: jars for Apache Kafka $KAFKA_VERSION already cached in ${cache#"$ROOT"/}/jars"
     return 0
   fi
 
@@ -135,7 +133,7 @@ fetch_kafka_jars() {
   # Download into a private temp dir next to the cache, then rename it into
   # place, so an interrupted run never leaves a half-filled cache behind.
   TMP_CACHE="$(mktemp -d "$cache_parent/.tmp-$KAFKA_VERSION.XXXXXX")"
-  trap 'rm -rf "${TMP_CACHE:-}"' EXIT
+  on_exit 'rm -rf "${TMP_CACHE:-}"'
   trap 'exit 130' INT
   trap 'exit 143' TERM HUP
   chmod 755 "$TMP_CACHE"
@@ -164,14 +162,14 @@ fetch_kafka_jars() {
   rm -rf "$cache"
   mv "$TMP_CACHE" "$cache"
   TMP_CACHE=""
-  say "kafka: cached $n jars in ${cache#"$REPO_ROOT"/}/jars ($((SECONDS - t0)) s)"
+  say "kafka: cached $n jars in ${cache#"$ROOT"/}/jars ($((SECONDS - t0)) s)"
 }
 
 # The AsyncAPI parser for the contract tier, pinned by
 # tools/contract/package-lock.json; node_modules is rebuilt only when the
 # lock file changed.
 install_npm_tools() {
-  local dir="$REPO_ROOT/tools/contract"
+  local dir="$ROOT/tools/contract"
   if [[ ${OW_DEPS_SKIP_NPM:-0} == 1 ]]; then
     say "npm: skipped (OW_DEPS_SKIP_NPM=1)"
     return 0
@@ -196,7 +194,7 @@ install_npm_tools() {
 # The Java client example's dependencies and plugins, into ~/.m2.
 # Redone only when its pom.xml changed (the stamp holds the pom's hash).
 fetch_example_artifacts() {
-  local pom="$REPO_ROOT/examples/java/pom.xml" stamp="$REPO_ROOT/.cache/examples-java.stamp" sum
+  local pom="$ROOT/examples/java/pom.xml" stamp="$ROOT/.cache/examples-java.stamp" sum
   if [[ ${OW_DEPS_SKIP_EXAMPLES:-0} == 1 ]]; then
     say "examples: skipped (OW_DEPS_SKIP_EXAMPLES=1)"
     return 0

@@ -19,44 +19,28 @@
 #
 #   scripts/eos-replica-ids.sh [same|new|static]...   (default: all three)
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages replica-ids --die '' 2
 export OW_RUN_DIR="$ROOT/.run/replica-ids"
 RUN="$OW_RUN_DIR"
 RATE=150
 SECONDS_OF_LOAD=70
 KILL_AT_S=20
-T_START=$SECONDS
 CHOICES=("$@")
 ((${#CHOICES[@]} > 0)) || CHOICES=(same new static)
 
-say() { printf 'replica-ids: [%3ds] %s\n' "$((SECONDS - T_START))" "$*"; }
-now_ms() { date +%s%3N; }
-
-for f in "$BIN" "$KIT"; do
-  [[ -x $f ]] || { echo "replica-ids: $f not built (cmake --build build)" >&2; exit 2; }
-done
+need_built "$BIN" "$KIT"
 for c in "${CHOICES[@]}"; do
-  case $c in same | new | static) ;; *) echo "replica-ids: unknown choice $c" >&2; exit 2 ;; esac
+  case $c in same | new | static) ;; *) die "unknown choice $c" ;; esac
 done
-
-PIDS=()
-cleanup() {
-  set +e
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
-}
-trap cleanup EXIT
+clock_start
 trap 'exit 130' INT TERM
 
 mkdir -p "$RUN"
-OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >/dev/null
-# shellcheck disable=SC1091
-source "$RUN/services.env"
+services_up >/dev/null
+PIDS=()
+on_exit 'kill_each 9 "${PIDS[@]}"; wait 2>/dev/null'
 BOOT="$OW_KAFKA_BOOTSTRAP"
 
 # The longest stall after the kill: a sample whose LSO equals the previous
@@ -83,7 +67,7 @@ measure() {  # CHOICE
   local choice=$1 tag db id2 kill_ms gen_pid watch_pid lag_pid r1 r2
   tag="ids-$choice-$RANDOM"
   db="ids_${choice}_$RANDOM"
-  mariadb --protocol=tcp -h127.0.0.1 -P"$OW_MYSQL_PORT" -uroot -e "CREATE DATABASE $db"
+  mariadb_at "$OW_MYSQL_PORT" -e "CREATE DATABASE $db"
   for t in in out dlq; do "$KIT" create-topic "$BOOT" "$tag-$t" 6 >/dev/null; done
   export ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS="$BOOT" ORDER_WORKER_KAFKA_GROUP_ID="$tag-g" \
     ORDER_WORKER_TOPIC_INPUT="$tag-in" ORDER_WORKER_TOPIC_RESULTS="$tag-out" \

@@ -14,15 +14,13 @@
 #   <build dir>/fuzz_request <artifact>
 # Needs no services.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages fuzz --die ERROR 2
 BUILD="${OW_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 DURATION="${1:-60}"
 ARTIFACTS="$BUILD/artifacts"
 LOG="$BUILD/fuzz.log"
-
-say() { printf 'fuzz: %s\n' "$*"; }
-die() { printf 'fuzz: ERROR: %s\n' "$*" >&2; exit 2; }
 
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || die "SECONDS must be a positive integer, got '$DURATION'"
 command -v clang >/dev/null 2>&1 || die "clang not found (scripts/deps.sh installs it)"
@@ -33,7 +31,7 @@ CC=clang cmake -S "$ROOT" -B "$BUILD" -G Ninja -DOW_FUZZ=ON -DOW_TESTS=OFF \
 cmake --build "$BUILD" --target fuzz_request >/dev/null
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ow-fuzz.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+on_exit 'rm -rf "$WORK"'
 mkdir -p "$WORK/corpus" "$ARTIFACTS"
 cp "$ROOT"/tests/fuzz/corpus/* "$WORK/corpus/"
 seeds=$(find "$WORK/corpus" -type f | wc -l)

@@ -52,9 +52,11 @@
 # data dir) are signalled, and only iptables rules carrying this run
 # directory's tag are removed.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages galera
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OW_RUN_DIR="${OW_RUN_DIR:-$REPO_ROOT/.run}"
+OW_RUN_DIR="${OW_RUN_DIR:-$ROOT/.run}"
 mkdir -p "$OW_RUN_DIR"
 OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
 export OW_RUN_DIR
@@ -70,65 +72,15 @@ PARTITION_MAX_S="${OW_GALERA_PARTITION_MAX_S:-180}"
 # seen within a few seconds (the defaults, 5 s and 15 s, would make most of
 # a short tier a wait).
 EVS="evs.keepalive_period=PT1S;evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S;evs.inactive_check_period=PT0.5S"
-PORT_MIN=20000
-PORT_MAX=32000
 read -r -a ADDRS <<<"${OW_GALERA_ADDRS:-127.0.0.11 127.0.0.12 127.0.0.13}"
 
-say()  { printf 'galera: %s\n' "$*"; }
-warn() { printf 'galera: WARNING: %s\n' "$*" >&2; }
-die()  { printf 'galera: ERROR: %s\n' "$*" >&2; exit 1; }
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
+usage() { script_help >&2; exit 2; }
 
 ((${#ADDRS[@]} == 3)) || die "OW_GALERA_ADDRS must name three addresses"
 for a in "${ADDRS[@]}"; do
   [[ $a =~ ^127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ && $a != 127.0.0.1 ]] ||
     die "OW_GALERA_ADDRS: '$a' is not a loopback address other than 127.0.0.1 (clients use 127.0.0.1)"
 done
-
-find_bin() {
-  local d
-  if command -v "$1" >/dev/null 2>&1; then command -v "$1"; return 0; fi
-  for d in /usr/sbin /sbin /usr/local/sbin; do
-    [[ -x $d/$1 ]] && { echo "$d/$1"; return 0; }
-  done
-  return 1
-}
-
-port_in_use() {  # PORT: listened on at any address?
-  [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]]
-}
-
-pick_port() {  # VAR [FORCED]
-  local p i
-  if [[ -n ${2:-} ]]; then
-    if ! [[ $2 =~ ^[0-9]+$ ]] || (($2 < 1 || $2 > 65535)); then die "invalid port '$2'"; fi
-    port_in_use "$2" && die "requested port $2 is already in use"
-    printf -v "$1" '%s' "$2"
-    return 0
-  fi
-  for ((i = 0; i < 200; i++)); do
-    p=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % (PORT_MAX - PORT_MIN + 1)))
-    [[ " ${PICKED:-} " == *" $p "* ]] && continue
-    port_in_use "$p" && continue
-    PICKED="${PICKED:-} $p"
-    printf -v "$1" '%s' "$p"
-    return 0
-  done
-  die "no free port in $PORT_MIN-$PORT_MAX"
-}
-
-pid_running() {
-  local stat state
-  [[ $1 =~ ^[0-9]+$ ]] || return 1
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-  state=${stat##*) }
-  state=${state%% *}
-  [[ -n $state && $state != Z && $state != X ]]
-}
 
 node_dir()  { echo "$G_DIR/node$1"; }
 node_data() { echo "$G_DIR/node$1/data"; }
@@ -152,8 +104,7 @@ env_get() {  # VAR: from the state file
 }
 
 sql() {  # N SQL: as root over TCP, tab-separated, no headers
-  mariadb --no-defaults --protocol=tcp -h"$(node_addr "$1")" -P"$PORT" -uroot \
-    --connect-timeout=3 -N -B -e "$2"
+  mariadb_at "$(node_addr "$1"):$PORT" --connect-timeout=3 -N -B -e "$2"
 }
 
 # "size ready state cluster_status" of node N, or nothing when it does not answer.
@@ -244,19 +195,11 @@ recover_position() {  # N -> prints UUID:SEQNO or nothing
 }
 
 node_launch() {  # N [EXTRA ARGS...]
-  local n=$1 pid
+  local n=$1
   shift
   node_args "$n"
-  (
-    for f in /proc/"$BASHPID"/fd/*; do
-      fd=${f##*/}
-      if ((fd > 2)); then exec {fd}>&- 2>/dev/null || true; fi
-    done
-    cd "$(node_dir "$n")"
-    exec setsid nohup "$MARIADBD" "${NODE_ARGS[@]}" "$@" >>"$(node_log "$n").out" 2>&1 </dev/null
-  ) &
-  pid=$!
-  echo "$pid" >"$(node_dir "$n")/mariadbd.pid"
+  launch "$(node_dir "$n")" "$(node_log "$n").out" "$MARIADBD" "${NODE_ARGS[@]}" "$@" \
+    >"$(node_dir "$n")/mariadbd.pid"
 }
 
 prereqs() {
@@ -279,7 +222,7 @@ load_state() {
 # The moment a fault acts, for a caller's faults file.
 mark() {  # N
   if [[ -n ${OW_GALERA_FAULTS:-} && -n ${OW_GALERA_MARK:-} ]]; then
-    echo "$OW_GALERA_MARK $(date +%s%3N) $1" >>"$OW_GALERA_FAULTS"
+    echo "$OW_GALERA_MARK $(now_ms) $1" >>"$OW_GALERA_FAULTS"
   fi
 }
 
@@ -301,16 +244,11 @@ join_kind() {  # N OFF
   fi
 }
 
-stop_pid() {  # N PID SIGNAL
-  local deadline=$((SECONDS + 60))
-  kill "-$3" "$2" 2>/dev/null || true
-  while pid_running "$2"; do
-    if ((SECONDS >= deadline)); then
-      warn "node $1 (pid $2) did not stop within 60 s; sending SIGKILL"
-      kill -KILL "$2" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-    fi
-    sleep 0.2
+stop_pid() {  # N PID SIGNAL: SIGKILL after 60 s, and every 10 s after that
+  local sig=$3 limit=60
+  until signal_wait "$2" "$sig" "$limit"; do
+    warn "node $1 (pid $2) did not stop within 60 s; sending SIGKILL"
+    sig=KILL limit=10
   done
   rm -f "$(node_dir "$1")/mariadbd.pid"
 }
@@ -363,6 +301,11 @@ cmd_start() {
   for n in 1 2 3; do
     if pid="$(node_pid "$n")"; then die "node $n is already running (pid $pid); run: $0 stop"; fi
   done
+  # The nodes listen on their own addresses, not on the 127.0.0.1 that
+  # pick_port's refusal of a taken port names.
+  if [[ -n ${OW_GALERA_PORT:-} ]] && port_in_use "$OW_GALERA_PORT"; then
+    die "requested port $OW_GALERA_PORT is already in use"
+  fi
   pick_port PORT "${OW_GALERA_PORT:-}"
   pick_port GPORT
   pick_port IPORT
@@ -382,7 +325,7 @@ cmd_start() {
   wait_synced 1 1 "$READY_S"
   # mariadb-install-db's anonymous accounts would shadow 'user'@'%'.
   sql 1 "SELECT CONCAT('DROP USER ', QUOTE(user), '@', QUOTE(host), ';') FROM mysql.user WHERE user = ''" |
-    mariadb --no-defaults --protocol=tcp -h"$(node_addr 1)" -P"$PORT" -uroot
+    mariadb_at "$(node_addr 1):$PORT"
   say "node 1 bootstrapped the cluster on $(node_addr 1):$PORT in $((SECONDS - t0)) s"
   for n in 2 3; do
     node_launch "$n"
@@ -462,13 +405,13 @@ cmd_partition() {
   echo "$n" >"$G_DIR/partition"
   # Any failure below removes the rules again.
   PARTITION_OK=0
-  trap 'if ((PARTITION_OK == 0)); then remove_rules; fi' EXIT
+  on_exit 'if ((PARTITION_OK == 0)); then remove_rules; fi'
   mark "$n"
   add_rules "$n"
   # The rules go even if nobody heals (the caller killed, for instance):
   # a watchdog in its own process group, without our lock or output.
   # shellcheck disable=SC2016  # expanded by the inner bash
-  setsid bash -c 'sleep "$1"; exec "$2" heal-rules' _ "$PARTITION_MAX_S" "$REPO_ROOT/scripts/galera-cluster.sh" \
+  setsid bash -c 'sleep "$1"; exec "$2" heal-rules' _ "$PARTITION_MAX_S" "$ROOT/scripts/galera-cluster.sh" \
     >/dev/null 2>&1 </dev/null 8>&- &
   echo $! >"$G_DIR/partition.watchdog"
   say "node $n cut off from nodes ${others[*]:-none} ($(our_rules | wc -l) rules tagged $RULE_TAG)"

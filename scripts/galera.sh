@@ -27,11 +27,10 @@
 #                                     three nodes (to see the run fail without a list)
 #   OW_GALERA_PARTITION_NODE=1        cut off this node instead of the writer
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages galera --die '' 2
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 RATE="${OW_GALERA_RATE:-50}"
 FAILOVER_MAX_S="${OW_GALERA_FAILOVER_MAX_S:-15}"
 KILL_S="${OW_GALERA_KILL_S:-20}"
@@ -46,114 +45,72 @@ FAULTS="$RUN/faults.log"
 # The cluster script writes each fault's start when it acts.
 export OW_GALERA_FAULTS="$FAULTS"
 CLUSTER="$ROOT/scripts/galera-cluster.sh"
-T_START=$SECONDS
 
-say() { printf 'galera: [%3ds] %s\n' "$((SECONDS - T_START))" "$*"; }
-now_ms() { date +%s%3N; }
-fault() { echo "$1 $(now_ms) ${2:-}" >>"$FAULTS"; }
-left() { echo $((LIMIT_S - (SECONDS - T_START))); }
-
-for f in "$BIN" "$KIT" "$BUILD/ow-verify"; do
-  [[ -x $f ]] || { echo "galera: $f not built (run scripts/test.sh or cmake --build build)" >&2; exit 2; }
-done
-command -v iptables >/dev/null || { echo "galera: iptables not found (scripts/deps.sh)" >&2; exit 2; }
+need_built "$BIN" "$KIT" "$BUILD/ow-verify"
+command -v iptables >/dev/null || die "iptables not found (scripts/deps.sh)"
+clock_start
 
 failed=0
 fail() { say "FAIL: $*"; failed=1; }
 
-cleanup() {
-  local status=$?
-  set +e
-  touch "$RUN/gen.stop"
-  for i in 1 2; do rm -f "$RUN/replica-$i.enabled"; done
-  for pidf in "$RUN"/replica-*.pid; do [[ -f $pidf ]] && kill -9 "$(cat "$pidf")" 2>/dev/null; done
-  [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
-  pkill -P "$WATCHDOG_PID" 2>/dev/null
-  kill "$WATCHDOG_PID" 2>/dev/null
-  wait 2>/dev/null
-  "$CLUSTER" stop >/dev/null 2>&1
-  "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1
+# At exit, in this order: the replicas, the generator and the watchdog
+# stopped, the cluster and the broker stopped, and the firewall as it was
+# before the run, or the run fails.
+iptables_unchanged() {
   iptables -S >"$RUN/iptables-end.txt" 2>/dev/null
   if ! cmp -s "$RUN/iptables-start.txt" "$RUN/iptables-end.txt"; then
     say "FAIL: iptables -S differs from before the run:"
     diff "$RUN/iptables-start.txt" "$RUN/iptables-end.txt"
-    status=1
+    AT_EXIT_FAILED=1
   fi
-  exit "$status"
 }
-trap cleanup EXIT
+on_exit iptables_unchanged
+on_exit 'services stop all >/dev/null 2>&1'
+on_exit '"$CLUSTER" stop >/dev/null 2>&1'
 trap 'say "FAIL: stopped after ${HARD_LIMIT_S} s"; exit 1' TERM
 # Every step has its own bound; this one holds if several run long at once.
 ( sleep "$HARD_LIMIT_S"; kill -TERM $$ ) >/dev/null 2>&1 </dev/null &
+# shellcheck disable=SC2034  # read at exit
 WATCHDOG_PID=$!
+# The watchdog's sleep is stopped first: it would outlive its shell.
+on_exit 'touch "$RUN/gen.stop"; pkill -P "$WATCHDOG_PID" 2>/dev/null; stop_fault_run GEN_PID WATCHDOG_PID'
 
 mkdir -p "$RUN"
 rm -f "$RUN"/replica-* "$FAULTS" "$RUN"/worker-*.log "$RUN/exits.log" "$RUN/gen.stop" "$RUN"/verify*.log
 iptables -S >"$RUN/iptables-start.txt"
 : >"$FAULTS"
 # The broker and the cluster start side by side.
-env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT OW_BUILD_DIR="$BUILD" \
-  "$ROOT/scripts/services.sh" start kafka >"$RUN/services.log" 2>&1 &
+services_in "$RUN" start kafka >"$RUN/services.log" 2>&1 &
 kafka_job=$!
 "$CLUSTER" start | sed 's/^/galera:   /'
 wait "$kafka_job" || { cat "$RUN/services.log"; say "the Kafka broker did not start"; exit 1; }
-# shellcheck disable=SC1091
-source "$RUN/services.env"
-# shellcheck disable=SC1091
+services_env "$RUN"
+# shellcheck disable=SC1091  # written by scripts/galera-cluster.sh
 source "$RUN/galera.env"
 say "broker: $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP; cluster: MariaDB $OW_GALERA_VERSION, Galera $OW_GALERA_PROVIDER_VERSION, nodes $OW_GALERA_HOSTS port $OW_GALERA_PORT"
 
 ADDR=("" "$OW_GALERA_ADDR_1" "$OW_GALERA_ADDR_2" "$OW_GALERA_ADDR_3")
-mysql_root() {  # NODE ARGS...
-  mariadb --no-defaults --protocol=tcp -h"${ADDR[$1]}" -P"$OW_GALERA_PORT" -uroot --connect-timeout=3 "${@:2}"
+mysql_root() {  # NODE ARGS...: a node that does not answer within 3 s fails the call
+  mariadb_at "${ADDR[$1]}:$OW_GALERA_PORT" --connect-timeout=3 "${@:2}"
 }
 DB=galera
-PASSWORD="g-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-mysql_root 1 -e "CREATE DATABASE $DB"
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_HOST="$OW_GALERA_ADDR_1" ORDER_WORKER_MYSQL_PORT="$OW_GALERA_PORT" \
-  ORDER_WORKER_MYSQL_DATABASE=$DB "$BIN" migrate >"$RUN/migrate.log"
-mysql_root 1 -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
-                 @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
 IN=galera-in OUT=galera-out DLQ=galera-dlq GROUP=galera-group
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $IN $PARTS
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $OUT $PARTS
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $DLQ 1
+# The worker's defaults, the least-privilege user (made through node 1),
+# the three nodes in mysql.host, and the chaos run's Kafka timeouts.
+worker_database $DB "$(secret g)" "$OW_GALERA_ADDR_1:$OW_GALERA_PORT"
+export ORDER_WORKER_MYSQL_HOST="${OW_GALERA_WORKER_HOSTS:-$OW_GALERA_HOSTS}"
+worker_kafka $PARTS $GROUP $IN $OUT $DLQ
+fault_run_timeouts
 
-# The worker's defaults, the three nodes in mysql.host, the least-privilege
-# user, and the chaos run's Kafka timeouts.
-export ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS="$OW_KAFKA_BOOTSTRAP" ORDER_WORKER_KAFKA_GROUP_ID=$GROUP \
-  ORDER_WORKER_TOPIC_INPUT=$IN ORDER_WORKER_TOPIC_RESULTS=$OUT ORDER_WORKER_TOPIC_DLQ=$DLQ \
-  ORDER_WORKER_MYSQL_HOST="${OW_GALERA_WORKER_HOSTS:-$OW_GALERA_HOSTS}" ORDER_WORKER_MYSQL_PORT="$OW_GALERA_PORT" \
-  ORDER_WORKER_MYSQL_USER=ow_worker ORDER_WORKER_MYSQL_DATABASE=$DB \
-  ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=3000 ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=500 \
-  ORDER_WORKER_COMMIT_INTERVAL_MS=500 ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=2 \
-  ORDER_WORKER_RETRY_BACKOFF_MAX_MS=2000 ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=5000 \
-  ORDER_WORKER_REBALANCE_DRAIN_TIMEOUT_MS=2000
-printf '%s\n' "$PASSWORD" >"$RUN/worker.password"
-chmod 600 "$RUN/worker.password"
-export ORDER_WORKER_MYSQL_PASSWORD_FILE="$RUN/worker.password"
-
-# A supervisor per replica, as a service manager restarts a process that
-# exits; every exit is logged and any but a clean stop fails the run.
-supervise() {  # INDEX
-  local i=$1 pid status
-  while [[ -f $RUN/replica-$i.enabled ]]; do
-    "$BIN" run 2>>"$RUN/worker-$i.log" &
-    pid=$!
-    echo "$pid" >"$RUN/replica-$i.pid"
-    [[ -f $RUN/replica-$i.enabled ]] || kill -TERM "$pid" 2>/dev/null || true
-    set +e; { wait "$pid"; } 2>/dev/null; status=$?; set -e
-    echo "replica $i pid $pid exit $status at $(now_ms)" >>"$RUN/exits.log"
-    rm -f "$RUN/replica-$i.pid"
-    if [[ -f $RUN/replica-$i.enabled ]]; then sleep 1; fi
-  done
-}
-SUPERVISORS=()
-for i in 1 2; do
-  touch "$RUN/replica-$i.enabled"
-  supervise "$i" &
-  SUPERVISORS+=("$!")
-done
+# Any exit of a replica but its clean stop fails the run, as does one that
+# does not stop: an exit is not a fault the run recovers from, so a restart
+# is none for the verifier, and each exit carries its time, to be set
+# beside the node faults.
+replica_exited() { echo "replica $1 pid $2 exit $3 at $(now_ms)" >>"$RUN/exits.log"; }
+replica_restart() { sleep 1; }
+replica_hung() { fail "$1"; }
+start_replica 1
+start_replica 2
 
 # The node the replicas write to: the one whose count of transactions that
 # began there grows most over 2 s; the last one seen when none grows.
@@ -193,8 +150,7 @@ expect_ist() {  # NODE
 }
 
 say "2 replicas started; producing the mix at $RATE/s until the faults are over"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN 1000000 --rate "$RATE" --seed 20261205 --retry 25 --reuse 2 \
-  --clash 2 --invalid 1 --items 10 --prefix galera --stop-file "$RUN/gen.stop" 2>"$RUN/gen.log" &
+mix $IN 1000000 "$RATE" 20261205 galera "$RUN/gen.log" --stop-file "$RUN/gen.stop" &
 GEN_PID=$!
 sleep 12
 
@@ -253,19 +209,7 @@ while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
   sleep 3
 done
 say "lag: $(tail -n1 "$RUN/lag.log")"
-for i in 1 2; do
-  rm -f "$RUN/replica-$i.enabled"
-  [[ -f $RUN/replica-$i.pid ]] && kill -TERM "$(cat "$RUN/replica-$i.pid")" 2>/dev/null || true
-done
-for _ in $(seq 60); do
-  ls "$RUN"/replica-*.pid >/dev/null 2>&1 || break
-  sleep 0.5
-done
-for pidf in "$RUN"/replica-*.pid; do
-  [[ -f $pidf ]] || continue
-  fail "replica ${pidf##*/} did not stop within 30 s of SIGTERM"
-  kill -9 "$(cat "$pidf")" 2>/dev/null || true
-done
+stop_replicas 1 2
 wait "${SUPERVISORS[@]}"
 unexpected=$(grep -vE ' exit 0 at ' "$RUN/exits.log" || true)
 if [[ -n $unexpected ]]; then
@@ -274,10 +218,10 @@ if [[ -n $unexpected ]]; then
 fi
 cluster wait-synced || fail "the cluster is not Synced after the run"
 
+VERIFY=("$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group "$GROUP" --input "$IN" --results "$OUT"
+  --dlq "$DLQ" --mysql-host "$OW_GALERA_HOSTS" --mysql-port "$OW_GALERA_PORT" --database "$DB")
 set +e
-"$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
-  --dlq $DLQ --mysql-host "$OW_GALERA_HOSTS" --mysql-port "$OW_GALERA_PORT" --database $DB \
-  --faults "$FAULTS" --failover-max-ms $((FAILOVER_MAX_S * 1000)) | tee "$RUN/verify.log"
+"${VERIFY[@]}" --faults "$FAULTS" --failover-max-ms $((FAILOVER_MAX_S * 1000)) | tee "$RUN/verify.log"
 ((PIPESTATUS[0] == 0)) || failed=1
 set -e
 
@@ -286,9 +230,7 @@ set -e
 mysql_root 3 $DB -e "SET SESSION wsrep_on = OFF; UPDATE idempotency_requests
                      SET response_body = CONCAT(response_body, ' ') ORDER BY id LIMIT 1"
 set +e
-"$BUILD/ow-verify" --bootstrap "$OW_KAFKA_BOOTSTRAP" --group $GROUP --input $IN --results $OUT \
-  --dlq $DLQ --mysql-host "$OW_GALERA_HOSTS" --mysql-port "$OW_GALERA_PORT" --database $DB \
-  >"$RUN/verify-tampered.log" 2>&1
+"${VERIFY[@]}" >"$RUN/verify-tampered.log" 2>&1
 tampered=$?
 set -e
 if ((tampered == 0)) || ! grep -q "^verify: node ${ADDR[3]}:.* DIFFERS" "$RUN/verify-tampered.log"; then
@@ -304,5 +246,4 @@ for ev in db_retry db_fatal; do
 done
 grep -E '^verify: fault ' "$RUN/verify.log" | sed 's/^verify: /galera: /' || true
 grep -E '^verify: figures' "$RUN/verify.log" | sed 's/^verify: /galera: /' || true
-say "took $((SECONDS - T_START)) s; $( ((failed == 0)) && echo PASSED || echo FAILED)"
-exit "$failed"
+finish "$failed"

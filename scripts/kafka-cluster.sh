@@ -38,11 +38,12 @@
 # Only processes started here (pid files checked against the process's
 # command line) are ever signalled.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages kafka-cluster
 
 KAFKA_VERSION=4.1.1
 NODES=(1 2 3)
-PORT_MIN=20000
-PORT_MAX=32000
 READY_TIMEOUT="${OW_KAFKA_CLUSTER_READY_TIMEOUT:-120}"
 STOP_TIMEOUT=30
 HEAP="${OW_KAFKA_CLUSTER_HEAP:-256m}"
@@ -51,24 +52,17 @@ HEAP="${OW_KAFKA_CLUSTER_HEAP:-256m}"
 TXN_PARTITIONS=6
 OFFSETS_PARTITIONS=6
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OW_RUN_DIR="${OW_RUN_DIR:-$REPO_ROOT/.run}"
+OW_RUN_DIR="${OW_RUN_DIR:-$ROOT/.run}"
 mkdir -p "$OW_RUN_DIR"
 OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
 DIR="$OW_RUN_DIR/kafka-cluster"
 STATE="$DIR/cluster.env"
 K_ENV="$OW_RUN_DIR/kafka.env"
-K_CACHE="$REPO_ROOT/.cache/kafka/$KAFKA_VERSION"
+K_CACHE="$ROOT/.cache/kafka/$KAFKA_VERSION"
 K_CP="$K_CACHE/jars/*"
 TOOL_JVM_OPTS=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
 
-say() { printf 'kafka-cluster: %s\n' "$*"; }
-die() { printf 'kafka-cluster: ERROR: %s\n' "$*" >&2; exit 1; }
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
+usage() { script_help >&2; exit 2; }
 
 node_dir() { echo "$DIR/node$1"; }
 node_props() { echo "$DIR/node$1/server.properties"; }
@@ -77,34 +71,6 @@ node_pidfile() { echo "$DIR/node$1.pid"; }
 
 check_node() {  # N
   [[ $1 =~ ^[123]$ ]] || die "node must be 1, 2 or 3 (got '$1')"
-}
-
-port_in_use() {
-  [[ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]]
-}
-
-USED_PORTS=" "
-pick_port() {  # VAR
-  local p i
-  for ((i = 0; i < 200; i++)); do
-    p=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % (PORT_MAX - PORT_MIN + 1)))
-    [[ $USED_PORTS == *" $p "* ]] && continue
-    port_in_use "$p" && continue
-    USED_PORTS+="$p "
-    printf -v "$1" '%s' "$p"
-    return 0
-  done
-  die "could not find a free port in $PORT_MIN-$PORT_MAX"
-}
-
-# A live process (zombies count as dead).
-pid_running() {
-  local stat state
-  [[ $1 =~ ^[0-9]+$ ]] || return 1
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-  state=${stat##*) }
-  state=${state%% *}
-  [[ -n $state && $state != Z && $state != X ]]
 }
 
 # The pid of node N if it runs: its pid file, checked against the command line.
@@ -185,23 +151,15 @@ format_node() {  # N ID
   fi
 }
 
-# Starts node N detached (own session, no stdin, no inherited fd above 2:
-# a caller's lock or pipe must not live on in the broker).
+# Starts node N detached (scripts/lib.sh's launch: a caller's lock or pipe
+# must not live on in the broker).
 launch_node() {  # N
   local n=$1
   stat -c %s "$(node_log "$n")" >"$DIR/node$n.logoff" 2>/dev/null || echo 0 >"$DIR/node$n.logoff"
-  (
-    cd "$(node_dir "$n")"
-    for f in /proc/"$BASHPID"/fd/*; do
-      fd=${f##*/}
-      if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
-    done
-    exec setsid nohup java "-Xms$HEAP" "-Xmx$HEAP" -XX:+UseG1GC -XX:ParallelGCThreads=1 \
-      -XX:ConcGCThreads=1 -Dorg.slf4j.simpleLogger.showDateTime=true \
-      -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
-      -cp "$K_CP" kafka.Kafka "$(node_props "$n")" >>"$(node_log "$n")" 2>&1 </dev/null
-  ) &
-  echo $! >"$(node_pidfile "$n")"
+  launch "$(node_dir "$n")" "$(node_log "$n")" java "-Xms$HEAP" "-Xmx$HEAP" -XX:+UseG1GC \
+    -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -Dorg.slf4j.simpleLogger.showDateTime=true \
+    -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
+    -cp "$K_CP" kafka.Kafka "$(node_props "$n")" >"$(node_pidfile "$n")"
 }
 
 # The node's launcher or JVM is alive (between the two, the pid's command
@@ -241,19 +199,12 @@ wait_ready() {  # WANT N...
   done
 }
 
-stop_node() {  # N SIGNAL: signal node N and wait until it is gone
-  local n=$1 sig=$2 pid deadline
+stop_node() {  # N SIGNAL: signal node N and wait until it is gone (SIGKILL every 10 s after STOP_TIMEOUT)
+  local n=$1 sig=$2 limit=$STOP_TIMEOUT pid
   pid="$(node_pid "$n")" || return 0
-  kill "-$sig" "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT))
-  while pid_running "$pid"; do
-    if ((SECONDS >= deadline)); then
-      say "node $n (pid $pid) did not stop within ${STOP_TIMEOUT}s of SIG$sig; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-      sig=KILL
-    fi
-    sleep 0.1
+  until signal_wait "$pid" "$sig" "$limit"; do
+    say "node $n (pid $pid) did not stop within ${STOP_TIMEOUT}s of SIG$sig; sending SIGKILL"
+    sig=KILL limit=10
   done
   rm -f "$(node_pidfile "$n")"
 }
@@ -372,11 +323,7 @@ cmd_restart() {  # N
   stop_node "$1" TERM
   local p
   for p in "$(port_of "$1")" "$(cport_of "$1")"; do
-    local deadline=$((SECONDS + 30))
-    while port_in_use "$p"; do
-      ((SECONDS < deadline)) || die "port $p of node $1 is still in use"
-      sleep 0.2
-    done
+    wait_port_closed "$p" 30 || die "port $p of node $1 is still in use"
   done
   launch_node "$1"
   wait_ready 3 "$1"

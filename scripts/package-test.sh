@@ -14,8 +14,9 @@
 # purge by design (see config/debian/postrm); a user left by an earlier run
 # is deleted before the install so that this run proves postinst creates it.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages package --die FAIL 1
 DEB_BUILD="${OW_DEB_BUILD_DIR:-$ROOT/build-deb}"
 PKG=order-worker
 CONF=/etc/order-worker/order-worker.conf
@@ -27,15 +28,12 @@ if [[ "$(. /etc/os-release && echo "${VERSION_ID:-}")" == 12 ]]; then UNITDIR=/l
 UNIT=$UNITDIR/order-worker.service
 installed_by_us=0
 
-say() { printf 'package: %s\n' "$*"; }
-die() { printf 'package: FAIL: %s\n' "$*" >&2; exit 1; }
-
 status_of() { dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null || true; }
 
 # dpkg has no lock timeout: wait while another apt/dpkg run holds the lock.
 dpkg_wait() {
-  local i out
-  for i in $(seq 1 120); do
+  local out
+  for _ in $(seq 1 120); do
     if out=$(dpkg "$@" 2>&1); then return 0; fi
     if grep -q 'lock' <<<"$out"; then sleep 5; continue; fi
     printf '%s\n' "$out" >&2
@@ -49,7 +47,7 @@ cleanup() {
     dpkg_wait --purge "$PKG" >/dev/null 2>&1 || true
   fi
 }
-trap cleanup EXIT
+on_exit cleanup
 
 # --- build -------------------------------------------------------------------
 t0=$SECONDS

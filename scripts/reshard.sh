@@ -30,11 +30,10 @@
 # read. The user needs CREATE, ALTER, CREATE ROUTINE, SELECT, INSERT and
 # DELETE. Needs the mariadb and mariadb-dump clients.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages reshard
 BIN="${OW_BIN:-$ROOT/build/order-worker}"
-say() { printf 'reshard: %s\n' "$*"; }
-die() { printf 'reshard: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [[ ${1:-} == --config && -n ${2:-} ]] || { echo "usage: $0 --config NEW.conf" >&2; exit 2; }
 CONF=$2
@@ -85,7 +84,7 @@ say "$N -> $TOTAL shards, $B buckets"
 moving="MOD(ow_bucket(user_id, $B), $TOTAL)"
 for ((i = 0; i < N; i++)); do
   j=$((i + N))
-  ORDER_WORKER_MYSQL_SHARDS= ORDER_WORKER_MYSQL_HOST="${HOSTS[$j]}" ORDER_WORKER_MYSQL_PORT="${PORTS[$j]}" \
+  ORDER_WORKER_MYSQL_SHARDS='' ORDER_WORKER_MYSQL_HOST="${HOSTS[$j]}" ORDER_WORKER_MYSQL_PORT="${PORTS[$j]}" \
     ORDER_WORKER_MYSQL_DATABASE="${DBS[$j]}" "$BIN" migrate --config "$CONF" >/dev/null
   sql "$i" <"$ROOT/sql/ow_bucket.sql"
   MYSQL_PWD="$PASSWORD" mariadb-dump --no-defaults --protocol=tcp -h"${HOSTS[$i]}" -P"${PORTS[$i]}" \

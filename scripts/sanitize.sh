@@ -23,14 +23,12 @@
 #                           clang works too)
 # Exits non-zero when the build or any test fails.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages sanitize --die ERROR 2
 BUILD="${OW_SANITIZE_BUILD_DIR:-$ROOT/build-asan}"
 TIERS="${OW_SANITIZE_TIERS:-unit integration}"
 LOGS="${OW_TEST_LOG_DIR:-$BUILD/logs}"
-
-say() { printf 'sanitize: %s\n' "$*"; }
-die() { printf 'sanitize: ERROR: %s\n' "$*" >&2; exit 2; }
 
 for t in $TIERS; do
   if [[ $t != unit && -z ${OW_TEST_MYSQL_PORT:-} ]]; then
@@ -41,7 +39,7 @@ done
 # The sanitizer runtimes (libasan, libubsan) come with the compiler's
 # support library on Debian (libgcc-12-dev); check before a long build.
 probe="$(mktemp -d)"
-trap 'rm -rf "$probe"' EXIT
+on_exit 'rm -rf "$probe"'
 echo 'int main(void) { return 0; }' >"$probe/p.c"
 "${CC:-cc}" -fsanitize=address,undefined "$probe/p.c" -o "$probe/p" 2>"$probe/err" \
   || die "the compiler cannot link -fsanitize=address,undefined: $(head -3 "$probe/err")"

@@ -15,46 +15,36 @@
 #     and afterwards no committed offset for its group and no row written.
 # Everything it starts is stopped on exit. Prints "secure: ... passed" last.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages secure --die FAILED 1
 RUN="${OW_SECURE_RUN_DIR:-$ROOT/.run/secure}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 T0=$SECONDS
 PASSED=0
-
-say() { printf 'secure: %s\n' "$*"; }
-die() { printf 'secure: FAILED: %s\n' "$*" >&2; exit 1; }
 
 export OW_RUN_DIR="$RUN"
 # Ports of the other tiers' services (exported by scripts/test.sh) must not
 # pin ours.
 unset OW_MYSQL_PORT OW_KAFKA_PORT OW_KAFKA_CONTROLLER_PORT
-stop_all() {
-  local p
-  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill -TERM "$p" 2>/dev/null || true; done
-  "$ROOT/scripts/services.sh" stop all >/dev/null 2>&1 || true
-}
 PIDS=()
-trap stop_all EXIT
+on_exit 'services stop all >/dev/null 2>&1'
+on_exit 'kill_each TERM "${PIDS[@]}"'
 
 [[ -x $BIN && -x $KIT ]] || die "build first ($BIN, $KIT)"
 rm -rf "$RUN"
 mkdir -p "$RUN/logs"
 C="$RUN/certs"
 "$ROOT/scripts/secure-certs.sh" "$C"
-SASL_PW="sasl-$(od -An -N6 -tx8 /dev/urandom | tr -d ' ')"
-DB_PW="db-$(od -An -N6 -tx8 /dev/urandom | tr -d ' ')"
+SASL_PW="$(secret sasl)"
+DB_PW="$(secret db)"
 # MariaDB listens on 127.0.0.2 too, for the case of a certificate that does
 # not name the host: MariaDB Connector/C 3.4 (Debian 13) does not compare the
 # certificate with the host name when that name is 127.0.0.1.
 OW_SERVICES_TLS_DIR="$C" OW_KAFKA_SASL_USERS="ow_worker=$SASL_PW" \
   OW_MARIADB_ARGS="--bind-address=127.0.0.1,127.0.0.2" \
-  OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all >"$RUN/logs/services.log" 2>&1 \
+  services start all >"$RUN/logs/services.log" 2>&1 \
   || { cat "$RUN/logs/services.log"; die "services did not start"; }
-# shellcheck disable=SC1091
-source "$RUN/services.env"
+services_env "$RUN"
 [[ $OW_BROKER_KIND == kafka ]] || die "the secure tier needs Apache Kafka (got $OW_BROKER_KIND)"
 say "services up in $((SECONDS - T0)) s: MariaDB $OW_MARIADB_VERSION, $OW_KAFKA_VERSION"
 
@@ -250,7 +240,7 @@ DB_TLS="$(grep -ho '"tls":"[^"]*","cipher":"[^"]*"' "$RUN/logs/replica-a.log" | 
 # sends (the results above show that the broker accepted it).
 SASL_LOGIN_LINE="Authenticated as ow_worker using $MECH"
 [[ $MECH == PLAIN ]] && SASL_LOGIN_LINE="Sending SASL PLAIN (builtin) authentication token"
-SASL_LOGIN="$(grep -m 1 -o "$SASL_LOGIN_LINE[^\"]*" "$RUN/logs/replica-a.log")" \
+SASL_LOGIN="$(grep -m 1 -o "${SASL_LOGIN_LINE}[^\"]*" "$RUN/logs/replica-a.log")" \
   || die "replica a: librdkafka did not log its $MECH login (log: $RUN/logs/replica-a.log)"
 say "  SASL_SSL replica: $SASL_LOGIN (librdkafka $RDK_VERSION)"
 say "  ok: 201, replay, 409 IDEMPOTENCY_KEY_REUSED, 409 ORDER_ALREADY_EXISTS, 400 + DLQ; offsets committed; security events logged"

@@ -52,20 +52,19 @@
 # Only processes started by this script (pid files in $OW_RUN_DIR, checked
 # against the process name and its data dir) are ever signalled.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages services
 
 KAFKA_VERSION=4.1.1
-PORT_MIN=20000      # random ports are drawn from [PORT_MIN, PORT_MAX], below
-PORT_MAX=32000      # Linux's default ephemeral range (32768-60999)
 MARIADB_READY_TIMEOUT=60
 KAFKA_READY_TIMEOUT=90
 MOCK_READY_TIMEOUT=30
 STOP_TIMEOUT=30
 
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OW_RUN_DIR="${OW_RUN_DIR:-$REPO_ROOT/.run}"
+OW_RUN_DIR="${OW_RUN_DIR:-$ROOT/.run}"
 mkdir -p "$OW_RUN_DIR"
 OW_RUN_DIR="$(cd "$OW_RUN_DIR" && pwd -P)"
-BUILD_DIR="${OW_BUILD_DIR:-$REPO_ROOT/build}"
 
 STATE_FILE="$OW_RUN_DIR/services.env"
 # Names outside $OW_RUN_DIR (a short socket path, the broker's memory log
@@ -90,9 +89,9 @@ K_LOG="$OW_RUN_DIR/kafka.log"
 K_FORMAT_LOG="$OW_RUN_DIR/kafka-format.log"
 K_PIDFILE="$OW_RUN_DIR/kafka.pid"
 K_ENV="$OW_RUN_DIR/kafka.env"
-K_CACHE="$REPO_ROOT/.cache/kafka/$KAFKA_VERSION"
+K_CACHE="$ROOT/.cache/kafka/$KAFKA_VERSION"
 K_CP="$K_CACHE/jars/*"
-MOCK_BIN="$BUILD_DIR/ow-mockbroker"
+MOCK_BIN="$BUILD/ow-mockbroker"
 TLS_DIR="${OW_SERVICES_TLS_DIR:-}"
 MDB_TLS_SERVER=()   # mariadbd options with TLS
 MDB_CLIENT=()       # mariadb/mariadb-admin options with TLS
@@ -106,81 +105,9 @@ if [[ -n $TLS_DIR ]]; then
     -X ssl.certificate.location="$TLS_DIR/broker.crt" -X ssl.key.location="$TLS_DIR/broker.key")
 fi
 
-USED_PORTS=" "
-
 # ---------------------------------------------------------------- helpers ---
 
-say()  { printf 'services: %s\n' "$*"; }
-warn() { printf 'services: WARNING: %s\n' "$*" >&2; }
-die()  { printf 'services: ERROR: %s\n' "$*" >&2; exit 1; }
-
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-  exit 2
-}
-
-# Find a binary also in sbin dirs, which a non-login PATH may lack.
-find_bin() {
-  local name=$1 d
-  if command -v "$name" >/dev/null 2>&1; then command -v "$name"; return 0; fi
-  for d in /usr/sbin /sbin /usr/local/sbin /usr/bin; do
-    [[ -x $d/$name ]] && { echo "$d/$name"; return 0; }
-  done
-  return 1
-}
-
-# Is something listening on 127.0.0.1:PORT?
-port_in_use() {
-  local p=$1
-  if command -v ss >/dev/null 2>&1 && [[ -n "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]]; then
-    return 0
-  fi
-  # shellcheck disable=SC2016  # $0 expands in the inner bash
-  timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$p" 2>/dev/null
-}
-
-# pick_port VAR [FORCED]: sets VAR to FORCED (which must be free) or to a
-# random free port not handed out before by this run.
-pick_port() {
-  local var=$1 forced=${2:-} p i
-  if [[ -n $forced ]]; then
-    if ! [[ $forced =~ ^[0-9]+$ ]] || ((forced < 1 || forced > 65535)); then
-      die "invalid port '$forced'"
-    fi
-    [[ $USED_PORTS == *" $forced "* ]] && die "port $forced requested twice"
-    port_in_use "$forced" && die "requested port $forced is already in use on 127.0.0.1"
-    USED_PORTS+="$forced "
-    printf -v "$var" '%s' "$forced"
-    return 0
-  fi
-  for ((i = 0; i < 200; i++)); do
-    p=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % (PORT_MAX - PORT_MIN + 1)))
-    [[ $USED_PORTS == *" $p "* ]] && continue
-    port_in_use "$p" && continue
-    USED_PORTS+="$p "
-    printf -v "$var" '%s' "$p"
-    return 0
-  done
-  die "could not find a free port in $PORT_MIN-$PORT_MAX"
-}
-
-wait_port_closed() {  # PORT TIMEOUT
-  local port=$1 deadline=$((SECONDS + $2))
-  while port_in_use "$port"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-
-# A live process (zombies count as dead: PID 1 in a container may not reap).
-pid_running() {
-  local pid=$1 stat state
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  read -r stat 2>/dev/null <"/proc/$pid/stat" || return 1
-  state=${stat##*) }      # "PID (comm) STATE ...": comm may contain spaces
-  state=${state%% *}
-  [[ -n $state && $state != Z && $state != X ]]
-}
+usage() { script_help >&2; exit 2; }
 
 proc_comm()    { cat "/proc/$1/comm" 2>/dev/null || true; }
 proc_cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true; }
@@ -281,40 +208,11 @@ show_log_tail() {  # LOG
 
 # Send SIGTERM, wait, then SIGKILL. Only call with a pid that pid_is_ours.
 kill_and_wait() {  # PID NAME
-  local pid=$1 name=$2 deadline
-  kill -TERM "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT))
-  while pid_running "$pid"; do
-    if ((SECONDS >= deadline)); then
-      warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      deadline=$((SECONDS + 10))
-      while pid_running "$pid"; do
-        ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
-        sleep 0.2
-      done
-      break
-    fi
-    sleep 0.2
-  done
-}
-
-# Launch a daemon detached from this script (own session, no stdin, output
-# to LOG) and print its pid. Runs in DIR. Every inherited fd above 2 (our
-# lock, a caller's pipes) is closed, so that nobody waits for the daemon to
-# close a pipe it never uses.
-launch() {  # DIR LOG CMD...
-  local dir=$1 log=$2
-  shift 2
-  (
-    cd "$dir"
-    for f in /proc/"$BASHPID"/fd/*; do
-      n=${f##*/}
-      if ((n > 2)); then exec {n}>&- 2>/dev/null || true; fi
-    done
-    exec setsid nohup "$@" >>"$log" 2>&1 </dev/null
-  ) &
-  echo $!
+  local pid=$1 name=$2
+  if ! signal_wait "$pid" TERM "$STOP_TIMEOUT"; then
+    warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s of SIGTERM; sending SIGKILL"
+    signal_wait "$pid" KILL 10 || die "$name (pid $pid) survived SIGKILL"
+  fi
 }
 
 # ---------------------------------------------------------------- mariadb ---
@@ -450,7 +348,7 @@ kafka_choose() {
   if [[ ${OW_FORCE_MOCK_BROKER:-0} == 1 ]]; then
     reason="OW_FORCE_MOCK_BROKER=1"
   elif [[ ! -f $K_CACHE/.complete ]]; then
-    reason="no jars in ${K_CACHE#"$REPO_ROOT"/}; run scripts/deps.sh"
+    reason="no jars in ${K_CACHE#"$ROOT"/}; run scripts/deps.sh"
   elif ! command -v java >/dev/null 2>&1; then
     reason="java not found"
   fi
@@ -470,11 +368,29 @@ plain_users() {
   for u in ${OW_KAFKA_SASL_USERS:-}; do printf 'user_%s="%s" ' "${u%%=*}" "${u#*=}"; done
 }
 
+# The data and the topic defaults of a single broker, with or without
+# topics created on first use (the TLS broker has none: every topic there
+# is made on purpose, under its ACLs).
+kafka_node_props() {  # AUTO_CREATE
+  cat <<EOF
+log.dirs=$K_DATA
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+num.partitions=6
+auto.create.topics.enable=$1
+EOF
+}
+
 # TLS only: SSL with client certificates, SASL_SSL with SCRAM,
 # the controller over TLS too, so that no plaintext principal is a super user.
 kafka_write_tls_props() {  # PORT CPORT SASLPORT
   cat "$TLS_DIR/server.key" "$TLS_DIR/chain.pem" >"$K_DIR/keystore.pem"
-  cat >"$K_PROPS" <<EOF
+  {
+    cat <<EOF
 # Single-node KRaft broker, TLS only; written by scripts/services.sh
 process.roles=broker,controller
 node.id=1
@@ -496,20 +412,14 @@ listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.p
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:CN=127.0.0.1;User:CN=broker
 allow.everyone.if.no.acl.found=false
-log.dirs=$K_DATA
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000
-num.partitions=6
-auto.create.topics.enable=false
 EOF
+    kafka_node_props false
+  } >"$K_PROPS"
 }
 
 kafka_write_props() {  # PORT CPORT
-  cat >"$K_PROPS" <<EOF
+  {
+    cat <<EOF
 # Single-node KRaft broker for tests; written by scripts/services.sh
 process.roles=broker,controller
 node.id=1
@@ -518,16 +428,9 @@ listeners=PLAINTEXT://127.0.0.1:$1,CONTROLLER://127.0.0.1:$2
 advertised.listeners=PLAINTEXT://127.0.0.1:$1
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-log.dirs=$K_DATA
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000
-num.partitions=6
-auto.create.topics.enable=true
 EOF
+    kafka_node_props true
+  } >"$K_PROPS"
 }
 
 # Short-lived tool JVMs: C1 only and the serial GC start ~40% faster.
@@ -710,7 +613,7 @@ kafka_up() {
 # OW_KAFKA_BROKERS=3: the brokers are scripts/kafka-cluster.sh's, which
 # writes kafka.env; once started, the cluster is this directory's Kafka until
 # it is stopped, whatever the caller's environment.
-KCLUSTER="$REPO_ROOT/scripts/kafka-cluster.sh"
+KCLUSTER="$ROOT/scripts/kafka-cluster.sh"
 kafka_is_cluster() { [[ ${OW_KAFKA_BROKERS:-1} == 3 || -d $OW_RUN_DIR/kafka-cluster ]]; }
 
 # --------------------------------------------------------------- commands ---
@@ -808,7 +711,7 @@ cmd_stop() {
     rm -f "$(pidfile_of "$svc")" "$(envfile_of "$svc")"
   done
   if [[ ${1:-all} == all ]]; then
-    if [[ -f $OW_RUN_DIR/galera.env ]]; then "$REPO_ROOT/scripts/galera-cluster.sh" stop; fi
+    if [[ -f $OW_RUN_DIR/galera.env ]]; then "$ROOT/scripts/galera-cluster.sh" stop; fi
     rm -rf "$MDB_DIR" "$K_DIR" "$K_SHM_DATA"
     rm -f "$STATE_FILE" "$STATE_FILE.tmp"
     say "removed data dirs and state file (logs kept in $OW_RUN_DIR)"
@@ -854,7 +757,7 @@ main() {
   shift || true
   if [[ $cmd == galera || ${1:-} == galera ]]; then
     [[ $cmd == galera ]] || set -- "$cmd"
-    exec "$REPO_ROOT/scripts/galera-cluster.sh" "$@"
+    exec "$ROOT/scripts/galera-cluster.sh" "$@"
   fi
 
   # One services.sh at a time per $OW_RUN_DIR (daemons get fd 9 closed).

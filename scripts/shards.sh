@@ -26,11 +26,10 @@
 #   scripts/shards.sh                      (after a build; scripts/test.sh runs it)
 #   OW_SHARDS_MESSAGES=3000 OW_SHARDS_RATE=150 OW_SHARDS_OUTAGE_S=20 OW_SHARDS_HANG_S=20
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages shards --die '' 2
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
-BIN="$BUILD/order-worker"
-KIT="$BUILD/ow-kit"
 N="${OW_SHARDS_MESSAGES:-3000}"
 RATE="${OW_SHARDS_RATE:-150}"
 OUTAGE_S="${OW_SHARDS_OUTAGE_S:-20}"
@@ -39,78 +38,38 @@ PARTS=4
 LIMIT_S=360
 RUN="$ROOT/.run/shards"
 FAULTS="$RUN/faults.log"
-T_START=$SECONDS
-
-say() { printf 'shards: [%3ds] %s\n' "$((SECONDS - T_START))" "$*"; }
-now_ms() { date +%s%3N; }
-fault() { echo "$1 $(now_ms) ${2:-}" >>"$FAULTS"; }
-left() { echo $((LIMIT_S - (SECONDS - T_START))); }
-svc() {  # SHARD COMMAND...: scripts/services.sh in that shard's state directory
-  local dir=$RUN
-  (($1 > 0)) && dir="$RUN/db$1"
-  # Ports exported by a caller's services.env (scripts/test.sh) would be forced here.
-  env -u OW_MYSQL_PORT -u OW_KAFKA_PORT -u OW_KAFKA_CONTROLLER_PORT \
-    OW_RUN_DIR="$dir" OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" "${@:2}"
-}
-
-for f in "$BIN" "$KIT" "$BUILD/ow-verify"; do
-  [[ -x $f ]] || { echo "shards: $f not built (run scripts/test.sh or cmake --build build)" >&2; exit 2; }
-done
-
-REPLICAS=()
-cleanup() {
-  set +e
-  [[ -n ${HUNG_PID:-} ]] && kill -CONT "$HUNG_PID" 2>/dev/null
-  for pid in "${REPLICAS[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  [[ -n ${GEN_PID:-} ]] && kill "$GEN_PID" 2>/dev/null
-  [[ -n ${SERVE_PID:-} ]] && kill "$SERVE_PID" 2>/dev/null
-  wait 2>/dev/null
-  svc 2 stop all >/dev/null 2>&1
-  svc 1 stop all >/dev/null 2>&1
-  svc 0 stop all >/dev/null 2>&1
-}
-trap cleanup EXIT
+need_built "$BIN" "$KIT" "$BUILD/ow-verify"
+clock_start
 
 rm -rf "$RUN"
 mkdir -p "$RUN/db1" "$RUN/db2"
 : >"$FAULTS"
-svc 0 start all
-svc 1 start mariadb
-svc 2 start mariadb
-# shellcheck disable=SC1091
-source "$RUN/services.env"
-PORTS=("$OW_MYSQL_PORT"
-  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db1/services.env")"
-  "$(sed -n 's/^export OW_MYSQL_PORT=//p' "$RUN/db2/services.env")")
+# Shard 0's MariaDB and the broker in RUN, shards 1 and 2 in RUN/db1, db2.
+services_up_in "$RUN" all
+services_up_in "$RUN/db1" mariadb
+services_up_in "$RUN/db2" mariadb
+services_env "$RUN"
+REPLICAS=()
+on_exit 'kill_each CONT "$HUNG_PID"; kill_each 9 "${REPLICAS[@]}"; kill_each TERM "$GEN_PID" "$SERVE_PID"; wait 2>/dev/null'
+PORTS=("$OW_MYSQL_PORT" "$(instance_port "$RUN/db1")" "$(instance_port "$RUN/db2")")
 say "broker: $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP; shards: MariaDB $OW_MARIADB_VERSION on :${PORTS[0]} :${PORTS[1]} :${PORTS[2]}"
 
 DB=orders
 SHARDS="127.0.0.1:${PORTS[0]}/$DB,127.0.0.1:${PORTS[1]}/$DB,127.0.0.1:${PORTS[2]}/$DB"
 REORDERED="127.0.0.1:${PORTS[1]}/$DB,127.0.0.1:${PORTS[0]}/$DB,127.0.0.1:${PORTS[2]}/$DB"
-PASSWORD="s-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-mysql_root() {  # SHARD ARGS...
-  mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"${PORTS[$1]}" -uroot "${@:2}"
-}
+PASSWORD="$(secret s)"
+mysql_root() { mariadb_at "${PORTS[$1]}" "${@:2}"; }  # SHARD ARGS...
 for s in 0 1 2; do mysql_root "$s" -e "CREATE DATABASE $DB"; done
 ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_SHARDS="$SHARDS" "$BIN" migrate >"$RUN/migrate.log"
 grep -E '^migrate: .*map recorded' "$RUN/migrate.log" | sed 's/^/shards:   /'
-for s in 0 1 2; do
-  mysql_root "$s" -e "SET @worker_user='ow_worker', @worker_host='%', @worker_password='$PASSWORD',
-                      @worker_database='$DB'; SOURCE $ROOT/sql/worker_user.sql;"
-done
+for s in 0 1 2; do worker_user "${PORTS[$s]}" $DB "$PASSWORD"; done
 IN=shards-in OUT=shards-out DLQ=shards-dlq GROUP=shards-group
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $IN $PARTS
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $OUT $PARTS
-"$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" $DLQ 1
-
-export ORDER_WORKER_KAFKA_BOOTSTRAP_SERVERS="$OW_KAFKA_BOOTSTRAP" ORDER_WORKER_KAFKA_GROUP_ID=$GROUP \
-  ORDER_WORKER_TOPIC_INPUT=$IN ORDER_WORKER_TOPIC_RESULTS=$OUT ORDER_WORKER_TOPIC_DLQ=$DLQ \
-  ORDER_WORKER_MYSQL_SHARDS="$SHARDS" ORDER_WORKER_MYSQL_USER=ow_worker \
+worker_kafka $PARTS $GROUP $IN $OUT $DLQ
+export ORDER_WORKER_MYSQL_SHARDS="$SHARDS" ORDER_WORKER_MYSQL_USER=ow_worker \
   ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000 ORDER_WORKER_KAFKA_CONSUMER_HEARTBEAT_INTERVAL_MS=500 \
   ORDER_WORKER_COMMIT_INTERVAL_MS=500 ORDER_WORKER_REQUEST_IN_PROGRESS_WAIT_S=2 \
   ORDER_WORKER_RETRY_BACKOFF_MAX_MS=1000 ORDER_WORKER_SHUTDOWN_TIMEOUT_MS=8000
-printf '%s\n' "$PASSWORD" >"$RUN/worker.password"
-chmod 600 "$RUN/worker.password"
+write_private "$RUN/worker.password" "$PASSWORD"
 export ORDER_WORKER_MYSQL_PASSWORD_FILE="$RUN/worker.password"
 
 # 1. A reordered list is refused before anything is consumed.
@@ -126,10 +85,10 @@ if ((status != 2)) || ! grep -q 'configured map (mysql.shards)' "$RUN/reordered.
 fi
 say "reordered list refused: exit 2, both maps named ($(grep -c 'shard [0-9] (' "$RUN/reordered.err") map lines)"
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 METRICS_PORTS=()
 for i in 1 2; do
-  METRICS_PORTS+=("$(free_port)")
+  pick_port port
+  METRICS_PORTS+=("$port")
   ORDER_WORKER_METRICS_PORT="${METRICS_PORTS[-1]}" "$BIN" run 2>>"$RUN/worker-$i.log" &
   REPLICAS+=("$!")
 done
@@ -151,8 +110,7 @@ PY
 }
 # 2. The mix, then the same key twice from one user of each shard.
 say "producing $N mixed messages (users 1-1000 span all shards)"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$N" --rate $((RATE * 2)) --seed 20261201 \
-  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix mix 2>"$RUN/gen-mix.log"
+mix $IN "$N" $((RATE * 2)) 20261201 mix "$RUN/gen-mix.log"
 TWICE_USERS=()
 for s in 0 1 2; do
   u=$(user_on "$s")
@@ -164,11 +122,10 @@ done
 # 3. The outage: shard 1 stopped for OUTAGE_S seconds under load.
 M=$((RATE * (OUTAGE_S + 16)))
 say "producing $M messages at $RATE/s; shard 1 goes down in 8 s for $OUTAGE_S s"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$M" --rate "$RATE" --seed 20261202 \
-  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix outage 2>"$RUN/gen-outage.log" &
+mix $IN "$M" "$RATE" 20261202 outage "$RUN/gen-outage.log" &
 GEN_PID=$!
 sleep 8
-svc 1 mariadb-down >/dev/null
+services_in "$RUN/db1" mariadb-down >/dev/null
 fault shard-down 1 # once it no longer answers
 say "shard 1 is down"
 # Within the outage: /readyz is 503 naming the shard, /metrics says it is down.
@@ -185,30 +142,20 @@ else
   say "during the outage: /readyz 503 ($(tr '\n' ' ' <"$RUN/readyz.txt" | sed 's/ *$//')), $(grep -c '^order_worker_shard_up{' "$RUN/metrics.txt") shard_up series, waiting on shard 1: $(sed -n 's/^order_worker_shard_waiting_messages{shard="1"} //p' "$RUN/metrics.txt")"
 fi
 sleep $((OUTAGE_S - 5))
-svc 1 mariadb-up >/dev/null
+services_in "$RUN/db1" mariadb-up >/dev/null
 fault shard-up 1
 say "shard 1 is back"
-wait "$GEN_PID" || { cat "$RUN/gen-outage.log" >&2; say "the generator failed"; exit 1; }
-GEN_PID=""
+wait_generator "$RUN/gen-outage.log"
 
 say "waiting for the group to catch up (limit $(left) s)"
-while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
-  if (($(left) < 40)); then
-    cat "$RUN/lag.log"
-    say "did not catch up within the time limit"
-    exit 1
-  fi
-  sleep 2
-done
-say "caught up: $(tail -n1 "$RUN/lag.log")"
+catch_up $GROUP $IN 40 2
 
 # 3, continued. The hang: shard 1's server stopped (SIGSTOP) for HANG_S seconds under
 #    load. Its connections stay open and nothing answers on them, which is
 #    what a hung server or a dropped network looks like.
 H=$((RATE * (HANG_S + 12)))
 say "producing $H messages at $RATE/s; shard 1 hangs (SIGSTOP) in 6 s for $HANG_S s"
-"$KIT" gen "$OW_KAFKA_BOOTSTRAP" $IN "$H" --rate "$RATE" --seed 20261203 \
-  --retry 25 --reuse 2 --clash 2 --invalid 1 --items 10 --prefix hang 2>"$RUN/gen-hang.log" &
+mix $IN "$H" "$RATE" 20261203 hang "$RUN/gen-hang.log" &
 GEN_PID=$!
 sleep 6
 HUNG_PID=$(cat "$RUN/db1/mariadb.pid")
@@ -229,17 +176,8 @@ kill -CONT "$HUNG_PID"
 HUNG_PID=""
 fault shard-resume 1
 say "shard 1 answers again"
-wait "$GEN_PID" || { cat "$RUN/gen-hang.log" >&2; say "the generator failed"; exit 1; }
-GEN_PID=""
-while ! "$KIT" lag "$OW_KAFKA_BOOTSTRAP" $GROUP $IN >"$RUN/lag.log" 2>&1; do
-  if (($(left) < 40)); then
-    cat "$RUN/lag.log"
-    say "did not catch up after the hang within the time limit"
-    exit 1
-  fi
-  sleep 2
-done
-say "caught up: $(tail -n1 "$RUN/lag.log")"
+wait_generator "$RUN/gen-hang.log"
+catch_up $GROUP $IN 40 2 "after the hang"
 failed=${readyz_failed:-0}
 for pid in "${REPLICAS[@]}"; do kill -TERM "$pid"; done
 for pid in "${REPLICAS[@]}"; do
@@ -277,7 +215,7 @@ say "same key twice from one user of each shard: one record on its shard, one re
 
 # The query service reads each user's record on that user's shard: the
 # published bytes for the user of every shard.
-API_PORT=$(free_port)
+pick_port API_PORT
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RUN/api.token"
 chmod 600 "$RUN/api.token"
 ORDER_WORKER_API_PORT=$API_PORT ORDER_WORKER_API_TOKEN_FILE="$RUN/api.token" "$BIN" serve 2>>"$RUN/serve.log" &
@@ -306,7 +244,7 @@ else
   failed=1
 fi
 
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= "$BIN" audit >"$RUN/audit.log" ||
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' "$BIN" audit >"$RUN/audit.log" ||
   { cat "$RUN/audit.log"; say "FAIL: audit found problems"; failed=1; }
 say "audit: $(grep -c '^audit: shard' "$RUN/audit.log") shards audited"
 
@@ -339,13 +277,13 @@ totals() {  # TABLE: rows over every database that exists
 for s in 0 1 2; do mysql_root "$s" -e "CREATE DATABASE orders_n"; done
 req_before=$(totals idempotency_requests) ord_before=$(totals orders)
 set +e
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
   timeout 60 "$BIN" run >/dev/null 2>"$RUN/early.err"
 status=$?
 set -e
 if ((status != 2)); then cat "$RUN/early.err"; say "FAIL: a worker started with the 6-shard list before resharding exited $status, want 2"; failed=1; fi
 printf 'mysql.shards = %s\n' "$NEW6" >"$RUN/new6.conf"
-ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE= ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
+ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' ORDER_WORKER_MYSQL_SHARDS="$NEW6" \
   "$ROOT/scripts/reshard.sh" --config "$RUN/new6.conf" | tee "$RUN/reshard.log" | sed 's/^/shards:   /'
 req_after=$(totals idempotency_requests) ord_after=$(totals orders)
 say "resharded 3 -> 6: requests $req_before -> $req_after, orders $ord_before -> $ord_after"
@@ -400,5 +338,4 @@ if [[ -z $others || $others -eq 0 ]]; then
   say "FAIL: no result left for the other shards' users during the outage"
   failed=1
 fi
-say "took $((SECONDS - T_START)) s; $( ((failed == 0)) && echo PASSED || echo FAILED)"
-exit "$failed"
+finish "$failed"

@@ -45,9 +45,9 @@
 # OW_TEST_STATIC=0 skips the static checks (scripts/debian13.sh sets it for
 # the run inside its root: they ran outside and do not depend on the platform).
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+messages test
 TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
@@ -55,17 +55,17 @@ SUMMARY=()
 failed=0
 services_up=0
 
-say() { printf 'test: %s\n' "$*"; }
 has_tier() { [[ " $TIERS " == *" $1 "* ]]; }
 record() { SUMMARY+=("$(printf '%-12s %-7s %s' "$1" "$2" "$3")"); [[ $2 == passed ]] || failed=1; }
 
+# Stopped once the tiers that share them are done, or at exit.
 stop_services() {
   if ((services_up)); then
-    "$ROOT/scripts/services.sh" stop all || true
+    services stop all || true
     services_up=0
   fi
 }
-trap stop_services EXIT
+on_exit stop_services
 
 cd "$ROOT"
 t_start=$SECONDS
@@ -86,6 +86,11 @@ static_checks() {
     say "unchecked or unbounded calls in src/ (use the checked helpers)"
     exit 1
   fi
+  # From the repository: the scripts name scripts/lib.sh from there.
+  if ! shellcheck -x -S warning scripts/*.sh; then
+    say "scripts/ has shellcheck warnings (above)"
+    exit 1
+  fi
 }
 [[ ${OW_TEST_STATIC:-1} == 0 ]] || static_checks
 
@@ -103,18 +108,10 @@ CAPTURE="$LOGS/contract-capture.jsonl"
 rm -f "$CAPTURE"
 
 start_services() {
-  OW_BUILD_DIR="$BUILD" "$ROOT/scripts/services.sh" start all
+  services start all
   services_up=1
-  # shellcheck disable=SC1091
-  source "$OW_RUN_DIR/services.env"
-  export OW_TEST_MYSQL_HOST=127.0.0.1 OW_TEST_MYSQL_PORT="$OW_MYSQL_PORT" \
-    OW_TEST_MYSQL_USER=root OW_TEST_MYSQL_PASSWORD="" \
-    OW_TEST_KAFKA_BOOTSTRAP="$OW_KAFKA_BOOTSTRAP" OW_TEST_BROKER_KIND="$OW_BROKER_KIND"
-  # Workers under test run as a least-privilege user made by sql/worker_user.sql
-  # (tests/support/testdb.c applies it to every test database).
-  export OW_TEST_WORKER_MYSQL_USER=ow_worker
-  OW_TEST_WORKER_MYSQL_PASSWORD="w-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-  export OW_TEST_WORKER_MYSQL_PASSWORD
+  services_env "$OW_RUN_DIR"
+  export_test_env
   say "database: MariaDB $OW_MARIADB_VERSION on 127.0.0.1:$OW_MYSQL_PORT"
   say "broker:   $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP"
 }
@@ -152,6 +149,14 @@ script_tier() {  # NAME COMMAND... : runs a script, keeps its last line as the s
   fi
 }
 
+# A script's tier when it is selected, then the lines of its log that
+# match PATTERN, which the summary repeats.
+figures_tier() {  # NAME PATTERN COMMAND...
+  has_tier "$1" || return 0
+  script_tier "$1" "${@:3}"
+  grep -E "$2" "$LOGS/$1.log" | sed 's/^/test:   /' || true
+}
+
 has_tier unit && ctest_tier unit
 has_tier package && script_tier package "$ROOT/scripts/package-test.sh"
 if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind || has_tier alerts; then
@@ -178,33 +183,16 @@ if has_tier debian13; then
   grep -E '^debian13:   ' "$LOGS/debian13.log" | sed 's/^debian13: /test:   /' || true
 fi
 has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
-if has_tier chaos; then
-  script_tier chaos "$ROOT/scripts/chaos.sh"
-  grep -E '^verify: (figures|faults|resume|broker kills)' "$LOGS/chaos.log" | sed 's/^/test:   /' || true
-fi
-
-if has_tier chaos-single; then
-  OW_CHAOS_BROKERS=1 script_tier chaos-single "$ROOT/scripts/chaos.sh"
-  grep -E '^verify: (figures|faults|resume)' "$LOGS/chaos-single.log" | sed 's/^/test:   /' || true
-fi
-if has_tier eos; then
-  script_tier eos "$ROOT/scripts/eos.sh"
-  grep -E '^verify: (exactly-once figures|faults|broker kills)' "$LOGS/eos.log" | sed 's/^/test:   /' || true
-fi
-if has_tier chaos-shards; then
-  OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 script_tier chaos-shards "$ROOT/scripts/chaos.sh"
-  grep -E '^verify: (figures|faults|resume|shard outage)' "$LOGS/chaos-shards.log" | sed 's/^/test:   /' || true
-fi
-if has_tier shards; then
-  script_tier shards "$ROOT/scripts/shards.sh"
-  grep -E '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' "$LOGS/shards.log" |
-    sed 's/^/test:   /' || true
-fi
-
-if has_tier galera; then
-  script_tier galera "$ROOT/scripts/galera.sh"
-  grep -E '^galera: (fault |figures|FAIL)' "$LOGS/galera.log" | sed 's/^/test:   /' || true
-fi
+# The runs of their own, each followed by the lines of its log that the
+# summary repeats.
+figures_tier chaos '^verify: (figures|faults|resume|broker kills)' "$ROOT/scripts/chaos.sh"
+OW_CHAOS_BROKERS=1 figures_tier chaos-single '^verify: (figures|faults|resume)' "$ROOT/scripts/chaos.sh"
+figures_tier eos '^verify: (exactly-once figures|faults|broker kills)' "$ROOT/scripts/eos.sh"
+OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 figures_tier chaos-shards '^verify: (figures|faults|resume|shard outage)' \
+  "$ROOT/scripts/chaos.sh"
+figures_tier shards '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' \
+  "$ROOT/scripts/shards.sh"
+figures_tier galera '^galera: (fault |figures|FAIL)' "$ROOT/scripts/galera.sh"
 
 say "summary (logs in $LOGS)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done

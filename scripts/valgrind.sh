@@ -6,8 +6,8 @@
 # a failed shutdown). Assumes services are running and OW_TEST_* is set, as
 # scripts/test.sh does.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${OW_BUILD_DIR:-$ROOT/build}"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 : "${OW_TEST_MYSQL_PORT:?start the services first (scripts/test.sh does)}"
 LOGS="${OW_TEST_LOG_DIR:-$ROOT/.run/test/logs}/valgrind"
 rm -rf "$LOGS"
