@@ -192,7 +192,7 @@ OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 figures_tier chaos-shards '^verify: (figure
   "$ROOT/scripts/chaos.sh"
 figures_tier shards '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' \
   "$ROOT/scripts/shards.sh"
-figures_tier galera '^galera: (fault |figures|FAIL)' "$ROOT/scripts/galera.sh"
+figures_tier galera '^galera: (\[ *[0-9]+s\] )?(fault |figures|FAIL)' "$ROOT/scripts/galera.sh"
 
 say "summary (logs in $LOGS)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done
