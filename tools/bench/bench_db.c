@@ -412,17 +412,40 @@ static int insert_requests(MYSQL_STMT *st, MYSQL_BIND *binds, req_row_t *rows, i
     return 0;
 }
 
-/* The request rows, in statements of per_stmt rows, a COMMIT every
- * per_commit rows; *since_commit carries over to the order rows. */
+/* A request INSERT's bodies stay within this many bytes: one statement of
+ * 1,000 large bodies (1,000-order batches: about 134 KB each) would exceed
+ * the server's max_allowed_packet. */
+#define REQUEST_STMT_BODY_BYTES (8u << 20)
+
+/* Rows per request INSERT: per_stmt, fewer when the longest body would
+ * take a statement past REQUEST_STMT_BODY_BYTES. */
+static int request_rows_per_stmt(const req_rows *rq, int per_stmt)
+{
+    unsigned long longest = 1;
+
+    for (size_t i = 0; i < rq->n; i++)
+        longest = rq->v[i].body_len > longest ? rq->v[i].body_len : longest;
+    if ((unsigned long)per_stmt * longest <= REQUEST_STMT_BODY_BYTES)
+        return per_stmt;
+    return REQUEST_STMT_BODY_BYTES / longest > 0 ? (int)(REQUEST_STMT_BODY_BYTES / longest) : 1;
+}
+
+/* The request rows, in statements of per_stmt rows (fewer for large
+ * bodies), a COMMIT every per_commit rows; *since_commit carries over to
+ * the order rows. */
 static int insert_all_requests(bm_db *db, req_rows *rq, int per_stmt, int per_commit,
                                size_t *since_commit)
 {
-    MYSQL_STMT *full = prepare_request_insert(db, per_stmt);
+    MYSQL_STMT *full;
     MYSQL_STMT *rest = NULL;
-    MYSQL_BIND *binds = bm_xcalloc((size_t)per_stmt * 7, sizeof(*binds));
+    MYSQL_BIND *binds;
     size_t done = 0;
-    int rc = full != NULL ? exec(db, "SET autocommit = 0") : -1;
+    int rc;
 
+    per_stmt = request_rows_per_stmt(rq, per_stmt);
+    full = prepare_request_insert(db, per_stmt);
+    binds = bm_xcalloc((size_t)per_stmt * 7, sizeof(*binds));
+    rc = full != NULL ? exec(db, "SET autocommit = 0") : -1;
     while (rc == 0 && done < rq->n) {
         int k = rq->n - done >= (size_t)per_stmt ? per_stmt : (int)(rq->n - done);
 
