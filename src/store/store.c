@@ -247,8 +247,8 @@ int ow_store_error_retriable(unsigned e)
  * so only their numbers are reported. text is the error's message. */
 static const char *safe_message(unsigned e, const char *text)
 {
-    if (is_connection_error(e) || is_transient_server_error(e) || e == 1045 || e == 1049 ||
-        e == 1044 || e == 1142 || e == 1146)
+    if (ow_store_error_retriable(e) || e == 1045 || e == 1049 || e == 1044 || e == 1142 ||
+        e == 1146)
         return text;
     return "(message withheld: it may quote row data)";
 }

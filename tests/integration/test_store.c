@@ -556,24 +556,14 @@ static void test_three_sessions_first_rolls_back(void **state)
     ow_store_free(&s2);
 }
 
-/* The server drops the connection: the error is retriable and the next call
- * reconnects by itself. */
-static void test_lost_connection(void **state)
+/* Kills every connection to the test database but the admin's. */
+static void kill_store_connections(void)
 {
-    ow_store *s = testdb_store(&db, &ids, 5);
-    testmsg a, b;
-    ow_error err;
     char sql[256];
     MYSQL_RES *res;
     MYSQL_ROW row;
     int killed = 0;
 
-    (void)state;
-    testmsg_make(&a, "lost-a",
-                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
-    testmsg_make(&b, "lost-b",
-                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
-    testmsg_decide(s, &a);
     snprintf(sql, sizeof(sql),
              "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
              "CONNECTION_ID()",
@@ -589,6 +579,23 @@ static void test_lost_connection(void **state)
     }
     mysql_free_result(res);
     assert_true(killed >= 1);
+}
+
+/* The server drops the connection: the error is retriable and the next call
+ * reconnects by itself. */
+static void test_lost_connection(void **state)
+{
+    ow_store *s = testdb_store(&db, &ids, 5);
+    testmsg a, b;
+    ow_error err;
+
+    (void)state;
+    testmsg_make(&a, "lost-a",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L1\",\"amount\":1}]}");
+    testmsg_make(&b, "lost-b",
+                 "{\"user_id\":12,\"orders\":[{\"external_order_no\":\"L2\",\"amount\":1}]}");
+    testmsg_decide(s, &a);
+    kill_store_connections();
     assert_int_not_equal(ow_store_decide(s, &b.item, 1, &err), OW_OK);
     assert_int_equal(err.cls, OW_ERRCLASS_RETRIABLE);
     assert_int_equal(b.item.decision, OW_DECISION_NONE);
@@ -899,31 +906,6 @@ static void test_read_only_refuses_writes(void **state)
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 0);
     testmsg_free(&m);
     ow_store_free(&s);
-}
-
-/* Kills every connection to the test database but the admin's. */
-static void kill_store_connections(void)
-{
-    char sql[256];
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int killed = 0;
-
-    snprintf(sql, sizeof(sql),
-             "SELECT id FROM information_schema.processlist WHERE db='%s' AND id <> "
-             "CONNECTION_ID()",
-             db.database);
-    assert_int_equal(mysql_query(db.admin, sql), 0);
-    res = mysql_store_result(db.admin);
-    while ((row = mysql_fetch_row(res)) != NULL) {
-        char kill[64];
-
-        snprintf(kill, sizeof(kill), "KILL %s", row[0]);
-        if (mysql_query(db.admin, kill) == 0)
-            killed++;
-    }
-    mysql_free_result(res);
-    assert_true(killed >= 1);
 }
 
 /* A lookup on a connection the server dropped fails as retriable (the
