@@ -19,80 +19,43 @@
 #include <string.h>
 
 #include "lane.h"
-#include "ow/htab.h"
+#include "ow/admit.h"
 #include "ow/shard.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
-/* The orders of a job the batch's order set is first sized for: every batch
- * clears the whole set, so it starts small and grows only for batches of
- * larger jobs. */
-#define ORDERS_PER_JOB 4
-#define DB_WAIT_POLL_MS 100 /* how often a lane waiting for its database looks again */
+#define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
 
-static uint64_t order_hash(int64_t user_id, const ow_order_item *o)
-{
-    return ow_order_hash(user_id, o->external_order_no, o->ext_len);
-}
-
+/* A lane's micro-batch: the lane thread's own, kept from one round to the
+ * next. */
 typedef struct {
     ow_job **jobs;
     size_t n;
-    size_t cap;
-    size_t orders;
     ow_store_item *items;
     ow_job **valid;
-    ow_htab keys; /* keys in the batch or blocked this round */
-    ow_htab orders_set;
+    ow_admit admit;
 } batch;
-
-static int batch_init(batch *b, size_t cap)
-{
-    memset(b, 0, sizeof(*b));
-    b->cap = cap;
-    /* Room for the retries the cache answers beside cap decided jobs. */
-    b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
-    b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
-    b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
-    if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
-        ow_htab_init(&b->keys, cap * SCAN_FACTOR) != OW_OK ||
-        ow_htab_init(&b->orders_set, cap * SCAN_FACTOR * ORDERS_PER_JOB) != OW_OK)
-        return OW_ENOMEM;
-    return OW_OK;
-}
 
 static void batch_free(batch *b)
 {
     free(b->jobs);
     free(b->items);
     free(b->valid);
-    ow_htab_free(&b->keys);
-    ow_htab_free(&b->orders_set);
+    ow_admit_free(&b->admit);
 }
 
-/* Whether a valid job's orders collide with the batch's, and if asked,
- * records them. */
-static int orders_collide(batch *b, const ow_job *job)
+/* Room for cap decided jobs and the retries the cache answers beside them.
+ * The admission sets grow to the largest round and keep their memory. */
+static int batch_init(batch *b, size_t cap)
 {
-    for (size_t i = 0; i < job->req.n_orders; i++) {
-        if (ow_htab_has(&b->orders_set, order_hash(job->req.user_id, &job->req.orders[i])))
-            return 1;
-    }
-    return 0;
-}
-
-/* Records a job's orders; 0 when memory runs out (the caller stops). */
-static int orders_add(batch *b, const ow_job *job)
-{
-    for (size_t i = 0; i < job->req.n_orders; i++) {
-        uint64_t h = order_hash(job->req.user_id, &job->req.orders[i]);
-
-        if (!ow_htab_has(&b->orders_set, h) && ow_htab_put(&b->orders_set, h, 0) != OW_OK)
-            return 0;
-    }
-    return 1;
+    memset(b, 0, sizeof(*b));
+    ow_admit_init(&b->admit, BATCH_MAX_ORDERS);
+    b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
+    b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
+    b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
+    return b->jobs == NULL || b->items == NULL || b->valid == NULL ? OW_ENOMEM : OW_OK;
 }
 
 /* The lane's queue length changed by delta; mu held. */
@@ -116,24 +79,37 @@ static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
 
 /* Whether a job can be answered now: a valid job needs its database unless
  * the lane's cache answers it (it then rides along without counting
- * against the batch). */
-typedef enum { TAKE_NO = 0, TAKE_COUNTED, TAKE_FREE } take_kind;
-
-static take_kind how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *db_wait)
+ * against the batch). A job whose key an earlier job of the round holds
+ * waits, so that one key's messages are answered in order. */
+static ow_admit_take how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *db_wait)
 {
+    const ow_admit *admit = &b->admit;
+    ow_store_item *it = &job->item;
+    ow_result_code code;
+
+    if (ow_admit_key_held(admit, job->key_hash))
+        return OW_ADMIT_LEFT;
     if (!job->valid)
-        return TAKE_COUNTED;
-    if (ow_lane_cache_answer(l->cache, job))
-        return TAKE_FREE;
+        return OW_ADMIT_COUNTED;
+    if (l->cache != NULL && ow_cache_get(l->cache, job->req.user_id, it->key, it->key_len,
+                                         it->digest, ow_clock_mono_ms(), &code, &it->body)) {
+        OW_COUNT(cache_hits, 1);
+        it->decision = OW_DECISION_REPLAY;
+        it->code = code;
+        it->replayed = 1;
+        return OW_ADMIT_FREE;
+    }
     if (!db_up) {
         *db_wait = 1;
-        return TAKE_NO;
+        return OW_ADMIT_LEFT;
     }
-    if (orders_collide(b, job) || (b->n > 0 && b->orders + job->req.n_orders > BATCH_MAX_ORDERS))
-        return TAKE_NO;
+    if (!ow_admit_orders_fit(admit, &job->req))
+        return OW_ADMIT_LEFT;
+    /* A miss counts once, when the job goes to the database: a lane
+     * waiting for its database asks again for the same job. */
     if (l->cache != NULL)
         OW_COUNT(cache_misses, 1);
-    return TAKE_COUNTED;
+    return OW_ADMIT_COUNTED;
 }
 
 /* Whether jobs that need the database are taken. Only an outage holds
@@ -147,8 +123,8 @@ static int db_answers(ow_lane *l)
     return st != OW_WATCH_DOWN;
 }
 
-/* Moves eligible jobs from the queue into b. Called with l->mu held.
- * Returns the earliest time a skipped job may be taken, or 0. */
+/* Moves eligible jobs from the queue into the lane's batch. Called with
+ * l->mu held. Returns the earliest time a skipped job may be taken, or 0. */
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
     size_t max = (size_t)l->env->cfg->batch_max_messages;
@@ -160,12 +136,10 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
     ow_job *job = l->head;
 
     b->n = 0;
-    b->orders = 0;
-    ow_htab_clear(&b->keys);
-    ow_htab_clear(&b->orders_set);
+    ow_admit_reset(&b->admit);
     while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
         ow_job *next = job->next;
-        take_kind take = TAKE_NO;
+        ow_admit_take take = OW_ADMIT_LEFT;
 
         if (ow_ledger_stale(l->env->ledger, &job->t)) {
             unlink_job(l, prev, job);
@@ -177,21 +151,17 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
         if (job->not_before_ms > now) {
             if (wake == 0 || job->not_before_ms < wake)
                 wake = job->not_before_ms;
-        } else if (!ow_htab_has(&b->keys, job->key_hash)) {
+        } else {
             take = how_to_take(l, b, job, db_up, &db_wait);
         }
-        if (!ow_htab_has(&b->keys, job->key_hash) &&
-            ow_htab_put(&b->keys, job->key_hash, 0) != OW_OK)
+        /* A skipped job holds its key and orders too: a later job with one
+         * of them must not be decided before it. */
+        if (ow_admit_hold(&b->admit, job->key_hash, job->valid ? &job->req : NULL, take) != OW_OK)
             break;
-        /* A skipped job keeps its orders for itself too: a later job with
-         * one of them must not be decided before it. */
-        if (job->valid && !orders_add(b, job))
-            break;
-        if (take != TAKE_NO) {
+        if (take != OW_ADMIT_LEFT) {
             unlink_job(l, prev, job);
             b->jobs[b->n++] = job;
-            counted += take == TAKE_COUNTED;
-            b->orders += take == TAKE_COUNTED && job->valid ? job->req.n_orders : 0;
+            counted += take == OW_ADMIT_COUNTED;
         } else {
             prev = job;
         }
@@ -275,15 +245,15 @@ static int backoff(ow_lane *l, unsigned attempt, const ow_error *err)
 {
     const ow_config *cfg = l->env->cfg;
     ow_runstate *rs = l->env->rs;
-    int64_t delay =
-        ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng);
 
     log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", attempt, err);
     if (l->watch != NULL && !db_answers(l))
         ow_store_watch_wait_up(l->watch, ow_clock_mono_ms() + cfg->retry_backoff_max_ms,
                                &rs->stop_sleep);
     else
-        ow_sleep_ms(delay, &rs->stop_sleep);
+        ow_sleep_ms(
+            ow_backoff_ms(cfg->retry_backoff_ms, cfg->retry_backoff_max_ms, attempt, &l->rng),
+            &rs->stop_sleep);
     return ow_runstate_give_up(rs);
 }
 
@@ -448,8 +418,8 @@ static void linger(ow_lane *l)
 static void *lane_main(void *arg)
 {
     ow_lane *l = arg;
-    batch b;
     int64_t wake = 0;
+    batch b;
 
     if (batch_init(&b, (size_t)l->env->cfg->batch_max_messages) != OW_OK) {
         ow_runstate_set_fatal(l->env->rs, "out of memory");

@@ -20,23 +20,6 @@ ow_cache *ow_lane_cache_new(const ow_config *cfg, size_t n_lanes, int *failed)
     return c;
 }
 
-int ow_lane_cache_answer(ow_cache *c, ow_job *job)
-{
-    ow_store_item *it = &job->item;
-    ow_result_code code;
-
-    if (c == NULL)
-        return 0;
-    if (!ow_cache_get(c, job->req.user_id, it->key, it->key_len, it->digest, ow_clock_mono_ms(),
-                      &code, &it->body))
-        return 0;
-    OW_COUNT(cache_hits, 1);
-    it->decision = OW_DECISION_REPLAY;
-    it->code = code;
-    it->replayed = 1;
-    return 1;
-}
-
 void ow_lane_cache_fill(ow_cache *c, const ow_store_item *items, size_t n, int64_t since_ms)
 {
     /* Entries age from before the deciding transaction began, never later

@@ -1,6 +1,7 @@
 /*
  * A lane's retry cache (lane_cache.c): recent outcomes of the lane's keys,
- * asked while a batch is taken and filled after its transaction committed.
+ * asked (ow_cache_get) while the lane takes a batch and filled here after
+ * its transaction committed.
  * Private to the pipeline.
  */
 #ifndef OW_LANE_CACHE_H
@@ -17,10 +18,6 @@
  * *failed 0, when the cache is off; NULL with *failed 1 when out of
  * memory. */
 ow_cache *ow_lane_cache_new(const ow_config *cfg, size_t n_lanes, int *failed);
-/* A hit with the job's digest: the job gets the stored answer as a replay
- * and returns 1. A miss is counted by the caller, when the job goes to the
- * database: a lane waiting for its database asks again for the same job. */
-int ow_lane_cache_answer(ow_cache *c, ow_job *job);
 /* After the deciding transaction committed: keeps items' recorded answers,
  * aged from since_ms (monotonic), taken before the transaction began. */
 void ow_lane_cache_fill(ow_cache *c, const ow_store_item *items, size_t n, int64_t since_ms);

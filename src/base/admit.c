@@ -1,0 +1,61 @@
+/* The rounds of a lane's micro-batch (ow/admit.h). */
+#include "ow/admit.h"
+
+#include <string.h>
+
+#include "ow/error.h"
+
+static uint64_t order_hash(const ow_request *req, size_t i)
+{
+    return ow_order_hash(req->user_id, req->orders[i].external_order_no, req->orders[i].ext_len);
+}
+
+void ow_admit_init(ow_admit *a, size_t max_orders)
+{
+    memset(a, 0, sizeof(*a));
+    a->max_orders = max_orders;
+}
+
+void ow_admit_free(ow_admit *a)
+{
+    ow_htab_free(&a->keys);
+    ow_htab_free(&a->orders);
+}
+
+void ow_admit_reset(ow_admit *a)
+{
+    ow_htab_clear(&a->keys);
+    ow_htab_clear(&a->orders);
+    a->taken = 0;
+    a->taken_orders = 0;
+}
+
+int ow_admit_key_held(const ow_admit *a, uint64_t key_hash)
+{
+    return ow_htab_has(&a->keys, key_hash);
+}
+
+int ow_admit_orders_fit(const ow_admit *a, const ow_request *req)
+{
+    for (size_t i = 0; i < req->n_orders; i++) {
+        if (ow_htab_has(&a->orders, order_hash(req, i)))
+            return 0;
+    }
+    return a->taken == 0 || a->taken_orders + req->n_orders <= a->max_orders;
+}
+
+int ow_admit_hold(ow_admit *a, uint64_t key_hash, const ow_request *req, ow_admit_take take)
+{
+    if (!ow_htab_has(&a->keys, key_hash) && ow_htab_put(&a->keys, key_hash, 0) != OW_OK)
+        return OW_ENOMEM;
+    for (size_t i = 0; req != NULL && i < req->n_orders; i++) {
+        uint64_t h = order_hash(req, i);
+
+        if (!ow_htab_has(&a->orders, h) && ow_htab_put(&a->orders, h, 0) != OW_OK)
+            return OW_ENOMEM;
+    }
+    a->taken += take != OW_ADMIT_LEFT;
+    if (take == OW_ADMIT_COUNTED && req != NULL)
+        a->taken_orders += req->n_orders;
+    return OW_OK;
+}

@@ -1,0 +1,130 @@
+/* A lane's batch admission: a key or an order held by an earlier request
+ * of the round keeps a later one out, a request left in the queue holds
+ * them too, the orders of one transaction stay within the limit (a first
+ * request always fits), answered requests do not count, and a new round
+ * forgets everything. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ow/admit.h"
+#include "ow/error.h"
+
+/* A request of user with n orders named ext[0..n). */
+static ow_request request(ow_order_item *items, int64_t user, const char *const *ext, size_t n)
+{
+    ow_request r = {user, n, items};
+
+    for (size_t i = 0; i < n; i++) {
+        memset(&items[i], 0, sizeof(items[i]));
+        items[i].ext_len = strlen(ext[i]);
+        memcpy(items[i].external_order_no, ext[i], items[i].ext_len);
+    }
+    return r;
+}
+
+static void test_keys_and_orders_are_held(void **state)
+{
+    ow_order_item a_items[2], b_items[1], c_items[1], d_items[1];
+    const char *const a_ext[] = {"A-1", "A-2"};
+    const char *const b_ext[] = {"A-2"};
+    const char *const c_ext[] = {"C-1"};
+    ow_request a = request(a_items, 7, a_ext, 2);
+    ow_request b = request(b_items, 7, b_ext, 1);
+    ow_request other_user = request(c_items, 8, b_ext, 1);
+    ow_request c = request(d_items, 7, c_ext, 1);
+    ow_admit adm;
+
+    (void)state;
+    ow_admit_init(&adm, 100);
+    ow_admit_reset(&adm);
+    assert_false(ow_admit_key_held(&adm, 1));
+    assert_true(ow_admit_orders_fit(&adm, &a));
+    assert_int_equal(ow_admit_hold(&adm, 1, &a, OW_ADMIT_COUNTED), OW_OK);
+    assert_true(ow_admit_key_held(&adm, 1));
+    assert_false(ow_admit_key_held(&adm, 2));
+    /* Another key naming one of a's orders waits; another user's order of
+     * the same number does not. */
+    assert_false(ow_admit_orders_fit(&adm, &b));
+    assert_true(ow_admit_orders_fit(&adm, &other_user));
+    /* A request left in the queue still holds its key and its orders. */
+    assert_int_equal(ow_admit_hold(&adm, 3, &c, OW_ADMIT_LEFT), OW_OK);
+    assert_true(ow_admit_key_held(&adm, 3));
+    assert_false(ow_admit_orders_fit(&adm, &c));
+    /* An invalid message holds its key only. */
+    assert_int_equal(ow_admit_hold(&adm, 4, NULL, OW_ADMIT_COUNTED), OW_OK);
+    assert_true(ow_admit_key_held(&adm, 4));
+    /* A new round forgets all of it. */
+    ow_admit_reset(&adm);
+    assert_false(ow_admit_key_held(&adm, 1));
+    assert_false(ow_admit_key_held(&adm, 3));
+    assert_true(ow_admit_orders_fit(&adm, &b));
+    assert_true(ow_admit_orders_fit(&adm, &c));
+    ow_admit_free(&adm);
+}
+
+static void test_orders_per_transaction(void **state)
+{
+    ow_order_item x_items[3], y_items[2], z_items[1];
+    const char *const x_ext[] = {"X-1", "X-2", "X-3"};
+    const char *const y_ext[] = {"Y-1", "Y-2"};
+    const char *const z_ext[] = {"Z-1"};
+    ow_request x = request(x_items, 1, x_ext, 3);
+    ow_request y = request(y_items, 1, y_ext, 2);
+    ow_request z = request(z_items, 1, z_ext, 1);
+    ow_admit adm;
+
+    (void)state;
+    ow_admit_init(&adm, 2);
+    ow_admit_reset(&adm);
+    /* The first request fits whatever its size: a transaction must be able
+     * to take it alone. */
+    assert_true(ow_admit_orders_fit(&adm, &x));
+    assert_int_equal(ow_admit_hold(&adm, 1, &x, OW_ADMIT_COUNTED), OW_OK);
+    assert_false(ow_admit_orders_fit(&adm, &z));
+    ow_admit_reset(&adm);
+    /* A cached answer rides along: it is taken, but its orders do not
+     * count against the transaction. */
+    assert_int_equal(ow_admit_hold(&adm, 1, &x, OW_ADMIT_FREE), OW_OK);
+    assert_true(ow_admit_orders_fit(&adm, &y));
+    assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_COUNTED), OW_OK);
+    assert_false(ow_admit_orders_fit(&adm, &z)); /* 2 + 1 > 2 */
+    ow_admit_reset(&adm);
+    assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_LEFT), OW_OK);
+    /* Nothing taken yet: the next request is a first one. */
+    assert_true(ow_admit_orders_fit(&adm, &x));
+    ow_admit_free(&adm);
+}
+
+static void test_many_rounds(void **state)
+{
+    ow_admit adm;
+
+    (void)state;
+    ow_admit_init(&adm, 4096);
+    for (int round = 0; round < 50; round++) {
+        ow_admit_reset(&adm);
+        for (uint64_t k = 0; k < 1000; k++) {
+            assert_false(ow_admit_key_held(&adm, k * 7919 + (uint64_t)round));
+            assert_int_equal(
+                ow_admit_hold(&adm, k * 7919 + (uint64_t)round, NULL, OW_ADMIT_COUNTED), OW_OK);
+        }
+        assert_int_equal(adm.taken, 1000);
+    }
+    ow_admit_free(&adm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys_and_orders_are_held),
+        cmocka_unit_test(test_orders_per_transaction),
+        cmocka_unit_test(test_many_rounds),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
