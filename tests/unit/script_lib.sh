@@ -96,9 +96,9 @@ signal() {  # SIGNAL BODY
   printf '#!/usr/bin/env bash\nset -euo pipefail\nsource %q\n%s\n' "$lib" "$2" >"$dir/s.sh"
   set -m
   bash "$dir/s.sh" >"$dir/out" 2>&1 &
-  local pid=$! i
+  local pid=$!
   set +m
-  for i in $(seq 50); do [[ -s $dir/out ]] && break; sleep 0.1; done
+  for _ in $(seq 50); do [[ -s $dir/out ]] && break; sleep 0.1; done
   kill "-$1" "$pid"
   STATUS=0
   wait "$pid" || STATUS=$?
