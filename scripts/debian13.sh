@@ -143,6 +143,8 @@ versions_line() {
   gcc="$(in_root gcc -dumpfullversion 2>/dev/null || echo '?')"
   rdk="$(in_root "$BUILD/order-worker" --version 2>/dev/null | sed -n 's/.*(librdkafka \([^,]*\),.*/\1/p')"
   mdb="$(sed -n 's/^test: database: MariaDB \([^ ]*\) .*/\1/p' "$LOG" | head -n 1)"
+  # Without the shared services (the secure tier alone), the server says.
+  [[ -n $mdb ]] || mdb="$(in_root mariadbd --version 2>/dev/null | sed -n 's/.* Ver \([0-9.]*\).*/\1/p')"
   printf 'Debian %s, gcc %s, librdkafka %s, MariaDB %s' "$(cat "$R/etc/debian_version")" "$gcc" "${rdk:-?}" "${mdb:-?}"
 }
 # One phrase per tier from the summary of the run inside, on one line.
