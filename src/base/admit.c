@@ -10,10 +10,13 @@ static uint64_t order_hash(const ow_request *req, size_t i)
     return ow_order_hash(req->user_id, req->orders[i].external_order_no, req->orders[i].ext_len);
 }
 
-void ow_admit_init(ow_admit *a, size_t max_orders)
+int ow_admit_init(ow_admit *a, size_t requests, size_t orders, size_t max_orders)
 {
     memset(a, 0, sizeof(*a));
     a->max_orders = max_orders;
+    if (ow_htab_init(&a->keys, requests) != OW_OK || ow_htab_init(&a->orders, orders) != OW_OK)
+        return OW_ENOMEM;
+    return OW_OK;
 }
 
 void ow_admit_free(ow_admit *a)

@@ -4,10 +4,12 @@
  * takes a micro-batch from its queue, decides it in one transaction, and
  * produces the results in queue order.
  *
- * Batch rules keep per-key order and keep a batch free of internal races:
- * a job is skipped (and its key blocked for this round) when its key is
- * already in the batch or blocked, when one of its orders is already in
- * the batch, or when it waits for a retry (REQUEST_IN_PROGRESS).
+ * Batch rules keep per-key order and keep a batch free of internal races
+ * (ow/admit.h): a job is skipped when an earlier job of the round, taken
+ * or skipped, holds its key or one of its orders, when the transaction's
+ * orders would pass 4096, or when it waits for a retry
+ * (REQUEST_IN_PROGRESS); every job the round looks at holds its own key
+ * and orders.
  *
  * While the lane's database does not answer (its watch says so), only the
  * jobs that need no database leave: invalid messages and retries its cache
@@ -26,7 +28,11 @@
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
-#define DB_WAIT_POLL_MS 100   /* how often a lane waiting for its database looks again */
+/* The orders of a job the round's order set is first sized for: every
+ * round clears the whole set, so it starts small and grows only for rounds
+ * of larger jobs. */
+#define ORDERS_PER_JOB 4
+#define DB_WAIT_POLL_MS 100 /* how often a lane waiting for its database looks again */
 
 /* A lane's micro-batch: the lane thread's own, kept from one round to the
  * next. */
@@ -46,16 +52,20 @@ static void batch_free(batch *b)
     ow_admit_free(&b->admit);
 }
 
-/* Room for cap decided jobs and the retries the cache answers beside them.
- * The admission sets grow to the largest round and keep their memory. */
+/* Room for cap decided jobs and the retries the cache answers beside them;
+ * a round's keys never outgrow their set, so a round allocates only when
+ * its orders outgrow theirs. */
 static int batch_init(batch *b, size_t cap)
 {
     memset(b, 0, sizeof(*b));
-    ow_admit_init(&b->admit, BATCH_MAX_ORDERS);
     b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
     b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
     b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
-    return b->jobs == NULL || b->items == NULL || b->valid == NULL ? OW_ENOMEM : OW_OK;
+    if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
+        ow_admit_init(&b->admit, cap * SCAN_FACTOR, cap * SCAN_FACTOR * ORDERS_PER_JOB,
+                      BATCH_MAX_ORDERS) != OW_OK)
+        return OW_ENOMEM;
+    return OW_OK;
 }
 
 /* The lane's queue length changed by delta; mu held. */

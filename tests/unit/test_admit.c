@@ -40,7 +40,7 @@ static void test_keys_and_orders_are_held(void **state)
     ow_admit adm;
 
     (void)state;
-    ow_admit_init(&adm, 100);
+    assert_int_equal(ow_admit_init(&adm, 4, 4, 100), OW_OK);
     ow_admit_reset(&adm);
     assert_false(ow_admit_key_held(&adm, 1));
     assert_true(ow_admit_orders_fit(&adm, &a));
@@ -69,33 +69,45 @@ static void test_keys_and_orders_are_held(void **state)
 
 static void test_orders_per_transaction(void **state)
 {
-    ow_order_item x_items[3], y_items[2], z_items[1];
+    ow_order_item x_items[3], w_items[3], y_items[2], y2_items[1], z_items[1], x1_items[1];
     const char *const x_ext[] = {"X-1", "X-2", "X-3"};
+    const char *const w_ext[] = {"W-1", "W-2", "W-3"};
     const char *const y_ext[] = {"Y-1", "Y-2"};
+    const char *const y2_ext[] = {"Y-2"};
     const char *const z_ext[] = {"Z-1"};
+    const char *const x1_ext[] = {"X-1"};
     ow_request x = request(x_items, 1, x_ext, 3);
+    ow_request w = request(w_items, 1, w_ext, 3);
     ow_request y = request(y_items, 1, y_ext, 2);
+    ow_request y2 = request(y2_items, 1, y2_ext, 1);
     ow_request z = request(z_items, 1, z_ext, 1);
+    ow_request x1 = request(x1_items, 1, x1_ext, 1);
     ow_admit adm;
 
     (void)state;
-    ow_admit_init(&adm, 2);
+    assert_int_equal(ow_admit_init(&adm, 4, 4, 2), OW_OK);
     ow_admit_reset(&adm);
-    /* The first request fits whatever its size: a transaction must be able
-     * to take it alone. */
+    /* Nothing taken yet: a request over the limit fits, so that a
+     * transaction can take it alone; the next one does not. */
     assert_true(ow_admit_orders_fit(&adm, &x));
     assert_int_equal(ow_admit_hold(&adm, 1, &x, OW_ADMIT_COUNTED), OW_OK);
     assert_false(ow_admit_orders_fit(&adm, &z));
     ow_admit_reset(&adm);
-    /* A cached answer rides along: it is taken, but its orders do not
-     * count against the transaction. */
+    /* A cached answer rides along: its orders do not count against the
+     * transaction, but it is taken (the next request is no longer a
+     * first one) and it holds its key and its orders. */
     assert_int_equal(ow_admit_hold(&adm, 1, &x, OW_ADMIT_FREE), OW_OK);
+    assert_true(ow_admit_key_held(&adm, 1));
+    assert_false(ow_admit_orders_fit(&adm, &x1));
+    assert_false(ow_admit_orders_fit(&adm, &w)); /* 0 + 3 > 2, and not first */
     assert_true(ow_admit_orders_fit(&adm, &y));
     assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_COUNTED), OW_OK);
     assert_false(ow_admit_orders_fit(&adm, &z)); /* 2 + 1 > 2 */
     ow_admit_reset(&adm);
+    /* A request left in the queue holds its orders even while nothing is
+     * taken, and does not make the next request a second one. */
     assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_LEFT), OW_OK);
-    /* Nothing taken yet: the next request is a first one. */
+    assert_false(ow_admit_orders_fit(&adm, &y2));
     assert_true(ow_admit_orders_fit(&adm, &x));
     ow_admit_free(&adm);
 }
@@ -105,7 +117,8 @@ static void test_many_rounds(void **state)
     ow_admit adm;
 
     (void)state;
-    ow_admit_init(&adm, 4096);
+    /* Unsized: the sets grow in the first round and keep their memory. */
+    assert_int_equal(ow_admit_init(&adm, 0, 0, 4096), OW_OK);
     for (int round = 0; round < 50; round++) {
         ow_admit_reset(&adm);
         for (uint64_t k = 0; k < 1000; k++) {

@@ -29,17 +29,21 @@ typedef struct {
     size_t max_orders; /* orders one transaction takes at most */
 } ow_admit;
 
-/* Empty, for transactions of at most max_orders orders. The sets take
- * memory as rounds need it and keep it from one round to the next. */
-void ow_admit_init(ow_admit *a, size_t max_orders);
+/* Empty, for transactions of at most max_orders orders, with room for
+ * rounds of requests keys and orders orders; the sets grow past that and
+ * keep their memory from one round to the next. Returns 0 or OW_ENOMEM (a
+ * failed init is still safe to free). */
+int ow_admit_init(ow_admit *a, size_t requests, size_t orders, size_t max_orders);
 void ow_admit_free(ow_admit *a);
 /* Starts a round: nothing held, nothing taken. */
 void ow_admit_reset(ow_admit *a);
 /* 1 when an earlier request of this round holds key_hash. */
 int ow_admit_key_held(const ow_admit *a, uint64_t key_hash);
 /* 1 when req may join the transaction: none of its orders is held, and
- * the orders taken stay within max_orders (the first request of a round
- * always fits). */
+ * the orders taken stay within max_orders. While the round has taken
+ * nothing (no request of any kind) the limit does not apply, so that a
+ * request larger than it can still be decided alone; a held order still
+ * keeps it out. */
 int ow_admit_orders_fit(const ow_admit *a, const ow_request *req);
 /* Records a request the round looked at: holds key_hash, and req's orders
  * when req is not NULL (an invalid message has none), and counts it by
