@@ -270,6 +270,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
             if (m != NULL)
                 on_consumer_message(&w, m);
             backpressure(&w);
+            ow_worker_recommit(&w);
         }
     }
     OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.rs.fatal)));

@@ -52,12 +52,55 @@ static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_
     return 0;
 }
 
+/* How many commits after a failed one name the stored offsets: enough to
+ * outlast a retried request that is still on its way. */
+#define RECOMMITS 3
+
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                   rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
+    ow_worker *w = opaque;
+
     (void)rk;
-    (void)opaque;
-    count_commit(err, offsets, "periodic");
+    if (!count_commit(err, offsets, "periodic"))
+        w->recommits = RECOMMITS;
+}
+
+static void add_stored(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    ow_worker *w = ((void **)opaque)[0];
+    rd_kafka_topic_partition_list_t *l = ((void **)opaque)[1];
+
+    (void)first;
+    if (stored >= 0)
+        rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = stored;
+}
+
+/* The client's periodic commit sends only the partitions whose stored
+ * offset it believes uncommitted. While the group coordinator moves, a
+ * retried commit request can cross a newer one, and the client can then
+ * believe committed what the coordinator holds older: a partition that
+ * receives nothing more would keep that older offset (its lag never
+ * reaching zero, its messages redelivered after a restart). Naming the
+ * offsets sends them whatever the client believes. */
+void ow_worker_recommit(ow_worker *w)
+{
+    rd_kafka_topic_partition_list_t *l;
+    void *ctx[2];
+    int64_t now = ow_clock_mono_ms();
+
+    if (w->recommits == 0 || w->cfg->exactly_once || now < w->recommit_at_ms)
+        return;
+    w->recommits--;
+    w->recommit_at_ms = now + w->cfg->commit_interval_ms;
+    l = rd_kafka_topic_partition_list_new(8);
+    ctx[0] = w;
+    ctx[1] = l;
+    ow_ledger_each_assigned(&w->ledger, add_stored, ctx);
+    /* Its answer comes to ow_worker_on_periodic_commit. */
+    if (l->cnt > 0)
+        rd_kafka_commit(w->consumer, l, 1);
+    rd_kafka_topic_partition_list_destroy(l);
 }
 
 typedef struct {

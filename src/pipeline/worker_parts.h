@@ -44,6 +44,10 @@ typedef struct {
     _Atomic int producer_failed; /* at_least_once: the producer failed fatally, replace it */
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
+    /* at_least_once: commits still to name the stored offsets themselves
+     * after a failed one (ow_worker_recommit), and when the next may go. */
+    int recommits;
+    int64_t recommit_at_ms;
 
     int subscribed;
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
@@ -69,6 +73,10 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* Commits the stored offsets (exactly-once: the transaction), waiting for
  * the answer until deadline_ms at most. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms);
+/* After a failed commit: the stored offsets of the assigned partitions,
+ * committed by name, once every commit.interval_ms, a few times. Poll
+ * thread. */
+void ow_worker_recommit(ow_worker *w);
 void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts, void *opaque);
 /* Leaves the group within the stop's deadline. */
