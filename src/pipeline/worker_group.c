@@ -52,8 +52,10 @@ static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_
     return 0;
 }
 
-/* How many commits after a failed one name the stored offsets: enough to
- * outlast a retried request that is still on its way. */
+/* How many commits after a failed one name the stored offsets: usually
+ * enough to outlast a retried request still on its way. A failure while
+ * they go (theirs included: their answers come here too) does not start
+ * them again, so an outage costs three of them, not one per interval. */
 #define RECOMMITS 3
 
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -62,18 +64,18 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     ow_worker *w = opaque;
 
     (void)rk;
-    if (!count_commit(err, offsets, "periodic"))
+    if (!count_commit(err, offsets, "periodic") && w->recommits == 0)
         w->recommits = RECOMMITS;
 }
 
-static void add_stored(void *opaque, int32_t partition, int64_t stored, int64_t first)
+void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
-    ow_worker *w = ((void **)opaque)[0];
-    rd_kafka_topic_partition_list_t *l = ((void **)opaque)[1];
+    const ow_offset_list *ol = opaque;
+    int64_t to = stored >= 0 || !ol->or_first ? stored : first;
 
-    (void)first;
-    if (stored >= 0)
-        rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = stored;
+    if (to >= 0)
+        rd_kafka_topic_partition_list_add(ol->list, ol->w->cfg->topic_input, partition)->offset =
+            to;
 }
 
 /* The client's periodic commit sends only the partitions whose stored
@@ -82,25 +84,28 @@ static void add_stored(void *opaque, int32_t partition, int64_t stored, int64_t 
  * believe committed what the coordinator holds older: a partition that
  * receives nothing more would keep that older offset (its lag never
  * reaching zero, its messages redelivered after a restart). Naming the
- * offsets sends them whatever the client believes. */
+ * offsets sends them whatever the client believes. The client's own
+ * periodic commit waits for a settled group; this one stays clear of a
+ * rebalance callback by an interval, the nearest sign of one it has. */
 void ow_worker_recommit(ow_worker *w)
 {
-    rd_kafka_topic_partition_list_t *l;
-    void *ctx[2];
-    int64_t now = ow_clock_mono_ms();
+    ow_offset_list ol;
+    int64_t now;
 
-    if (w->recommits == 0 || w->cfg->exactly_once || now < w->recommit_at_ms)
+    if (w->recommits == 0 || w->cfg->exactly_once)
+        return;
+    now = ow_clock_mono_ms();
+    if (now < w->recommit_at_ms || now < w->rebalanced_ms + w->cfg->commit_interval_ms ||
+        rd_kafka_assignment_lost(w->consumer))
         return;
     w->recommits--;
     w->recommit_at_ms = now + w->cfg->commit_interval_ms;
-    l = rd_kafka_topic_partition_list_new(8);
-    ctx[0] = w;
-    ctx[1] = l;
-    ow_ledger_each_assigned(&w->ledger, add_stored, ctx);
+    ol = (ow_offset_list){w, rd_kafka_topic_partition_list_new(8), 0};
+    ow_ledger_each_assigned(&w->ledger, ow_worker_add_offset, &ol);
     /* Its answer comes to ow_worker_on_periodic_commit. */
-    if (l->cnt > 0)
-        rd_kafka_commit(w->consumer, l, 1);
-    rd_kafka_topic_partition_list_destroy(l);
+    if (ol.list->cnt > 0)
+        rd_kafka_commit(w->consumer, ol.list, 1);
+    rd_kafka_topic_partition_list_destroy(ol.list);
 }
 
 typedef struct {
@@ -290,6 +295,7 @@ void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     (void)rk;
     OW_COUNT(rebalances, 1);
+    w->rebalanced_ms = ow_clock_mono_ms();
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         assign_partitions(w, parts);
         OW_LOG(OW_LOG_INFO, "partitions_assigned", OW_F_INT("count", parts->cnt),

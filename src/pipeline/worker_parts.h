@@ -45,9 +45,11 @@ typedef struct {
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
     /* at_least_once: commits still to name the stored offsets themselves
-     * after a failed one (ow_worker_recommit), and when the next may go. */
+     * after a failed periodic one (ow_worker_recommit), when the next may
+     * go, and the last rebalance callback. */
     int recommits;
     int64_t recommit_at_ms;
+    int64_t rebalanced_ms;
 
     int subscribed;
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
@@ -73,8 +75,18 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* Commits the stored offsets (exactly-once: the transaction), waiting for
  * the answer until deadline_ms at most. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms);
-/* After a failed commit: the stored offsets of the assigned partitions,
- * committed by name, once every commit.interval_ms, a few times. Poll
+/* A list of offsets being filled from the ledger (ow_ledger_each_fn and
+ * ow_ledger_rewind_fn alike): each partition's stored offset, or with
+ * or_first, where its assignment began when it stored none. */
+typedef struct {
+    const ow_worker *w;
+    rd_kafka_topic_partition_list_t *list;
+    int or_first;
+} ow_offset_list;
+void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first);
+/* After a failed periodic commit: the stored offsets of the assigned
+ * partitions, committed by name, once every commit.interval_ms, up to
+ * three times, never within an interval of a rebalance callback. Poll
  * thread. */
 void ow_worker_recommit(ow_worker *w);
 void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,

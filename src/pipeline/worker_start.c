@@ -51,19 +51,6 @@ static int create_clients(ow_worker *w, ow_error *err)
     return rc;
 }
 
-/* Where a partition goes back to when a producer's outputs were lost: its
- * stored offset, or where its assignment began. */
-static void add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t first)
-{
-    void **a = opaque;
-    const ow_worker *w = a[0];
-    rd_kafka_topic_partition_list_t *l = a[1];
-    int64_t to = stored >= 0 ? stored : first;
-
-    if (to >= 0)
-        rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = to;
-}
-
 /* Serves the failed producer's last delivery reports (its outputs, given up,
  * finish their jobs as not done), within 5 s. */
 static void retire_producer(ow_worker *w)
@@ -84,7 +71,9 @@ static void retire_producer(ow_worker *w)
 void ow_worker_replace_producer(ow_worker *w)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
-    void *a[2] = {w, l};
+    /* A partition goes back to its stored offset, or to where its
+     * assignment began. */
+    ow_offset_list back = {w, l, 1};
     rd_kafka_error_t *e = NULL;
     ow_error err;
 
@@ -92,7 +81,7 @@ void ow_worker_replace_producer(ow_worker *w)
     retire_producer(w);
     /* The old producer's last callbacks may have said so again. */
     atomic_store(&w->producer_failed, 0);
-    if (ow_ledger_rewind(&w->ledger, add_rewind, a) != OW_OK)
+    if (ow_ledger_rewind(&w->ledger, ow_worker_add_offset, &back) != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
     if (l->cnt > 0 && (e = rd_kafka_seek_partitions(w->consumer, l, 10000)) != NULL) {
         OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
