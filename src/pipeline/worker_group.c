@@ -54,8 +54,9 @@ static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_
 
 /* How many commits after a failed one name the stored offsets: usually
  * enough to outlast a retried request still on its way. A failure while
- * they go (theirs included: their answers come here too) does not start
- * them again, so an outage costs three of them, not one per interval. */
+ * they go (theirs included: their answers come here too) does not add to
+ * them; one after the last starts three more, so a long outage costs at
+ * most one named commit per interval beside the client's own. */
 #define RECOMMITS 3
 
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
