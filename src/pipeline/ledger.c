@@ -59,8 +59,9 @@ static ow_ledger_part *part_of(ow_ledger *l, const ow_ticket *t)
 
 /* Ends the partition's epoch: tickets from before can no longer store an
  * offset. With track, a fresh tracker (OW_ENOMEM when it cannot be had). */
-static int new_epoch(ow_ledger_part *p, int track)
+static int new_epoch(ow_ledger *l, ow_ledger_part *p, int track)
 {
+    atomic_fetch_add(&l->endings, 1);
     ow_offset_track_free(&p->track);
     p->track = track ? ow_offset_track_new() : NULL;
     p->epoch++;
@@ -79,7 +80,7 @@ int ow_ledger_assign(ow_ledger *l, int32_t partition)
     if (p != NULL) {
         p->assigned = 1;
         p->revoking = 0;
-        rc = new_epoch(p, 1);
+        rc = new_epoch(l, p, 1);
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
@@ -91,8 +92,10 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition)
 
     pthread_mutex_lock(&l->mu);
     p = part_get(l, partition);
-    if (p != NULL)
+    if (p != NULL) {
         p->revoking = 1;
+        atomic_fetch_add(&l->endings, 1);
+    }
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -105,7 +108,7 @@ void ow_ledger_revoke_end(ow_ledger *l, int32_t partition)
     if (p != NULL) {
         p->assigned = 0;
         p->revoking = 0;
-        new_epoch(p, 0);
+        new_epoch(l, p, 0);
     }
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -123,7 +126,7 @@ int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque)
             continue;
         fn(opaque, (int32_t)i, p->track != NULL ? ow_offset_track_committed(p->track) : -1,
            p->first_offset);
-        if (new_epoch(p, 1) != OW_OK)
+        if (new_epoch(l, p, 1) != OW_OK)
             rc = OW_ENOMEM;
     }
     pthread_cond_broadcast(&l->cv);
@@ -143,7 +146,7 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
         rc = ow_offset_track_add(p->track, offset);
         if (rc == OW_EINVAL) {
             *rewound = 1;
-            rc = new_epoch(p, 1);
+            rc = new_epoch(l, p, 1);
             if (rc == OW_OK)
                 rc = ow_offset_track_add(p->track, offset);
         }
@@ -184,6 +187,11 @@ int ow_ledger_stale(ow_ledger *l, const ow_ticket *t)
     stale = p == NULL || !p->assigned || p->revoking;
     pthread_mutex_unlock(&l->mu);
     return stale;
+}
+
+uint64_t ow_ledger_endings(ow_ledger *l)
+{
+    return atomic_load(&l->endings);
 }
 
 void ow_ledger_produced(ow_ticket *t)

@@ -216,6 +216,59 @@ static void test_rewind_within_assignment(void **state)
     assert_int_equal(f->st.last[0], 6);
 }
 
+static void ignore_rewind(void *opaque, int32_t partition, int64_t at, int64_t first)
+{
+    (void)opaque;
+    (void)partition;
+    (void)at;
+    (void)first;
+}
+
+/* Everything that can make a ticket stale moves the endings count, so a
+ * holder that saw the count unchanged knows its tickets are still
+ * current; tracking and acknowledging leave it alone. */
+static void test_endings_count_what_makes_stale(void **state)
+{
+    fixture *f = *state;
+    ow_ticket a, b, again;
+    uint64_t seen;
+    int rewound = 0;
+
+    assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
+    seen = ow_ledger_endings(&f->l);
+    assert_true(seen > 0);
+    track(f, 1, 10, &a, 1);
+    assert_int_equal(ack(f, &a, 1), 1);
+    track(f, 1, 11, &b, 1);
+    assert_int_equal(ow_ledger_endings(&f->l), seen);
+    /* An offset reset within the assignment. */
+    assert_int_equal(ow_ledger_track(&f->l, 1, 5, &again, &rewound), OW_OK);
+    assert_true(ow_ledger_stale(&f->l, &b));
+    assert_true(ow_ledger_endings(&f->l) > seen);
+    seen = ow_ledger_endings(&f->l);
+    produce_then_release(f, &again, 1);
+    /* A rewind (an aborted transaction). */
+    assert_int_equal(ow_ledger_rewind(&f->l, ignore_rewind, NULL), OW_OK);
+    assert_true(ow_ledger_stale(&f->l, &again));
+    assert_true(ow_ledger_endings(&f->l) > seen);
+    seen = ow_ledger_endings(&f->l);
+    /* A revoke: its beginning already, then its end. */
+    track(f, 1, 5, &a, 1);
+    ow_ledger_revoke_begin(&f->l, 1);
+    assert_true(ow_ledger_stale(&f->l, &a));
+    assert_true(ow_ledger_endings(&f->l) > seen);
+    seen = ow_ledger_endings(&f->l);
+    ow_ledger_revoke_end(&f->l, 1);
+    assert_true(ow_ledger_endings(&f->l) > seen);
+    seen = ow_ledger_endings(&f->l);
+    /* A new assignment ends the epoch of what came before it. */
+    assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
+    assert_true(ow_ledger_endings(&f->l) > seen);
+    assert_int_equal(ack(f, &a, 1), 1);
+    assert_int_equal(ack(f, &again, 1), 1);
+    assert_int_equal(ack(f, &b, 1), 1);
+}
+
 /* Several threads acknowledging at once: every ticket finishes exactly
  * once and the offset ends past the last message. */
 
@@ -262,6 +315,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_revoke_in_the_middle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hold_keeps_ticket_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewind_within_assignment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_endings_count_what_makes_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_acks, setup, teardown),
     };
 

@@ -57,6 +57,7 @@ typedef struct {
     size_t n_parts;
     ow_ledger_store_fn store;
     void *opaque;
+    _Atomic uint64_t endings; /* revokes begun and epochs ended, ever */
 } ow_ledger;
 
 void ow_ledger_init(ow_ledger *l, ow_ledger_store_fn store, void *opaque);
@@ -90,6 +91,10 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
 int ow_ledger_current(ow_ledger *l, const ow_ticket *t);
 /* 1 when the ticket's epoch is over (revoked, re-assigned or rewound). */
 int ow_ledger_stale(ow_ledger *l, const ow_ticket *t);
+/* Counts what makes tickets stale (a revoke begun, an epoch ended). A
+ * holder that found its tickets current need not ask ow_ledger_stale again
+ * before the count has moved. */
+uint64_t ow_ledger_endings(ow_ledger *l);
 
 /* One more output is about to be produced for the ticket: it now waits for
  * that output's acknowledgement too. Only while the ticket is held. */
