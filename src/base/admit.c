@@ -25,12 +25,14 @@ void ow_admit_free(ow_admit *a)
     ow_htab_free(&a->orders);
 }
 
-void ow_admit_reset(ow_admit *a)
+void ow_admit_reset(ow_admit *a, int db_up)
 {
     ow_htab_clear(&a->keys);
     ow_htab_clear(&a->orders);
     a->taken = 0;
     a->taken_orders = 0;
+    a->db_up = db_up;
+    a->db_wait = 0;
 }
 
 int ow_admit_key_held(const ow_admit *a, uint64_t key_hash)
@@ -61,4 +63,21 @@ int ow_admit_hold(ow_admit *a, uint64_t key_hash, const ow_request *req, ow_admi
     if (take == OW_ADMIT_COUNTED && req != NULL)
         a->taken_orders += req->n_orders;
     return OW_OK;
+}
+
+ow_admit_take ow_admit_consider(ow_admit *a, ow_cache *cache, const ow_admit_ask *q, int64_t now_ms,
+                                ow_result_code *code, ow_buf *body)
+{
+    if (ow_htab_has(&a->keys, q->key_hash))
+        return OW_ADMIT_LEFT;
+    if (q->req == NULL)
+        return OW_ADMIT_COUNTED;
+    if (cache != NULL &&
+        ow_cache_get(cache, q->req->user_id, q->key, q->key_len, q->digest, now_ms, code, body))
+        return OW_ADMIT_FREE;
+    if (!a->db_up) {
+        a->db_wait = 1;
+        return OW_ADMIT_LEFT;
+    }
+    return ow_admit_orders_fit(a, q->req) ? OW_ADMIT_COUNTED : OW_ADMIT_LEFT;
 }

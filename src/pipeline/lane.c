@@ -41,7 +41,6 @@ typedef struct {
     size_t n;
     ow_store_item *items;
     ow_job **valid;
-    ow_admit admit;
 } batch;
 
 static void batch_free(batch *b)
@@ -49,21 +48,16 @@ static void batch_free(batch *b)
     free(b->jobs);
     free(b->items);
     free(b->valid);
-    ow_admit_free(&b->admit);
 }
 
-/* Room for cap decided jobs and the retries the cache answers beside them;
- * a round's keys never outgrow their set, so a round allocates only when
- * its orders outgrow theirs. */
+/* Room for cap decided jobs and the retries the cache answers beside them. */
 static int batch_init(batch *b, size_t cap)
 {
     memset(b, 0, sizeof(*b));
     b->jobs = calloc(cap * SCAN_FACTOR, sizeof(*b->jobs));
     b->items = calloc(cap * SCAN_FACTOR, sizeof(*b->items));
     b->valid = calloc(cap * SCAN_FACTOR, sizeof(*b->valid));
-    if (b->jobs == NULL || b->items == NULL || b->valid == NULL ||
-        ow_admit_init(&b->admit, cap * SCAN_FACTOR, cap * SCAN_FACTOR * ORDERS_PER_JOB,
-                      BATCH_MAX_ORDERS) != OW_OK)
+    if (b->jobs == NULL || b->items == NULL || b->valid == NULL)
         return OW_ENOMEM;
     return OW_OK;
 }
@@ -87,41 +81,6 @@ static void unlink_job(ow_lane *l, ow_job *prev, ow_job *job)
     count_queued(l, -1);
 }
 
-/* Whether a job can be answered now: a valid job needs its database unless
- * the lane's cache answers it (it then rides along without counting
- * against the batch). A job whose key an earlier job of the round holds
- * waits, so that one key's messages are answered in order. */
-static ow_admit_take how_to_take(ow_lane *l, batch *b, ow_job *job, int db_up, int *db_wait)
-{
-    const ow_admit *admit = &b->admit;
-    ow_store_item *it = &job->item;
-    ow_result_code code;
-
-    if (ow_admit_key_held(admit, job->key_hash))
-        return OW_ADMIT_LEFT;
-    if (!job->valid)
-        return OW_ADMIT_COUNTED;
-    if (l->cache != NULL && ow_cache_get(l->cache, job->req.user_id, it->key, it->key_len,
-                                         it->digest, ow_clock_mono_ms(), &code, &it->body)) {
-        OW_COUNT(cache_hits, 1);
-        it->decision = OW_DECISION_REPLAY;
-        it->code = code;
-        it->replayed = 1;
-        return OW_ADMIT_FREE;
-    }
-    if (!db_up) {
-        *db_wait = 1;
-        return OW_ADMIT_LEFT;
-    }
-    if (!ow_admit_orders_fit(admit, &job->req))
-        return OW_ADMIT_LEFT;
-    /* A miss counts once, when the job goes to the database: a lane
-     * waiting for its database asks again for the same job. */
-    if (l->cache != NULL)
-        OW_COUNT(cache_misses, 1);
-    return OW_ADMIT_COUNTED;
-}
-
 /* Whether jobs that need the database are taken. Only an outage holds
  * them: a database that refuses the worker (its certificate, its password)
  * refuses every attempt the same way, so the attempt is made, fails for
@@ -133,40 +92,74 @@ static int db_answers(ow_lane *l)
     return st != OW_WATCH_DOWN;
 }
 
-/* Moves eligible jobs from the queue into the lane's batch. Called with
- * l->mu held. Returns the earliest time a skipped job may be taken, or 0. */
+/* Moves the queue's stale jobs (of a revoked, re-assigned or rewound
+ * partition: nobody waits for their outputs) to *stale. Only after the
+ * ledger ended something since the lane last looked: a job is not asked
+ * again round after round while it waits. Called with l->mu held. */
+static void drop_stale_queued(ow_lane *l, ow_job **stale)
+{
+    uint64_t endings = ow_ledger_endings(l->env->ledger);
+    ow_job *prev = NULL;
+
+    if (endings == l->endings_seen)
+        return;
+    l->endings_seen = endings;
+    for (ow_job *job = l->head; job != NULL;) {
+        ow_job *next = job->next;
+
+        if (ow_ledger_stale(l->env->ledger, &job->t)) {
+            unlink_job(l, prev, job);
+            job->next = *stale;
+            *stale = job;
+        } else {
+            prev = job;
+        }
+        job = next;
+    }
+}
+
+/* Moves eligible jobs from the queue into the lane's batch (ow/admit.h
+ * decides which): an invalid message needs no database, and a retry the
+ * lane's cache answers rides along without counting against the batch.
+ * Called with l->mu held. Returns the earliest time a skipped job may be
+ * taken, or 0. */
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
     size_t max = (size_t)l->env->cfg->batch_max_messages;
     size_t scanned = 0, counted = 0;
     int64_t now = ow_clock_mono_ms();
     int64_t wake = 0;
-    int db_up = db_answers(l), db_wait = 0;
     ow_job *prev = NULL;
-    ow_job *job = l->head;
+    ow_job *job;
+    int db_up;
 
     b->n = 0;
-    ow_admit_reset(&b->admit);
-    while (job != NULL && counted < max && scanned++ < max * SCAN_FACTOR) {
+    drop_stale_queued(l, stale);
+    db_up = db_answers(l);
+    ow_admit_reset(&l->admit, db_up);
+    for (job = l->head; job != NULL && counted < max && scanned++ < max * SCAN_FACTOR;) {
         ow_job *next = job->next;
+        ow_store_item *it = &job->item;
+        ow_admit_ask q = {job->key_hash, job->valid ? &job->req : NULL, it->key, it->key_len,
+                          it->digest};
         ow_admit_take take = OW_ADMIT_LEFT;
 
-        if (ow_ledger_stale(l->env->ledger, &job->t)) {
-            unlink_job(l, prev, job);
-            job->next = *stale;
-            *stale = job;
-            job = next;
-            continue;
-        }
-        if (job->not_before_ms > now) {
-            if (wake == 0 || job->not_before_ms < wake)
-                wake = job->not_before_ms;
-        } else {
-            take = how_to_take(l, b, job, db_up, &db_wait);
+        if (job->not_before_ms > now)
+            wake = wake == 0 || job->not_before_ms < wake ? job->not_before_ms : wake;
+        else
+            take = ow_admit_consider(&l->admit, l->cache, &q, now, &it->code, &it->body);
+        if (take == OW_ADMIT_FREE) {
+            OW_COUNT(cache_hits, 1);
+            it->decision = OW_DECISION_REPLAY;
+            it->replayed = 1;
+        } else if (take == OW_ADMIT_COUNTED && job->valid && l->cache != NULL) {
+            /* A miss counts once, when the job goes to the database: a lane
+             * waiting for its database asks again for the same job. */
+            OW_COUNT(cache_misses, 1);
         }
         /* A skipped job holds its key and orders too: a later job with one
          * of them must not be decided before it. */
-        if (ow_admit_hold(&b->admit, job->key_hash, job->valid ? &job->req : NULL, take) != OW_OK)
+        if (ow_admit_hold(&l->admit, job->key_hash, q.req, take) != OW_OK)
             break;
         if (take != OW_ADMIT_LEFT) {
             unlink_job(l, prev, job);
@@ -177,7 +170,7 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
         }
         job = next;
     }
-    if (db_wait && (wake == 0 || wake > now + DB_WAIT_POLL_MS))
+    if (l->admit.db_wait && (wake == 0 || wake > now + DB_WAIT_POLL_MS))
         wake = now + DB_WAIT_POLL_MS;
     return wake;
 }
@@ -484,6 +477,7 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned s
                   ow_store_watch *watch, ow_error *err)
 {
     ow_store_params p;
+    size_t cap;
     int no_memory = 0;
 
     ow_store_params_for_shard(env->cfg, shard, &p); /* mysql.host unless sharded */
@@ -497,6 +491,11 @@ int ow_lane_start(ow_lane *l, const ow_lane_env *env, unsigned index, unsigned s
     pthread_cond_init(&l->cv, NULL);
     l->store = ow_store_new(&p, env->ids);
     l->cache = ow_lane_cache_new(env->cfg, env->n_lanes, &no_memory);
+    /* A round's keys never outgrow their set, so a round allocates only
+     * when its orders outgrow theirs. */
+    cap = (size_t)env->cfg->batch_max_messages * SCAN_FACTOR;
+    if (ow_admit_init(&l->admit, cap, cap * ORDERS_PER_JOB, BATCH_MAX_ORDERS) != OW_OK)
+        no_memory = 1;
     if (l->store == NULL || no_memory)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (watch != NULL)
@@ -576,6 +575,7 @@ void ow_lane_join(ow_lane *l, int64_t deadline_ms)
     l->started = 0;
     ow_store_free(&l->store);
     ow_cache_free(&l->cache);
+    ow_admit_free(&l->admit);
 }
 
 void ow_lane_destroy(ow_lane *l)

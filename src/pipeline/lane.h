@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "lane_cache.h"
+#include "ow/admit.h"
 #include "ow/idgen.h"
 #include "ow/store_watch.h"
 #include "output.h"
@@ -32,6 +33,7 @@ typedef struct {
     ow_job *head;
     ow_job *tail;
     size_t queued;
+    uint64_t endings_seen; /* the ledger's endings when the queue was last looked through */
     int stop;
     int exited;            /* the thread has left its loop (under mu) */
     _Atomic int cancelled; /* the stop cancelled its database call */
@@ -44,6 +46,7 @@ typedef struct {
     ow_store_watch *watch; /* whether that database answers */
     uint64_t rng;
     ow_cache *cache; /* recent outcomes of this lane's keys */
+    ow_admit admit;  /* a round's held keys and orders (the lane thread's) */
 } ow_lane;
 
 /* The lane of a job, with per_db lanes for each database: among the lanes

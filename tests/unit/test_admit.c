@@ -2,7 +2,8 @@
  * of the round keeps a later one out, a request left in the queue holds
  * them too, the orders of one transaction stay within the limit (a first
  * request always fits), answered requests do not count, and a new round
- * forgets everything. */
+ * forgets everything. Which requests need the database, and what a round
+ * takes while it does not answer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,7 +42,7 @@ static void test_keys_and_orders_are_held(void **state)
 
     (void)state;
     assert_int_equal(ow_admit_init(&adm, 4, 4, 100), OW_OK);
-    ow_admit_reset(&adm);
+    ow_admit_reset(&adm, 1);
     assert_false(ow_admit_key_held(&adm, 1));
     assert_true(ow_admit_orders_fit(&adm, &a));
     assert_int_equal(ow_admit_hold(&adm, 1, &a, OW_ADMIT_COUNTED), OW_OK);
@@ -59,7 +60,7 @@ static void test_keys_and_orders_are_held(void **state)
     assert_int_equal(ow_admit_hold(&adm, 4, NULL, OW_ADMIT_COUNTED), OW_OK);
     assert_true(ow_admit_key_held(&adm, 4));
     /* A new round forgets all of it. */
-    ow_admit_reset(&adm);
+    ow_admit_reset(&adm, 1);
     assert_false(ow_admit_key_held(&adm, 1));
     assert_false(ow_admit_key_held(&adm, 3));
     assert_true(ow_admit_orders_fit(&adm, &b));
@@ -86,13 +87,13 @@ static void test_orders_per_transaction(void **state)
 
     (void)state;
     assert_int_equal(ow_admit_init(&adm, 4, 4, 2), OW_OK);
-    ow_admit_reset(&adm);
+    ow_admit_reset(&adm, 1);
     /* Nothing taken yet: a request over the limit fits, so that a
      * transaction can take it alone; the next one does not. */
     assert_true(ow_admit_orders_fit(&adm, &x));
     assert_int_equal(ow_admit_hold(&adm, 1, &x, OW_ADMIT_COUNTED), OW_OK);
     assert_false(ow_admit_orders_fit(&adm, &z));
-    ow_admit_reset(&adm);
+    ow_admit_reset(&adm, 1);
     /* A cached answer rides along: its orders do not count against the
      * transaction, but it is taken (the next request is no longer a
      * first one) and it holds its key and its orders. */
@@ -103,7 +104,7 @@ static void test_orders_per_transaction(void **state)
     assert_true(ow_admit_orders_fit(&adm, &y));
     assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_COUNTED), OW_OK);
     assert_false(ow_admit_orders_fit(&adm, &z)); /* 2 + 1 > 2 */
-    ow_admit_reset(&adm);
+    ow_admit_reset(&adm, 1);
     /* A request left in the queue holds its orders even while nothing is
      * taken, and does not make the next request a second one. */
     assert_int_equal(ow_admit_hold(&adm, 2, &y, OW_ADMIT_LEFT), OW_OK);
@@ -120,7 +121,7 @@ static void test_many_rounds(void **state)
     /* Unsized: the sets grow in the first round and keep their memory. */
     assert_int_equal(ow_admit_init(&adm, 0, 0, 4096), OW_OK);
     for (int round = 0; round < 50; round++) {
-        ow_admit_reset(&adm);
+        ow_admit_reset(&adm, 1);
         for (uint64_t k = 0; k < 1000; k++) {
             assert_false(ow_admit_key_held(&adm, k * 7919 + (uint64_t)round));
             assert_int_equal(
@@ -131,12 +132,73 @@ static void test_many_rounds(void **state)
     ow_admit_free(&adm);
 }
 
+/* What a round does with one request, in the order of its rules. */
+static void test_consider(void **state)
+{
+    ow_order_item a_items[1], b_items[1];
+    const char *const a_ext[] = {"A-1"};
+    ow_request a = request(a_items, 7, a_ext, 1);
+    ow_request b = request(b_items, 7, a_ext, 1);
+    const unsigned char digest[OW_DIGEST_LEN] = {1}, other[OW_DIGEST_LEN] = {2};
+    const ow_admit_ask qa = {1, &a, "k-a", 3, digest};
+    const ow_admit_ask qa_other = {1, &a, "k-a", 3, other};
+    const ow_admit_ask qb = {2, &b, "k-b", 3, digest};
+    const ow_admit_ask invalid = {3, NULL, "k-i", 3, digest};
+    ow_cache *cache = ow_cache_new(1 << 20, 60000);
+    ow_result_code code = OW_CODE_INVALID_REQUEST;
+    ow_buf body;
+    ow_admit adm;
+
+    (void)state;
+    ow_buf_init(&body);
+    assert_non_null(cache);
+    assert_int_equal(ow_admit_init(&adm, 4, 4, 100), OW_OK);
+    assert_int_equal(ow_cache_put(cache, 7, "k-a", 3, digest, OW_CODE_CREATED, "{}", 2, 1000), 1);
+    ow_admit_reset(&adm, 1);
+    /* Without a cache, or with another digest, the database decides. */
+    assert_int_equal(ow_admit_consider(&adm, NULL, &qa, 1000, &code, &body), OW_ADMIT_COUNTED);
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa_other, 1000, &code, &body),
+                     OW_ADMIT_COUNTED);
+    assert_int_equal(code, OW_CODE_INVALID_REQUEST);
+    /* A retry the cache answers is free, with the stored answer. */
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa, 1000, &code, &body), OW_ADMIT_FREE);
+    assert_int_equal(code, OW_CODE_CREATED);
+    assert_int_equal(body.len, 2);
+    /* Considering holds nothing; a held key waits even when the cache
+     * would answer it, and so does another key naming a held order. */
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa, 1000, &code, &body), OW_ADMIT_FREE);
+    assert_int_equal(ow_admit_hold(&adm, 1, &a, OW_ADMIT_COUNTED), OW_OK);
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa, 1000, &code, &body), OW_ADMIT_LEFT);
+    assert_int_equal(ow_admit_consider(&adm, cache, &qb, 1000, &code, &body), OW_ADMIT_LEFT);
+    assert_int_equal(ow_admit_consider(&adm, cache, &invalid, 1000, &code, &body),
+                     OW_ADMIT_COUNTED);
+    assert_false(adm.db_wait);
+    /* The database does not answer: an invalid message and a cached retry
+     * are still taken; a request that needs it waits, and the round says
+     * so, until the next round. */
+    ow_admit_reset(&adm, 0);
+    assert_int_equal(ow_admit_consider(&adm, cache, &invalid, 1000, &code, &body),
+                     OW_ADMIT_COUNTED);
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa, 1000, &code, &body), OW_ADMIT_FREE);
+    assert_false(adm.db_wait);
+    assert_int_equal(ow_admit_consider(&adm, cache, &qb, 1000, &code, &body), OW_ADMIT_LEFT);
+    assert_true(adm.db_wait);
+    ow_admit_reset(&adm, 1);
+    assert_false(adm.db_wait);
+    /* An expired entry answers nothing. */
+    assert_int_equal(ow_admit_consider(&adm, cache, &qa, 61000, &code, &body), OW_ADMIT_COUNTED);
+    ow_buf_cleanup(&body);
+    ow_cache_free(&cache);
+    ow_admit_free(&adm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_and_orders_are_held),
         cmocka_unit_test(test_orders_per_transaction),
         cmocka_unit_test(test_many_rounds),
+        cmocka_unit_test(test_consider),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
