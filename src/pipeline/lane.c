@@ -92,6 +92,22 @@ static int db_answers(ow_lane *l)
     return st != OW_WATCH_DOWN;
 }
 
+/* When a batch could grow, producers have batch.max_wait_ms to add to it:
+ * the round waits until then, unless the queue fills a batch first
+ * (ow_lane_enqueue wakes the lane for that) or the lane stops. 1 while
+ * the round waits, until l->linger_until. Called with l->mu held. */
+static int lingers(ow_lane *l, size_t max, int64_t now)
+{
+    int64_t wait = l->env->cfg->batch_max_wait_ms;
+
+    if (l->linger_until == 0 && wait > 0 && l->queued < max)
+        l->linger_until = now + wait;
+    if (l->linger_until > now && l->queued < max)
+        return 1;
+    l->linger_until = 0;
+    return 0;
+}
+
 /* Moves the queue's stale jobs (of a revoked, re-assigned or rewound
  * partition: nobody waits for their outputs) to *stale. Only after the
  * ledger ended something since the lane last looked: a job is not asked
@@ -122,7 +138,7 @@ static void drop_stale_queued(ow_lane *l, ow_job **stale)
  * decides which): an invalid message needs no database, and a retry the
  * lane's cache answers rides along without counting against the batch.
  * Called with l->mu held. Returns the earliest time a skipped job may be
- * taken, or 0. */
+ * taken, the end of a linger, or 0. */
 static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
 {
     size_t max = (size_t)l->env->cfg->batch_max_messages;
@@ -134,6 +150,8 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
     int db_up;
 
     b->n = 0;
+    if (lingers(l, max, now))
+        return l->linger_until;
     drop_stale_queued(l, stale);
     db_up = db_answers(l);
     ow_admit_reset(&l->admit, db_up);
@@ -406,18 +424,6 @@ static int wait_for_work(ow_lane *l, int64_t wake_ms)
     return !l->stop;
 }
 
-/* When a batch could grow, give producers batch.max_wait_ms to add to it. */
-static void linger(ow_lane *l)
-{
-    int64_t wait = l->env->cfg->batch_max_wait_ms;
-
-    if (wait <= 0 || l->queued >= (size_t)l->env->cfg->batch_max_messages)
-        return;
-    pthread_mutex_unlock(&l->mu);
-    ow_sleep_ms(wait, NULL);
-    pthread_mutex_lock(&l->mu);
-}
-
 static void *lane_main(void *arg)
 {
     ow_lane *l = arg;
@@ -435,9 +441,9 @@ static void *lane_main(void *arg)
 
         if (l->queued == 0) {
             wake = 0;
+            l->linger_until = 0;
             continue;
         }
-        linger(l);
         wake = take_batch(l, &b, &stale);
         pthread_mutex_unlock(&l->mu);
         finish_list(l->env->out, stale);
@@ -516,7 +522,10 @@ void ow_lane_enqueue(ow_lane *l, ow_job *job)
         l->tail->next = job;
     l->tail = job;
     count_queued(l, 1);
-    pthread_cond_signal(&l->cv);
+    /* A lingering lane waits for its time or a full batch: waking it for
+     * every message would cost a context switch each. */
+    if (l->linger_until == 0 || l->queued >= (size_t)l->env->cfg->batch_max_messages)
+        pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
 

@@ -34,6 +34,7 @@ typedef struct {
     ow_job *tail;
     size_t queued;
     uint64_t endings_seen; /* the ledger's endings when the queue was last looked through */
+    int64_t linger_until;  /* while a round waits for its batch to fill (monotonic ms), else 0 */
     int stop;
     int exited;            /* the thread has left its loop (under mu) */
     _Atomic int cancelled; /* the stop cancelled its database call */
