@@ -1,5 +1,6 @@
 #include "ow/kafka.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -238,6 +239,18 @@ static const char *refusal_kind(int err)
     default:
         return NULL;
     }
+}
+
+rd_kafka_error_t *ow_kafka_seek(rd_kafka_t *consumer, rd_kafka_topic_partition_list_t *parts,
+                                int timeout_ms)
+{
+    /* Before 2.1.0, librdkafka waited for each seek timeout_ms microseconds
+     * (its 2.1.0 change log): ten seconds ended after ten milliseconds, and
+     * a rewind whose seek waited for the consumer's broker thread failed and
+     * stopped the worker. */
+    if (rd_kafka_version() < 0x02010000)
+        timeout_ms = timeout_ms > INT_MAX / 1000 ? INT_MAX : timeout_ms * 1000;
+    return rd_kafka_seek_partitions(consumer, parts, timeout_ms);
 }
 
 /* Both clients usually fail the same way: one line per process. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ow/kafka.h"
 #include "ow/log.h"
 #include "ow/metrics.h"
 #include "ow/util.h"
@@ -288,7 +289,7 @@ static void rewind_all(ow_txn *tx)
     pthread_mutex_unlock(&tx->mu);
     if (tx->epoch_end != NULL)
         tx->epoch_end(tx->opaque);
-    e = l->cnt > 0 ? rd_kafka_seek_partitions(tx->consumer, l, 10000) : NULL;
+    e = l->cnt > 0 ? ow_kafka_seek(tx->consumer, l, 10000) : NULL;
     if (e != NULL) {
         OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
         rd_kafka_error_destroy(e);

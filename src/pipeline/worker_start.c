@@ -83,7 +83,7 @@ void ow_worker_replace_producer(ow_worker *w)
     atomic_store(&w->producer_failed, 0);
     if (ow_ledger_rewind(&w->ledger, ow_worker_add_offset, &back) != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
-    if (l->cnt > 0 && (e = rd_kafka_seek_partitions(w->consumer, l, 10000)) != NULL) {
+    if (l->cnt > 0 && (e = ow_kafka_seek(w->consumer, l, 10000)) != NULL) {
         OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
         rd_kafka_error_destroy(e);
         ow_runstate_set_fatal(&w->rs, "the input could not be rewound after a producer failed");
