@@ -94,8 +94,9 @@ static int db_answers(ow_lane *l)
 
 /* When a batch could grow, producers have batch.max_wait_ms to add to it:
  * the round waits until then, unless the queue fills a batch first
- * (ow_lane_enqueue wakes the lane for that) or the lane stops. 1 while
- * the round waits, until l->linger_until. Called with l->mu held. */
+ * (ow_lane_enqueue wakes the lane for that) or the lane stops. Starts the
+ * linger when the round could wait, ends it when it need not; 1 while the
+ * round waits, until l->linger_until. Called with l->mu held. */
 static int lingers(ow_lane *l, size_t max, int64_t now)
 {
     int64_t wait = l->env->cfg->batch_max_wait_ms;
@@ -162,10 +163,12 @@ static int64_t take_batch(ow_lane *l, batch *b, ow_job **stale)
                           it->digest};
         ow_admit_take take = OW_ADMIT_LEFT;
 
-        if (job->not_before_ms > now)
-            wake = wake == 0 || job->not_before_ms < wake ? job->not_before_ms : wake;
-        else
+        if (job->not_before_ms > now) {
+            if (wake == 0 || job->not_before_ms < wake)
+                wake = job->not_before_ms;
+        } else {
             take = ow_admit_consider(&l->admit, l->cache, &q, now, &it->code, &it->body);
+        }
         if (take == OW_ADMIT_FREE) {
             OW_COUNT(cache_hits, 1);
             it->decision = OW_DECISION_REPLAY;
@@ -429,14 +432,14 @@ static void *lane_main(void *arg)
     ow_lane *l = arg;
     int64_t wake = 0;
     batch b;
+    int ready = batch_init(&b, (size_t)l->env->cfg->batch_max_messages) == OW_OK;
 
-    if (batch_init(&b, (size_t)l->env->cfg->batch_max_messages) != OW_OK) {
+    /* A lane without its batch ends like a stopped one, so that joining
+     * it does not wait for the stop's deadline. */
+    if (!ready)
         ow_runstate_set_fatal(l->env->rs, "out of memory");
-        batch_free(&b);
-        return NULL;
-    }
     pthread_mutex_lock(&l->mu);
-    while (wait_for_work(l, wake)) {
+    while (ready && wait_for_work(l, wake)) {
         ow_job *stale = NULL;
 
         if (l->queued == 0) {

@@ -11,6 +11,7 @@
 void ow_ledger_init(ow_ledger *l, ow_ledger_store_fn store, void *opaque)
 {
     memset(l, 0, sizeof(*l));
+    atomic_init(&l->endings, 0);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->store = store;

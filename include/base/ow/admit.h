@@ -3,7 +3,8 @@
  * micro-batch). A round looks at the queue in order, and every request it
  * looks at holds its key, and a valid one its orders, whether it is taken
  * or not: a later request with the same key, or with one of the same
- * orders, is never decided before it or beside it. Pure: no I/O.
+ * orders, is never decided before it or beside it. Pure: no I/O (asking
+ * the retry cache refreshes or expires its entry, in memory).
  */
 #ifndef OW_ADMIT_H
 #define OW_ADMIT_H

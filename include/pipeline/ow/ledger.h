@@ -92,8 +92,10 @@ int ow_ledger_current(ow_ledger *l, const ow_ticket *t);
 /* 1 when the ticket's epoch is over (revoked, re-assigned or rewound). */
 int ow_ledger_stale(ow_ledger *l, const ow_ticket *t);
 /* Counts what makes tickets stale (a revoke begun, an epoch ended). A
- * holder that found its tickets current need not ask ow_ledger_stale again
- * before the count has moved. */
+ * holder that read the count, then found its tickets current, need not ask
+ * ow_ledger_stale again before the count has moved. That holds for tickets
+ * it received current: the consumer thread both tracks a message and
+ * ends epochs, so none ends between a job's ticket and its queue. */
 uint64_t ow_ledger_endings(ow_ledger *l);
 
 /* One more output is about to be produced for the ticket: it now waits for
