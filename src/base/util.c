@@ -62,6 +62,16 @@ int ow_grow(void **p, size_t *cap, size_t need, size_t elem)
     return OW_OK;
 }
 
+int ow_grow_zeroed(void **p, size_t *cap, size_t need, size_t elem)
+{
+    size_t had = *cap;
+    int rc = ow_grow(p, cap, need, elem);
+
+    if (rc == OW_OK && *cap > had)
+        memset((char *)*p + had * elem, 0, (*cap - had) * elem);
+    return rc;
+}
+
 int ow_buf_reserve(ow_buf *b, size_t extra)
 {
     size_t need;

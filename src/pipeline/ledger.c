@@ -32,18 +32,9 @@ void ow_ledger_destroy(ow_ledger *l)
 /* The state of a partition, growing the table when needed; mu held. */
 static ow_ledger_part *part_get(ow_ledger *l, int32_t partition)
 {
-    if (partition < 0)
+    if (partition < 0 || ow_grow_zeroed((void **)&l->parts, &l->n_parts, (size_t)partition + 1,
+                                        sizeof(*l->parts)) != OW_OK)
         return NULL;
-    if ((size_t)partition >= l->n_parts) {
-        size_t n = (size_t)partition + 16;
-        ow_ledger_part *p = realloc(l->parts, n * sizeof(*p));
-
-        if (p == NULL)
-            return NULL;
-        memset(p + l->n_parts, 0, (n - l->n_parts) * sizeof(*p));
-        l->parts = p;
-        l->n_parts = n;
-    }
     return &l->parts[partition];
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ow/error.h"
+#include "ow/util.h"
 
 typedef struct {
     int open;        /* an epoch is under way */
@@ -51,18 +52,9 @@ static void push(ow_job **list, ow_job *job)
 /* The partition's state, growing the table when needed; mu held. */
 static seq_part *part_get(ow_sequencer *s, int32_t partition)
 {
-    if (partition < 0)
+    if (partition < 0 || ow_grow_zeroed((void **)&s->parts, &s->n_parts, (size_t)partition + 1,
+                                        sizeof(*s->parts)) != OW_OK)
         return NULL;
-    if ((size_t)partition >= s->n_parts) {
-        size_t n = (size_t)partition + 16;
-        seq_part *p = realloc(s->parts, n * sizeof(*p));
-
-        if (p == NULL)
-            return NULL;
-        memset(p + s->n_parts, 0, (n - s->n_parts) * sizeof(*p));
-        s->parts = p;
-        s->n_parts = n;
-    }
     return &s->parts[partition];
 }
 

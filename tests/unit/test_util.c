@@ -1,4 +1,4 @@
-/* Checked integer parsing, buffers, backoff. */
+/* Checked integer parsing, buffers, backoff, growing arrays. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,12 +159,47 @@ static void test_duration_parse(void **state)
     assert_int_equal(ow_duration_parse(NULL, NULL, NULL), OW_EINVAL);
 }
 
+/* Growing keeps what the array held, doubles (from 16 when empty), leaves
+ * an array that holds enough as it is, and ow_grow_zeroed clears what it
+ * adds: here over bytes the allocator keeps, so that they are not zero
+ * by chance. */
+static void test_grow(void **state)
+{
+    int *a = malloc(16 * sizeof(*a));
+    int *e = NULL;
+    size_t cap = 4, ecap = 0;
+
+    (void)state;
+    assert_non_null(a);
+    memset(a, 0xab, 16 * sizeof(*a));
+    for (int i = 0; i < 4; i++)
+        a[i] = i + 1;
+    assert_int_equal(ow_grow_zeroed((void **)&a, &cap, 4, sizeof(*a)), OW_OK);
+    assert_int_equal(cap, 4);
+    assert_int_equal(ow_grow_zeroed((void **)&a, &cap, 5, sizeof(*a)), OW_OK);
+    assert_int_equal(cap, 8);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(a[i], i + 1);
+    for (size_t i = 4; i < cap; i++)
+        assert_int_equal(a[i], 0);
+    assert_int_equal(ow_grow((void **)&a, &cap, SIZE_MAX / 2, sizeof(*a)), OW_ENOMEM);
+    assert_int_equal(cap, 8);
+    assert_int_equal(a[3], 4);
+    assert_int_equal(ow_grow_zeroed((void **)&e, &ecap, 3, sizeof(*e)), OW_OK);
+    assert_int_equal(ecap, 16);
+    for (size_t i = 0; i < ecap; i++)
+        assert_int_equal(e[i], 0);
+    free(a);
+    free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_int64), cmocka_unit_test(test_trim_blanks),
         cmocka_unit_test(test_buf),         cmocka_unit_test(test_backoff_bounds),
         cmocka_unit_test(test_hash_stable), cmocka_unit_test(test_duration_parse),
+        cmocka_unit_test(test_grow),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

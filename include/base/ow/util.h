@@ -57,6 +57,8 @@ int ow_read_file(const char *path, size_t max, ow_buf *out, ow_error *err);
  * (doubling, from 16), keeping its contents. Returns 0 or OW_ENOMEM (the
  * array is unchanged). */
 int ow_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* The same, and the elements it adds are zero. */
+int ow_grow_zeroed(void **p, size_t *cap, size_t need, size_t elem);
 
 /* Hands the bytes to the caller (who frees them) and leaves b empty. */
 char *ow_buf_steal(ow_buf *b, size_t *len);
