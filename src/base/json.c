@@ -1036,27 +1036,13 @@ static int parse_into(ow_json_parser *p)
 int ow_json_parse(const void *buf, size_t len, const ow_json_limits *limits, ow_json_doc **out,
                   ow_json_error *err)
 {
-    ow_json_error scratch_err;
-    ow_json_parser p;
     int rc;
 
-    if (err == NULL)
-        err = &scratch_err;
-    err->offset = 0;
-    err->message[0] = '\0';
-    parser_init(&p, buf, len, limits, err);
     if (out != NULL)
         *out = NULL;
-    if (out == NULL || (buf == NULL && len != 0))
-        return fail(&p, OW_JSON_ERR_ARG, 0, "invalid argument");
-    p.doc = doc_new();
-    if (p.doc == NULL)
-        return fail_nomem(&p);
-    rc = parse_into(&p);
-    if (rc == 0)
-        *out = p.doc;
-    else
-        ow_json_free(&p.doc);
+    rc = ow_json_reparse(buf, len, limits, out, err);
+    if (rc != 0 && out != NULL)
+        ow_json_free(out);
     return rc;
 }
 
