@@ -84,10 +84,9 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition)
 
     pthread_mutex_lock(&l->mu);
     p = part_get(l, partition);
-    if (p != NULL) {
+    if (p != NULL)
         p->revoking = 1;
-        atomic_fetch_add(&l->endings, 1);
-    }
+    atomic_fetch_add(&l->endings, 1);
     pthread_mutex_unlock(&l->mu);
 }
 

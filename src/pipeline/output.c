@@ -83,13 +83,8 @@ int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_
 {
     int rc;
 
-    memset(o, 0, sizeof(*o));
+    *o = (ow_output){.producer = producer, .cfg = cfg, .rs = rs, .ledger = ledger, .txn = txn};
     pthread_mutex_init(&o->mu, NULL);
-    o->producer = producer;
-    o->cfg = cfg;
-    o->rs = rs;
-    o->ledger = ledger;
-    o->txn = txn;
     atomic_store(&o->refused_at, SIZE_MAX);
     rc = read_message_max(producer, &o->message_max, err);
     if (rc != OW_OK)

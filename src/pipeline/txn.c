@@ -18,13 +18,12 @@
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
                  ow_txn_epoch_end_fn epoch_end, void *opaque)
 {
-    memset(tx, 0, sizeof(*tx));
-    tx->enabled = cfg->exactly_once;
-    tx->cfg = cfg;
-    tx->rs = rs;
-    tx->ledger = ledger;
-    tx->epoch_end = epoch_end;
-    tx->opaque = opaque;
+    *tx = (ow_txn){.enabled = cfg->exactly_once,
+                   .cfg = cfg,
+                   .rs = rs,
+                   .ledger = ledger,
+                   .epoch_end = epoch_end,
+                   .opaque = opaque};
     pthread_mutex_init(&tx->gate_mu, NULL);
     pthread_cond_init(&tx->gate_cv, NULL);
     pthread_mutex_init(&tx->mu, NULL);

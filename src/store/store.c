@@ -159,7 +159,7 @@ void ow_store_disconnect(ow_store *s)
 void ow_store_cancel(ow_store *s)
 {
     pthread_mutex_lock(&s->cancel_mu);
-    s->cancelled = 1;
+    atomic_store(&s->cancelled, 1);
     if (s->sock >= 0)
         shutdown(s->sock, SHUT_RDWR);
     pthread_mutex_unlock(&s->cancel_mu);
@@ -175,12 +175,7 @@ void ow_store_interrupt(ow_store *s)
 
 int ow_store_cancelled(ow_store *s)
 {
-    int c;
-
-    pthread_mutex_lock(&s->cancel_mu);
-    c = s->cancelled;
-    pthread_mutex_unlock(&s->cancel_mu);
-    return c;
+    return atomic_load(&s->cancelled);
 }
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s)

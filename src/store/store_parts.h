@@ -4,6 +4,7 @@
 
 #include <mysql.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "ow/htab.h"
@@ -108,11 +109,12 @@ struct ow_store {
     int long_statements;
     ow_store_tls tls; /* owned copies (store_tls.c) */
     MYSQL *db;
-    /* ow_store_cancel's view of the connection: its socket (-1 when none)
-     * and whether it was cancelled, both under cancel_mu. */
+    /* ow_store_cancel's view of the connection: its socket (-1 when none),
+     * under cancel_mu, and whether it was cancelled, which never goes back
+     * and is read without the lock. */
     pthread_mutex_t cancel_mu;
     int sock;
-    int cancelled;
+    _Atomic int cancelled;
     /* The connection failed: its handles stay valid (callers may still hold
      * a statement) until the next ow_store_connect replaces it. */
     int broken;
