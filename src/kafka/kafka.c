@@ -248,7 +248,7 @@ rd_kafka_error_t *ow_kafka_seek(rd_kafka_t *consumer, rd_kafka_topic_partition_l
      * (its 2.1.0 change log): ten seconds ended after ten milliseconds, and
      * a rewind whose seek waited for the consumer's broker thread failed and
      * stopped the worker. */
-    if (rd_kafka_version() < 0x02010000)
+    if (rd_kafka_version() < 0x02010000 && timeout_ms > 0)
         timeout_ms = timeout_ms > INT_MAX / 1000 ? INT_MAX : timeout_ms * 1000;
     return rd_kafka_seek_partitions(consumer, parts, timeout_ms);
 }

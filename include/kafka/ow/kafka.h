@@ -36,8 +36,9 @@ int ow_kafka_refused(const rd_kafka_t *rk, int err, const char *reason);
  * the principal may not see one (no Describe, i.e. no Read or Write ACL). */
 int ow_kafka_check_topics(rd_kafka_t *rk, const char *const *topics, size_t n, ow_error *err);
 
-/* Seeks a consumer's partitions (rd_kafka_seek_partitions) and waits up
- * to timeout_ms for each seek, whatever the librdkafka version. */
+/* Seeks a consumer's partitions (rd_kafka_seek_partitions) and waits for
+ * the seeks up to timeout_ms (more than 0), in milliseconds whatever the
+ * librdkafka version (before 2.1.0, up to timeout_ms for each seek). */
 rd_kafka_error_t *ow_kafka_seek(rd_kafka_t *consumer, rd_kafka_topic_partition_list_t *parts,
                                 int timeout_ms);
 
