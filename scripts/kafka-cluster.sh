@@ -183,7 +183,7 @@ wait_ready() {  # WANT N...
     local left=()
     for n in "${pending[@]}"; do
       node_alive "$n" || { tail -n 30 "$(node_log "$n")" >&2; die "node $n exited during startup (log: $(node_log "$n"))"; }
-      if tail -c +"$(($(<"$DIR/node$n.logoff") + 1))" "$(node_log "$n")" | grep -q 'Kafka Server started' &&
+      if log_since "$(node_log "$n")" "$(<"$DIR/node$n.logoff")" | grep -q 'Kafka Server started' &&
           (($(brokers_seen "$n") >= want)); then
         continue
       fi

@@ -221,6 +221,12 @@ launch() {  # DIR LOG CMD...
   echo $!
 }
 
+# What a daemon wrote to LOG after byte offset OFF (its start). Never fails:
+# piped into `grep -q` under pipefail, a tail that grep stops reading from
+# dies of SIGPIPE once the rest is more than the pipe holds, and a pipeline
+# that says 141 would miss a line that is there.
+log_since() { tail -c +"$(($2 + 1))" "$1" 2>/dev/null || true; }  # LOG OFF
+
 # --------------------------------------------------------------- services ---
 # services COMMAND...: scripts/services.sh for this run's services, whose
 # state is in OW_RUN_DIR (exported by the script).

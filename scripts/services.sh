@@ -195,9 +195,6 @@ write_state() {
 
 file_size() { if [[ -f $1 ]]; then stat -c %s "$1"; else echo 0; fi; }
 
-# Output written to LOG after byte offset OFF.
-log_since() { tail -c +"$(($2 + 1))" "$1" 2>/dev/null || true; }
-
 rotate_log() { if [[ -s $1 ]]; then mv -f "$1" "$1.prev"; fi; : >"$1"; }
 
 show_log_tail() {  # LOG

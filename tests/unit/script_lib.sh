@@ -130,6 +130,16 @@ check "signal_wait: one that ignores it runs on, until SIGKILL" "still running k
 body 'PATH=/nonexistent; find_bin chroot; find_bin no-such-program || echo "not found"'
 check "find_bin: in sbin without PATH, and a program nowhere" "/usr/sbin/chroot not found|0" "$(echo $OUT)|$STATUS"
 
+# A daemon's log: a line found after the offset, even with more after it
+# than a pipe holds (a broker's log after "Kafka Server started"), and
+# nothing from before the offset.
+{ printf 'old line\n'; printf 'Kafka Server started\n'; head -c 300000 /dev/zero | tr '\0' 'x'; } \
+  >"$dir/daemon.log"
+body "log_since $dir/daemon.log 9 | grep -q 'Kafka Server started' && echo found"
+check "log_since | grep -q: a line followed by 300 KB" "found|0" "$OUT|$STATUS"
+body "log_since $dir/daemon.log 9 | grep -q 'old line' || echo absent"
+check "log_since: nothing before the offset" "absent|0" "$OUT|$STATUS"
+
 # --- the worker -------------------------------------------------------------
 body 'mariadb() { echo "$*"; }; mariadb_at 22467 -e x; mariadb_at 127.0.0.12:3307 -N'
 check "mariadb_at: PORT on 127.0.0.1, or HOST:PORT" \
