@@ -68,7 +68,7 @@ int ow_admit_hold(ow_admit *a, uint64_t key_hash, const ow_request *req, ow_admi
 ow_admit_take ow_admit_consider(ow_admit *a, ow_cache *cache, const ow_admit_ask *q, int64_t now_ms,
                                 ow_result_code *code, ow_buf *body)
 {
-    if (ow_htab_has(&a->keys, q->key_hash))
+    if (ow_admit_key_held(a, q->key_hash))
         return OW_ADMIT_LEFT;
     if (q->req == NULL)
         return OW_ADMIT_COUNTED;

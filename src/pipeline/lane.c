@@ -109,30 +109,40 @@ static int lingers(ow_lane *l, size_t max, int64_t now)
     return 0;
 }
 
-/* Moves the queue's stale jobs (of a revoked, re-assigned or rewound
- * partition: nobody waits for their outputs) to *stale. Only after the
- * ledger ended something since the lane last looked: a job is not asked
- * again round after round while it waits. Called with l->mu held. */
-static void drop_stale_queued(ow_lane *l, ow_job **stale)
+/* Unlinks the queued jobs whose tickets are stale (a revoked, re-assigned
+ * or rewound partition's: nobody waits for their outputs) and returns them
+ * as a list. Called with l->mu held. */
+static ow_job *unlink_stale(ow_lane *l)
 {
-    uint64_t endings = ow_ledger_endings(l->env->ledger);
+    ow_job *stale = NULL;
     ow_job *prev = NULL;
 
-    if (endings == l->endings_seen)
-        return;
-    l->endings_seen = endings;
     for (ow_job *job = l->head; job != NULL;) {
         ow_job *next = job->next;
 
         if (ow_ledger_stale(l->env->ledger, &job->t)) {
             unlink_job(l, prev, job);
-            job->next = *stale;
-            *stale = job;
+            job->next = stale;
+            stale = job;
         } else {
             prev = job;
         }
         job = next;
     }
+    return stale;
+}
+
+/* The round's look for stale jobs, only after the ledger ended something
+ * since the lane last looked: a job is not asked again round after round
+ * while it waits. Called with l->mu held. */
+static void drop_stale_queued(ow_lane *l, ow_job **stale)
+{
+    uint64_t endings = ow_ledger_endings(l->env->ledger);
+
+    if (endings == l->endings_seen)
+        return;
+    l->endings_seen = endings;
+    *stale = unlink_stale(l);
 }
 
 /* Moves eligible jobs from the queue into the lane's batch (ow/admit.h
@@ -532,24 +542,12 @@ void ow_lane_enqueue(ow_lane *l, ow_job *job)
     pthread_mutex_unlock(&l->mu);
 }
 
-void ow_lane_drop_partition(ow_lane *l, int32_t partition)
+void ow_lane_drop_stale(ow_lane *l)
 {
-    ow_job *dropped = NULL;
-    ow_job *prev = NULL;
+    ow_job *dropped;
 
     pthread_mutex_lock(&l->mu);
-    for (ow_job *job = l->head; job != NULL;) {
-        ow_job *next = job->next;
-
-        if (job->t.partition == partition) {
-            unlink_job(l, prev, job);
-            job->next = dropped;
-            dropped = job;
-        } else {
-            prev = job;
-        }
-        job = next;
-    }
+    dropped = unlink_stale(l);
     pthread_mutex_unlock(&l->mu);
     finish_list(l->env->out, dropped);
 }

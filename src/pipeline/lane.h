@@ -62,9 +62,11 @@ size_t ow_lane_route(const ow_config *cfg, size_t per_db, const ow_job *job);
 int ow_lane_start(ow_lane *lane, const ow_lane_env *env, unsigned index, unsigned shard,
                   ow_store_watch *watch, ow_error *err);
 void ow_lane_enqueue(ow_lane *lane, ow_job *job);
-/* Removes queued (not yet started) jobs of a partition; they end as not
- * done. */
-void ow_lane_drop_partition(ow_lane *lane, int32_t partition);
+/* Removes the queued (not yet started) jobs whose tickets are stale (of a
+ * partition whose revoke began, or whose epoch ended); they end as not
+ * done. For the consumer thread, which need not wait for the lane's next
+ * round (a lane may be inside a database call for long). */
+void ow_lane_drop_stale(ow_lane *lane);
 void ow_lane_stop(ow_lane *lane);
 /* Waits for the lane's thread and closes its connection. The lane's queue
  * stays usable (empty) until ow_lane_destroy: leaving the group after the

@@ -263,10 +263,8 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
 
     for (int i = 0; i < parts->cnt; i++)
         ow_ledger_revoke_begin(&w->ledger, parts->elems[i].partition);
-    for (int i = 0; i < parts->cnt; i++) {
-        for (size_t k = 0; k < w->n_lanes; k++)
-            ow_lane_drop_partition(&w->lanes[k], parts->elems[i].partition);
-    }
+    for (size_t k = 0; k < w->n_lanes; k++)
+        ow_lane_drop_stale(&w->lanes[k]);
     if (!lost)
         drain(w, parts);
     if (w->cfg->exactly_once) {
