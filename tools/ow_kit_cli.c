@@ -45,10 +45,13 @@ static int cmd_gen(int argc, char **argv)
     const char *prefix = "k";
     const char *stop_file = NULL;
     kit_gen *g;
-    rd_kafka_t *p;
+    kit_sender *s;
+    kit_send_stats st;
     struct timespec t0, now;
     long counts[KIT_KIND_COUNT] = {0};
-    int failed;
+    long produced = 0;
+    long failed;
+    int rc = 0;
 
     for (int i = 5; i + 1 < argc; i += 2) {
         long v = strtol(argv[i + 1], NULL, 10);
@@ -75,43 +78,44 @@ static int cmd_gen(int argc, char **argv)
             return usage();
     }
     g = kit_gen_new(seed, retry, reuse, clash, invalid, items, prefix);
-    p = kit_producer(argv[2], NULL);
-    if (p == NULL)
+    s = kit_sender_new(argv[2], argv[3], NULL);
+    if (s == NULL)
         return 1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long i = 0; i < n; i++) {
+    for (long i = 0; i < n && rc == 0; i++) {
         const kit_gen_msg *m;
 
-        if (stop_file != NULL && i % 16 == 0 && access(stop_file, F_OK) == 0) {
-            n = i;
+        if (stop_file != NULL && i % 16 == 0 && access(stop_file, F_OK) == 0)
             break;
-        }
         m = kit_gen_next(g);
-
+        rc = kit_send(s, m->has_key ? m->key : NULL, m->key_len, m->value, m->len);
+        if (rc != 0)
+            break;
+        produced++;
         counts[m->kind]++;
-        if (kit_produce(p, argv[3], -1, m->has_key ? m->key : NULL, m->key_len, m->value, m->len) !=
-            0)
-            return 1;
-        rd_kafka_poll(p, 0);
-        while (rate > 0) {
+        rc = kit_sender_poll(s, 0);
+        while (rc == 0 && rate > 0) {
             double el;
 
             clock_gettime(CLOCK_MONOTONIC, &now);
             el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
             if ((double)(i + 1) <= el * (double)rate)
                 break;
-            rd_kafka_poll(p, 1);
+            rc = kit_sender_poll(s, 1);
         }
     }
-    failed = kit_flush(p, 120000);
-    rd_kafka_destroy(p);
+    failed = kit_sender_close(s, 120000, &st);
     kit_gen_free(g);
+    if (st.replaced > 0)
+        fprintf(stderr,
+                "gen: %ld producer(s) replaced after a fatal error, %ld message(s) sent again\n",
+                st.replaced, st.resent);
     fprintf(
         stderr,
-        "gen: produced %ld (new %ld, retry %ld, reuse %ld, clash %ld, invalid %ld), %d failed\n", n,
-        counts[KIT_NEW], counts[KIT_RETRY], counts[KIT_REUSE], counts[KIT_CLASH],
+        "gen: produced %ld (new %ld, retry %ld, reuse %ld, clash %ld, invalid %ld), %ld failed\n",
+        produced, counts[KIT_NEW], counts[KIT_RETRY], counts[KIT_REUSE], counts[KIT_CLASH],
         counts[KIT_INVALID], failed);
-    return failed == 0 ? 0 : 1;
+    return rc == 0 && failed == 0 ? 0 : 1;
 }
 
 static int usage(void)

@@ -1,6 +1,8 @@
 /* The kit's shared helpers: the one environment merge used by
- * the kit, the CLI test runner and the benchmark, and kit_header, which
- * reads a kept message's headers with the pipeline's reader. */
+ * the kit, the CLI test runner and the benchmark, kit_header, which
+ * reads a kept message's headers with the pipeline's reader, and the
+ * sender that outlives a fatal producer error (against librdkafka's mock
+ * cluster). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,8 +11,11 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <stdio.h>
 
 #include "kit.h"
+/* after rdkafka.h, which kit.h includes */
+#include <librdkafka/rdkafka_mock.h>
 
 /* The value of name in a merged environment, or NULL; fails on a second
  * entry of the same name. */
@@ -97,12 +102,67 @@ static void test_header(void **state)
     rd_kafka_headers_destroy(m.headers);
 }
 
+/* A fatal error while messages wait in the producer's queue: they are
+ * reported purged, and the sender sends them through a new producer. The
+ * linger keeps the first half queued when the error comes, so that each of
+ * them must be sent again, and the failed producer refuses the next
+ * message, which goes with them; the rest go to the new producer. */
+static void test_sender_replaces_a_failed_producer(void **state)
+{
+    enum { N = 200 };
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_t *host;
+    rd_kafka_mock_cluster_t *mc;
+    kit_sender *s;
+    kit_send_stats st;
+    kit_msgs got = {0};
+    int seen[N] = {0};
+
+    (void)state;
+    /* The mock cluster's host needs no broker of its own. */
+    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
+    host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    assert_non_null(host);
+    mc = rd_kafka_mock_cluster_new(host, 1);
+    assert_non_null(mc);
+    assert_int_equal(rd_kafka_mock_topic_create(mc, "sent", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    s = kit_sender_new(rd_kafka_mock_cluster_bootstraps(mc), "sent", "linger.ms=2000");
+    assert_non_null(s);
+    for (int i = 0; i < N; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof(key), "m-%d", i);
+
+        if (i == N / 2)
+            assert_int_equal(kit_sender_test_fatal(s), 0);
+        assert_int_equal(kit_send(s, key, (size_t)len, key, (size_t)len), 0);
+    }
+    assert_int_equal(kit_sender_close(s, 30000, &st), 0);
+    assert_int_equal(st.replaced, 1);
+    assert_int_equal(st.resent, N / 2 + 1);
+    assert_int_equal(kit_read_topic(rd_kafka_mock_cluster_bootstraps(mc), "sent", 30000, &got), 0);
+    assert_int_equal(got.n, N);
+    for (size_t j = 0; j < got.n; j++) {
+        int i = -1;
+
+        assert_int_equal(sscanf(got.v[j].key, "m-%d", &i), 1);
+        assert_true(i >= 0 && i < N);
+        seen[i]++;
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(seen[i], 1);
+    kit_msgs_free(&got);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_merge_replaces_and_appends),
         cmocka_unit_test(test_env_merge_counts),
         cmocka_unit_test(test_header),
+        cmocka_unit_test(test_sender_replaces_a_failed_producer),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,13 +51,38 @@ int kit_alter_topic_config(const char *bootstrap, const char *topic, const char 
 /* add = 1 creates, 0 deletes one LITERAL ALLOW ACL (see kit_kafka.c). */
 int kit_acl(const char *bootstrap, int add, const char *principal, const char *type,
             const char *name, const char *op);
-/* A producer for the kit (idempotent, acks=all). */
+/* A producer for the kit (idempotent, acks=all); extra_conf is
+ * "key=value,..." or NULL. kit_producer_conf is its configuration, new. */
 rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf);
+rd_kafka_conf_t *kit_producer_conf(const char *bootstrap, const char *extra_conf);
 /* Produces one message asynchronously; key may be NULL. partition -1 = by key. */
 int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
                 size_t key_len, const void *value, size_t len);
 /* Flushes; returns the number of messages that failed to deliver. */
 int kit_flush(rd_kafka_t *p, int timeout_ms);
+/* A producer to one topic that replaces itself after a fatal error and
+ * sends again what the failed one did not deliver (see kit_send.c). */
+typedef struct kit_sender kit_sender;
+typedef struct {
+    long replaced; /* producers replaced after a fatal error */
+    long resent;   /* messages sent again by a replacement */
+} kit_send_stats;
+
+/* NULL when no producer can be created. */
+kit_sender *kit_sender_new(const char *bootstrap, const char *topic, const char *extra_conf);
+/* Queues a copy of one message (key may be NULL; partitioned by key);
+ * 0, or -1 when it cannot be queued or producers keep failing. */
+int kit_send(kit_sender *s, const void *key, size_t key_len, const void *value, size_t len);
+/* Serves delivery reports for up to timeout_ms and replaces a failed
+ * producer; 0, or -1 as kit_send. */
+int kit_sender_poll(kit_sender *s, int timeout_ms);
+/* Waits up to timeout_ms (per producer) for every message, frees s and
+ * returns how many were not delivered; fills st when not NULL. */
+long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st);
+/* For tests: raises a fatal error in the current producer, as the broker's
+ * OUT_OF_ORDER_SEQUENCE_NUMBER does; 0, or -1. */
+int kit_sender_test_fatal(kit_sender *s);
+
 /* How a reader treats records of transactions: as librdkafka's default has
  * it (read_committed), or with isolation.level set explicitly. */
 typedef enum { KIT_READ_DEFAULT = 0, KIT_READ_COMMITTED, KIT_READ_UNCOMMITTED } kit_isolation;

@@ -180,7 +180,7 @@ static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         __atomic_add_fetch(&failed_deliveries, 1, __ATOMIC_RELAXED);
 }
 
-rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf)
+rd_kafka_conf_t *kit_producer_conf(const char *bootstrap, const char *extra_conf)
 {
     char errstr[256];
     rd_kafka_conf_t *c = base_conf(bootstrap);
@@ -202,8 +202,20 @@ rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf)
         }
         free(copy);
     }
+    return c;
+}
+
+rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = kit_producer_conf(bootstrap, extra_conf);
+    rd_kafka_t *p;
+
     rd_kafka_conf_set_dr_msg_cb(c, on_dr);
-    return rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+    p = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+    if (p == NULL)
+        rd_kafka_conf_destroy(c);
+    return p;
 }
 
 int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,

@@ -1,0 +1,252 @@
+/*
+ * kit_sender: the kit's producer for long runs against brokers that are
+ * killed and restarted. An idempotent producer can end in a fatal error
+ * (librdkafka before 2.3.0 does so after a leader change with a request in
+ * flight: "sequence desynchronization"), after which it takes nothing more.
+ * An upstream service then does what this does: it keeps every message
+ * until its delivery report, replaces the producer, and sends again the
+ * messages the old one reported as not delivered. Such a message may have
+ * been written after all (its request timed out), so a replacement may
+ * write one twice, and one sent again comes after later messages of its
+ * partition; the worker treats such a copy as a retry.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kit.h"
+
+/* A replacement that fails again this many times ends the sending. */
+#define KIT_SENDER_MAX_REPLACED 10
+
+typedef struct pending {
+    struct pending *next;
+    int has_key;
+    size_t key_len;
+    size_t len;
+    char data[]; /* key, then value */
+} pending;
+
+struct kit_sender {
+    char *bootstrap;
+    char *topic;
+    char *extra_conf;
+    rd_kafka_t *p;
+    pending *redo; /* reported as not delivered, in report order */
+    pending **redo_tail;
+    kit_send_stats st;
+};
+
+static void on_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    kit_sender *s = opaque;
+    pending *msg = m->_private;
+
+    (void)rk;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        free(msg);
+        return;
+    }
+    msg->next = NULL;
+    *s->redo_tail = msg;
+    s->redo_tail = &msg->next;
+}
+
+static rd_kafka_t *new_producer(kit_sender *s)
+{
+    rd_kafka_conf_t *c = kit_producer_conf(s->bootstrap, s->extra_conf);
+    char errstr[256];
+    rd_kafka_t *p;
+
+    rd_kafka_conf_set_dr_msg_cb(c, on_report);
+    rd_kafka_conf_set_opaque(c, s);
+    p = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+    if (p == NULL) {
+        rd_kafka_conf_destroy(c);
+        fprintf(stderr, "kit: producer: %s\n", errstr);
+    }
+    return p;
+}
+
+/* Hands msg to the producer; on an error other than a full queue the
+ * message stays the caller's. */
+static rd_kafka_resp_err_t produce(kit_sender *s, pending *msg)
+{
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            s->p, RD_KAFKA_V_TOPIC(s->topic),
+            RD_KAFKA_V_KEY(msg->has_key ? msg->data : NULL, msg->key_len),
+            RD_KAFKA_V_VALUE(msg->data + msg->key_len, msg->len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return e;
+        rd_kafka_poll(s->p, 10);
+    }
+}
+
+/* Collects the old producer's last reports (what was in flight gets its
+ * true outcome; what was queued is reported purged), then sends what was
+ * not delivered through a new producer. Returns 0, or -1 when no producer
+ * can be had or they keep failing. */
+static int replace(kit_sender *s)
+{
+    char why[512];
+
+    while (rd_kafka_fatal_error(s->p, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        pending *list;
+        long n = 0;
+
+        if (s->st.replaced >= KIT_SENDER_MAX_REPLACED) {
+            fprintf(stderr, "kit: producer failed %ld times; the last: %s\n", s->st.replaced + 1,
+                    why);
+            return -1;
+        }
+        rd_kafka_flush(s->p, 30000);
+        rd_kafka_purge(s->p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(s->p, 0);
+        rd_kafka_destroy(s->p);
+        s->p = new_producer(s);
+        if (s->p == NULL)
+            return -1;
+        s->st.replaced++;
+        list = s->redo;
+        s->redo = NULL;
+        s->redo_tail = &s->redo;
+        while (list != NULL) {
+            pending *next = list->next;
+
+            if (produce(s, list) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                /* Kept for the next replacement, ahead of anything
+                 * reported meanwhile. */
+                pending **tail = &list;
+
+                while (*tail != NULL)
+                    tail = &(*tail)->next;
+                *tail = s->redo;
+                if (s->redo == NULL)
+                    s->redo_tail = tail;
+                s->redo = list;
+                break;
+            }
+            n++;
+            list = next;
+        }
+        s->st.resent += n;
+        fprintf(stderr,
+                "kit: producer replaced after a fatal error (%s); %ld message(s) sent again\n", why,
+                n);
+    }
+    return 0;
+}
+
+kit_sender *kit_sender_new(const char *bootstrap, const char *topic, const char *extra_conf)
+{
+    kit_sender *s = calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->bootstrap = strdup(bootstrap);
+    s->topic = strdup(topic);
+    s->extra_conf = extra_conf != NULL ? strdup(extra_conf) : NULL;
+    s->redo_tail = &s->redo;
+    if (s->bootstrap == NULL || s->topic == NULL || (extra_conf != NULL && s->extra_conf == NULL))
+        goto fail;
+    s->p = new_producer(s);
+    if (s->p == NULL)
+        goto fail;
+    return s;
+fail:
+    free(s->bootstrap);
+    free(s->topic);
+    free(s->extra_conf);
+    free(s);
+    return NULL;
+}
+
+int kit_send(kit_sender *s, const void *key, size_t key_len, const void *value, size_t len)
+{
+    size_t klen = key != NULL ? key_len : 0;
+    pending *msg;
+    rd_kafka_resp_err_t e;
+
+    if (s->p == NULL)
+        return -1;
+    msg = malloc(sizeof(*msg) + klen + len);
+    if (msg == NULL)
+        return -1;
+    msg->next = NULL;
+    msg->has_key = key != NULL;
+    msg->key_len = klen;
+    msg->len = len;
+    if (klen > 0)
+        memcpy(msg->data, key, klen);
+    if (len > 0)
+        memcpy(msg->data + klen, value, len);
+    e = produce(s, msg);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return 0;
+    if (e != RD_KAFKA_RESP_ERR__FATAL) {
+        fprintf(stderr, "kit: produce to %s: %s\n", s->topic, rd_kafka_err2str(e));
+        free(msg);
+        return -1;
+    }
+    /* After every message reported before it. */
+    rd_kafka_poll(s->p, 0);
+    msg->next = NULL;
+    *s->redo_tail = msg;
+    s->redo_tail = &msg->next;
+    return replace(s);
+}
+
+int kit_sender_poll(kit_sender *s, int timeout_ms)
+{
+    if (s->p == NULL)
+        return -1;
+    rd_kafka_poll(s->p, timeout_ms);
+    return replace(s);
+}
+
+long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
+{
+    long failed = 0;
+
+    if (s == NULL)
+        return 0;
+    while (s->p != NULL) {
+        rd_kafka_flush(s->p, timeout_ms);
+        if (rd_kafka_fatal_error(s->p, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR || replace(s) != 0)
+            break;
+    }
+    if (s->p != NULL) {
+        /* What is left is reported as not delivered, into redo. */
+        rd_kafka_purge(s->p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(s->p, 0);
+        rd_kafka_destroy(s->p);
+    }
+    while (s->redo != NULL) {
+        pending *next = s->redo->next;
+
+        free(s->redo);
+        s->redo = next;
+        failed++;
+    }
+    if (st != NULL)
+        *st = s->st;
+    free(s->bootstrap);
+    free(s->topic);
+    free(s->extra_conf);
+    free(s);
+    return failed;
+}
+
+int kit_sender_test_fatal(kit_sender *s)
+{
+    if (s->p == NULL)
+        return -1;
+    return rd_kafka_test_fatal_error(s->p, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     "planted by kit_sender_test_fatal") ==
+                   RD_KAFKA_RESP_ERR_NO_ERROR
+               ? 0
+               : -1;
+}
