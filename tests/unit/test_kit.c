@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
 #include <stdio.h>
+
+#include <cmocka.h>
 
 #include "kit.h"
 /* after rdkafka.h, which kit.h includes */
@@ -102,58 +103,148 @@ static void test_header(void **state)
     rd_kafka_headers_destroy(m.headers);
 }
 
+/* A mock cluster of one broker with one topic of two partitions. */
+typedef struct {
+    rd_kafka_t *host;
+    rd_kafka_mock_cluster_t *mc;
+    const char *bootstrap;
+} mock;
+
+static void mock_start(mock *m)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+    /* The mock cluster's host needs no broker of its own. */
+    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
+    m->host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    assert_non_null(m->host);
+    m->mc = rd_kafka_mock_cluster_new(m->host, 1);
+    assert_non_null(m->mc);
+    assert_int_equal(rd_kafka_mock_topic_create(m->mc, "sent", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    m->bootstrap = rd_kafka_mock_cluster_bootstraps(m->mc);
+}
+
+static void mock_stop(mock *m)
+{
+    rd_kafka_mock_cluster_destroy(m->mc);
+    rd_kafka_destroy(m->host);
+}
+
+static void send_numbered(kit_sender *s, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof(key), "m-%d", i);
+
+        assert_int_equal(kit_send(s, key, (size_t)len, key, (size_t)len), 0);
+    }
+}
+
+/* Asserts that the topic holds m-0 .. m-(n-1), each once. */
+static void assert_each_once(const char *bootstrap, int n)
+{
+    kit_msgs got = {0};
+    int *seen = calloc((size_t)n, sizeof(*seen));
+
+    assert_non_null(seen);
+    assert_int_equal(kit_read_topic(bootstrap, "sent", 30000, &got), 0);
+    for (size_t j = 0; j < got.n; j++) {
+        int i = -1;
+
+        assert_int_equal(sscanf(got.v[j].key, "m-%d", &i), 1);
+        assert_true(i >= 0 && i < n);
+        seen[i]++;
+    }
+    for (int i = 0; i < n; i++)
+        assert_int_equal(seen[i], 1);
+    assert_int_equal(got.n, n);
+    kit_msgs_free(&got);
+    free(seen);
+}
+
 /* A fatal error while messages wait in the producer's queue: they are
  * reported purged, and the sender sends them through a new producer. The
  * linger keeps the first half queued when the error comes, so that each of
  * them must be sent again, and the failed producer refuses the next
  * message, which goes with them; the rest go to the new producer. */
-static void test_sender_replaces_a_failed_producer(void **state)
+static void test_sender_resends_what_was_queued(void **state)
 {
-    enum { N = 200 };
-    char errstr[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_t *host;
-    rd_kafka_mock_cluster_t *mc;
+    mock m;
     kit_sender *s;
     kit_send_stats st;
-    kit_msgs got = {0};
-    int seen[N] = {0};
 
     (void)state;
-    /* The mock cluster's host needs no broker of its own. */
-    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
-    host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    assert_non_null(host);
-    mc = rd_kafka_mock_cluster_new(host, 1);
-    assert_non_null(mc);
-    assert_int_equal(rd_kafka_mock_topic_create(mc, "sent", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
-    s = kit_sender_new(rd_kafka_mock_cluster_bootstraps(mc), "sent", "linger.ms=2000");
+    mock_start(&m);
+    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=2000");
     assert_non_null(s);
-    for (int i = 0; i < N; i++) {
-        char key[16];
-        int len = snprintf(key, sizeof(key), "m-%d", i);
-
-        if (i == N / 2)
-            assert_int_equal(kit_sender_test_fatal(s), 0);
-        assert_int_equal(kit_send(s, key, (size_t)len, key, (size_t)len), 0);
-    }
+    send_numbered(s, 0, 100);
+    assert_int_equal(kit_sender_test_fatal(s), 0);
+    send_numbered(s, 100, 200);
     assert_int_equal(kit_sender_close(s, 30000, &st), 0);
     assert_int_equal(st.replaced, 1);
-    assert_int_equal(st.resent, N / 2 + 1);
-    assert_int_equal(kit_read_topic(rd_kafka_mock_cluster_bootstraps(mc), "sent", 30000, &got), 0);
-    assert_int_equal(got.n, N);
-    for (size_t j = 0; j < got.n; j++) {
-        int i = -1;
+    assert_int_equal(st.resent, 101);
+    assert_each_once(m.bootstrap, 200);
+    mock_stop(&m);
+}
 
-        assert_int_equal(sscanf(got.v[j].key, "m-%d", &i), 1);
-        assert_true(i >= 0 && i < N);
-        seen[i]++;
+/* A fatal error while requests are in flight: the broker has written them
+ * and answers 0.8 s later. The sender waits for those answers, so it sends
+ * again only the message the failed producer refused; one that sent them
+ * again would write them twice. */
+static void test_sender_waits_for_what_is_in_flight(void **state)
+{
+    mock m;
+    kit_sender *s;
+    kit_send_stats st;
+
+    (void)state;
+    mock_start(&m);
+    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=50");
+    assert_non_null(s);
+    send_numbered(s, 0, 1); /* connected, with its producer id */
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(kit_sender_poll(s, 50), 0);
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 800), RD_KAFKA_RESP_ERR_NO_ERROR);
+    /* One request per partition after the linger (not one per message,
+     * which would leave some queued behind the five in flight). */
+    send_numbered(s, 1, 50);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(kit_sender_poll(s, 50), 0);
+    assert_int_equal(kit_sender_test_fatal(s), 0);
+    send_numbered(s, 50, 51); /* refused: the producer is replaced here */
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
+    send_numbered(s, 51, 100);
+    assert_int_equal(kit_sender_close(s, 30000, &st), 0);
+    assert_int_equal(st.replaced, 1);
+    assert_int_equal(st.resent, 1);
+    assert_each_once(m.bootstrap, 100);
+    mock_stop(&m);
+}
+
+/* Producers that keep failing: the eleventh failure ends the sending, and
+ * every message not delivered is counted, none twice. */
+static void test_sender_gives_up_after_ten_replacements(void **state)
+{
+    mock m;
+    kit_sender *s;
+    kit_send_stats st;
+    int refused = 0;
+
+    (void)state;
+    mock_start(&m);
+    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=5000");
+    assert_non_null(s);
+    for (int i = 0; i < 11; i++) {
+        assert_int_equal(kit_sender_test_fatal(s), 0);
+        refused += kit_send(s, "k", 1, "v", 1) != 0;
     }
-    for (int i = 0; i < N; i++)
-        assert_int_equal(seen[i], 1);
-    kit_msgs_free(&got);
-    rd_kafka_mock_cluster_destroy(mc);
-    rd_kafka_destroy(host);
+    assert_int_equal(refused, 1);
+    assert_int_equal(kit_send(s, "k", 1, "v", 1), -1);
+    assert_int_equal(kit_sender_close(s, 1000, &st), 11);
+    assert_int_equal(st.replaced, 10);
+    assert_int_equal(st.resent, 55); /* 1 + 2 + ... + 10 */
+    mock_stop(&m);
 }
 
 int main(void)
@@ -162,7 +253,9 @@ int main(void)
         cmocka_unit_test(test_env_merge_replaces_and_appends),
         cmocka_unit_test(test_env_merge_counts),
         cmocka_unit_test(test_header),
-        cmocka_unit_test(test_sender_replaces_a_failed_producer),
+        cmocka_unit_test(test_sender_resends_what_was_queued),
+        cmocka_unit_test(test_sender_waits_for_what_is_in_flight),
+        cmocka_unit_test(test_sender_gives_up_after_ten_replacements),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -70,14 +70,16 @@ typedef struct {
 
 /* NULL when no producer can be created. */
 kit_sender *kit_sender_new(const char *bootstrap, const char *topic, const char *extra_conf);
-/* Queues a copy of one message (key may be NULL; partitioned by key);
+/* Queues a copy of one message (key may be NULL, value not; partitioned
+ * by key);
  * 0, or -1 when it cannot be queued or producers keep failing. */
 int kit_send(kit_sender *s, const void *key, size_t key_len, const void *value, size_t len);
 /* Serves delivery reports for up to timeout_ms and replaces a failed
  * producer; 0, or -1 as kit_send. */
 int kit_sender_poll(kit_sender *s, int timeout_ms);
-/* Waits up to timeout_ms (per producer) for every message, frees s and
- * returns how many were not delivered; fills st when not NULL. */
+/* Waits up to timeout_ms for every message (then at most 30 s more for
+ * requests in flight), frees s and returns how many were not delivered;
+ * fills st when not NULL. */
 long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st);
 /* For tests: raises a fatal error in the current producer, as the broker's
  * OUT_OF_ORDER_SEQUENCE_NUMBER does; 0, or -1. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kit.h"
 
@@ -37,6 +38,13 @@ struct kit_sender {
     kit_send_stats st;
 };
 
+static void redo_append(kit_sender *s, pending *msg)
+{
+    msg->next = NULL;
+    *s->redo_tail = msg;
+    s->redo_tail = &msg->next;
+}
+
 static void on_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     kit_sender *s = opaque;
@@ -47,9 +55,7 @@ static void on_report(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         free(msg);
         return;
     }
-    msg->next = NULL;
-    *s->redo_tail = msg;
-    s->redo_tail = &msg->next;
+    redo_append(s, msg);
 }
 
 static rd_kafka_t *new_producer(kit_sender *s)
@@ -85,59 +91,110 @@ static rd_kafka_resp_err_t produce(kit_sender *s, pending *msg)
     }
 }
 
-/* Collects the old producer's last reports (what was in flight gets its
- * true outcome; what was queued is reported purged), then sends what was
- * not delivered through a new producer. Returns 0, or -1 when no producer
- * can be had or they keep failing. */
-static int replace(kit_sender *s)
+static long now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Puts list (a chain ending in NULL) ahead of the redo list. */
+static void redo_prepend(kit_sender *s, pending *list)
+{
+    pending **tail = &list;
+
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = s->redo;
+    if (s->redo == NULL)
+        s->redo_tail = tail;
+    s->redo = list;
+}
+
+/* Ends a failed producer with a report for every message it held. It
+ * sends nothing more, so what waits in its queues is purged, again and
+ * again, because a request that fails comes back there; what is in flight
+ * gets its true outcome, for at most 30 s. What is left then (a leader
+ * change can move messages between the purge's steps) is purged in flight:
+ * written or not, it is sent again. */
+static void drain(rd_kafka_t *p)
+{
+    long end = now_ms() + 30000;
+
+    while (rd_kafka_outq_len(p) > 0 && now_ms() < end) {
+        rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE);
+        rd_kafka_poll(p, 100);
+    }
+    for (int i = 0; i < 3 && rd_kafka_outq_len(p) > 0; i++) {
+        rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(p, 0);
+    }
+    rd_kafka_destroy(p);
+}
+
+/* Sends the redo list through the current producer; returns how many it
+ * took. What it refuses stays at the head of the list. */
+static long resend(kit_sender *s)
+{
+    pending *list = s->redo;
+    long n = 0;
+
+    s->redo = NULL;
+    s->redo_tail = &s->redo;
+    while (list != NULL) {
+        pending *next = list->next;
+        rd_kafka_resp_err_t e = produce(s, list);
+
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (e != RD_KAFKA_RESP_ERR__FATAL)
+                fprintf(stderr, "kit: produce to %s: %s; messages kept\n", s->topic,
+                        rd_kafka_err2str(e));
+            redo_prepend(s, list);
+            break;
+        }
+        n++;
+        list = next;
+    }
+    return n;
+}
+
+/* Replaces the producer while it is in a fatal error, and sends again
+ * what it reported as not delivered, then refused (a message it would not
+ * take, or NULL). Returns 0, or -1 when no producer can be had or they
+ * keep failing: then everything not delivered is on the redo list. */
+static int replace(kit_sender *s, pending *refused)
 {
     char why[512];
+    int rc = 0;
 
-    while (rd_kafka_fatal_error(s->p, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        pending *list;
-        long n = 0;
+    while (rc == 0 && rd_kafka_fatal_error(s->p, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        long n;
 
+        drain(s->p);
+        s->p = NULL;
+        if (refused != NULL) {
+            redo_append(s, refused);
+            refused = NULL;
+        }
         if (s->st.replaced >= KIT_SENDER_MAX_REPLACED) {
             fprintf(stderr, "kit: producer failed %ld times; the last: %s\n", s->st.replaced + 1,
                     why);
-            return -1;
+            rc = -1;
+        } else if ((s->p = new_producer(s)) == NULL) {
+            rc = -1;
+        } else {
+            s->st.replaced++;
+            n = resend(s);
+            s->st.resent += n;
+            fprintf(stderr,
+                    "kit: producer replaced after a fatal error (%s); %ld message(s) sent again\n",
+                    why, n);
         }
-        rd_kafka_flush(s->p, 30000);
-        rd_kafka_purge(s->p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(s->p, 0);
-        rd_kafka_destroy(s->p);
-        s->p = new_producer(s);
-        if (s->p == NULL)
-            return -1;
-        s->st.replaced++;
-        list = s->redo;
-        s->redo = NULL;
-        s->redo_tail = &s->redo;
-        while (list != NULL) {
-            pending *next = list->next;
-
-            if (produce(s, list) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                /* Kept for the next replacement, ahead of anything
-                 * reported meanwhile. */
-                pending **tail = &list;
-
-                while (*tail != NULL)
-                    tail = &(*tail)->next;
-                *tail = s->redo;
-                if (s->redo == NULL)
-                    s->redo_tail = tail;
-                s->redo = list;
-                break;
-            }
-            n++;
-            list = next;
-        }
-        s->st.resent += n;
-        fprintf(stderr,
-                "kit: producer replaced after a fatal error (%s); %ld message(s) sent again\n", why,
-                n);
     }
-    return 0;
+    if (refused != NULL)
+        redo_append(s, refused);
+    return rc;
 }
 
 kit_sender *kit_sender_new(const char *bootstrap, const char *topic, const char *extra_conf)
@@ -191,12 +248,7 @@ int kit_send(kit_sender *s, const void *key, size_t key_len, const void *value, 
         free(msg);
         return -1;
     }
-    /* After every message reported before it. */
-    rd_kafka_poll(s->p, 0);
-    msg->next = NULL;
-    *s->redo_tail = msg;
-    s->redo_tail = &msg->next;
-    return replace(s);
+    return replace(s, msg);
 }
 
 int kit_sender_poll(kit_sender *s, int timeout_ms)
@@ -204,25 +256,25 @@ int kit_sender_poll(kit_sender *s, int timeout_ms)
     if (s->p == NULL)
         return -1;
     rd_kafka_poll(s->p, timeout_ms);
-    return replace(s);
+    return replace(s, NULL);
 }
 
 long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
 {
+    long end = now_ms() + timeout_ms;
     long failed = 0;
 
     if (s == NULL)
         return 0;
-    while (s->p != NULL) {
-        rd_kafka_flush(s->p, timeout_ms);
-        if (rd_kafka_fatal_error(s->p, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR || replace(s) != 0)
+    /* In slices, so that a fatal error is met at once, not at the end. */
+    while (s->p != NULL && rd_kafka_outq_len(s->p) > 0 && now_ms() < end) {
+        rd_kafka_flush(s->p, 100);
+        if (replace(s, NULL) != 0)
             break;
     }
     if (s->p != NULL) {
-        /* What is left is reported as not delivered, into redo. */
-        rd_kafka_purge(s->p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(s->p, 0);
-        rd_kafka_destroy(s->p);
+        drain(s->p); /* what is left is reported as not delivered, into redo */
+        s->p = NULL;
     }
     while (s->redo != NULL) {
         pending *next = s->redo->next;
