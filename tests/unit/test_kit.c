@@ -141,20 +141,26 @@ static void send_numbered(kit_sender *s, int from, int to)
     }
 }
 
-/* Asserts that the topic holds m-0 .. m-(n-1), each once. */
+/* Asserts that the topic holds m-0 .. m-(n-1), each once, and in each
+ * partition in the order they were given to the sender. */
 static void assert_each_once(const char *bootstrap, int n)
 {
     kit_msgs got = {0};
     int *seen = calloc((size_t)n, sizeof(*seen));
+    int last[2] = {-1, -1};
 
     assert_non_null(seen);
     assert_int_equal(kit_read_topic(bootstrap, "sent", 30000, &got), 0);
     for (size_t j = 0; j < got.n; j++) {
         int i = -1;
+        int32_t part = got.v[j].partition;
 
         assert_int_equal(sscanf(got.v[j].key, "m-%d", &i), 1);
         assert_true(i >= 0 && i < n);
         seen[i]++;
+        assert_true(part == 0 || part == 1);
+        assert_true(i > last[part]);
+        last[part] = i;
     }
     for (int i = 0; i < n; i++)
         assert_int_equal(seen[i], 1);
@@ -189,7 +195,7 @@ static void test_sender_resends_what_was_queued(void **state)
 }
 
 /* A fatal error while requests are in flight: the broker has written them
- * and answers 0.8 s later. The sender waits for those answers, so it sends
+ * and answers 3 s later. The sender waits for those answers, so it sends
  * again only the message the failed producer refused; one that sent them
  * again would write them twice. */
 static void test_sender_waits_for_what_is_in_flight(void **state)
@@ -202,14 +208,15 @@ static void test_sender_waits_for_what_is_in_flight(void **state)
     mock_start(&m);
     s = kit_sender_new(m.bootstrap, "sent", "linger.ms=50");
     assert_non_null(s);
-    send_numbered(s, 0, 1); /* connected, with its producer id */
-    for (int i = 0; i < 20; i++)
+    send_numbered(s, 0, 1); /* connected, with its producer id, when delivered */
+    for (int i = 0; i < 200 && kit_sender_outq(s) > 0; i++)
         assert_int_equal(kit_sender_poll(s, 50), 0);
-    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 800), RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(kit_sender_outq(s), 0);
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 3000), RD_KAFKA_RESP_ERR_NO_ERROR);
     /* One request per partition after the linger (not one per message,
      * which would leave some queued behind the five in flight). */
     send_numbered(s, 1, 50);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 10; i++)
         assert_int_equal(kit_sender_poll(s, 50), 0);
     assert_int_equal(kit_sender_test_fatal(s), 0);
     send_numbered(s, 50, 51); /* refused: the producer is replaced here */
@@ -218,6 +225,7 @@ static void test_sender_waits_for_what_is_in_flight(void **state)
     assert_int_equal(kit_sender_close(s, 30000, &st), 0);
     assert_int_equal(st.replaced, 1);
     assert_int_equal(st.resent, 1);
+    assert_int_equal(st.lost, 0);
     assert_each_once(m.bootstrap, 100);
     mock_stop(&m);
 }

@@ -66,6 +66,7 @@ typedef struct kit_sender kit_sender;
 typedef struct {
     long replaced; /* producers replaced after a fatal error */
     long resent;   /* messages sent again by a replacement */
+    long lost;     /* held by a failed producer past every purge: not sent again */
 } kit_send_stats;
 
 /* NULL when no producer can be created. */
@@ -77,10 +78,12 @@ int kit_send(kit_sender *s, const void *key, size_t key_len, const void *value, 
 /* Serves delivery reports for up to timeout_ms and replaces a failed
  * producer; 0, or -1 as kit_send. */
 int kit_sender_poll(kit_sender *s, int timeout_ms);
-/* Waits up to timeout_ms for every message (then at most 30 s more for
- * requests in flight), frees s and returns how many were not delivered;
- * fills st when not NULL. */
+/* Waits up to timeout_ms for every message (a replacement meanwhile, and
+ * the last producer's end, can each take 32 s more), frees s and returns
+ * how many were not delivered; fills st when not NULL. */
 long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st);
+/* For tests: messages and events the current producer has not reported. */
+long kit_sender_outq(const kit_sender *s);
 /* For tests: raises a fatal error in the current producer, as the broker's
  * OUT_OF_ORDER_SEQUENCE_NUMBER does; 0, or -1. */
 int kit_sender_test_fatal(kit_sender *s);

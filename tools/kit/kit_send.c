@@ -10,6 +10,7 @@
  * write one twice, and one sent again comes after later messages of its
  * partition; the worker treats such a copy as a retry.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,51 +92,59 @@ static rd_kafka_resp_err_t produce(kit_sender *s, pending *msg)
     }
 }
 
-static long now_ms(void)
+static int64_t now_ms(void)
 {
     struct timespec t;
 
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* Puts list (a chain ending in NULL) ahead of the redo list. */
-static void redo_prepend(kit_sender *s, pending *list)
+/* Appends chain (ending in NULL) to the redo list. */
+static void redo_append_chain(kit_sender *s, pending *chain)
 {
-    pending **tail = &list;
+    while (chain != NULL) {
+        pending *next = chain->next;
 
-    while (*tail != NULL)
-        tail = &(*tail)->next;
-    *tail = s->redo;
-    if (s->redo == NULL)
-        s->redo_tail = tail;
-    s->redo = list;
+        redo_append(s, chain);
+        chain = next;
+    }
 }
 
 /* Ends a failed producer with a report for every message it held. It
  * sends nothing more, so what waits in its queues is purged, again and
  * again, because a request that fails comes back there; what is in flight
- * gets its true outcome, for at most 30 s. What is left then (a leader
- * change can move messages between the purge's steps) is purged in flight:
- * written or not, it is sent again. */
-static void drain(rd_kafka_t *p)
+ * gets its answer, for at most 30 s. A message whose outcome librdkafka
+ * cannot know (its request timed out or its connection broke) is reported
+ * as not delivered and is sent again, written or not. So is what is left
+ * after 30 s, purged in flight. A message the producer holds even then (a
+ * leader change can move one between a purge's steps) gets no report from
+ * rd_kafka_destroy: it is counted as lost. */
+static void drain(kit_sender *s, rd_kafka_t *p)
 {
-    long end = now_ms() + 30000;
+    int64_t end = now_ms() + 30000;
+    int left;
 
     while (rd_kafka_outq_len(p) > 0 && now_ms() < end) {
         rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE);
         rd_kafka_poll(p, 100);
     }
-    for (int i = 0; i < 3 && rd_kafka_outq_len(p) > 0; i++) {
+    end = now_ms() + 2000;
+    while (rd_kafka_outq_len(p) > 0 && now_ms() < end) {
         rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(p, 0);
+        rd_kafka_poll(p, 100);
+    }
+    left = rd_kafka_outq_len(p);
+    if (left > 0) {
+        fprintf(stderr, "kit: a failed producer still holds %d message(s) or event(s)\n", left);
+        s->st.lost += left;
     }
     rd_kafka_destroy(p);
 }
 
-/* Sends the redo list through the current producer; returns how many it
- * took. What it refuses stays at the head of the list. */
-static long resend(kit_sender *s)
+/* Sends the redo list through the current producer and returns how many
+ * it took; what it refuses goes to *held, in order. */
+static long resend(kit_sender *s, pending **held)
 {
     pending *list = s->redo;
     long n = 0;
@@ -148,9 +157,10 @@ static long resend(kit_sender *s)
 
         if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (e != RD_KAFKA_RESP_ERR__FATAL)
-                fprintf(stderr, "kit: produce to %s: %s; messages kept\n", s->topic,
-                        rd_kafka_err2str(e));
-            redo_prepend(s, list);
+                fprintf(stderr,
+                        "kit: produce to %s: %s; the messages not sent are counted as failed\n",
+                        s->topic, rd_kafka_err2str(e));
+            *held = list;
             break;
         }
         n++;
@@ -160,10 +170,12 @@ static long resend(kit_sender *s)
 }
 
 /* Replaces the producer while it is in a fatal error, and sends again
- * what it reported as not delivered, then refused (a message it would not
- * take, or NULL). Returns 0, or -1 when no producer can be had or they
- * keep failing: then everything not delivered is on the redo list. */
-static int replace(kit_sender *s, pending *refused)
+ * what it reported as not delivered, then held (messages it refused,
+ * which come after its reports so that each keeps its place behind older
+ * messages of its key; or NULL). Returns 0, or -1 when no producer can be
+ * had or they keep failing: then everything not delivered is on the redo
+ * list. */
+static int replace(kit_sender *s, pending *held)
 {
     char why[512];
     int rc = 0;
@@ -171,12 +183,10 @@ static int replace(kit_sender *s, pending *refused)
     while (rc == 0 && rd_kafka_fatal_error(s->p, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         long n;
 
-        drain(s->p);
+        drain(s, s->p);
         s->p = NULL;
-        if (refused != NULL) {
-            redo_append(s, refused);
-            refused = NULL;
-        }
+        redo_append_chain(s, held);
+        held = NULL;
         if (s->st.replaced >= KIT_SENDER_MAX_REPLACED) {
             fprintf(stderr, "kit: producer failed %ld times; the last: %s\n", s->st.replaced + 1,
                     why);
@@ -185,15 +195,14 @@ static int replace(kit_sender *s, pending *refused)
             rc = -1;
         } else {
             s->st.replaced++;
-            n = resend(s);
+            n = resend(s, &held);
             s->st.resent += n;
             fprintf(stderr,
                     "kit: producer replaced after a fatal error (%s); %ld message(s) sent again\n",
                     why, n);
         }
     }
-    if (refused != NULL)
-        redo_append(s, refused);
+    redo_append_chain(s, held);
     return rc;
 }
 
@@ -261,8 +270,8 @@ int kit_sender_poll(kit_sender *s, int timeout_ms)
 
 long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
 {
-    long end = now_ms() + timeout_ms;
-    long failed = 0;
+    int64_t end = now_ms() + timeout_ms;
+    long failed;
 
     if (s == NULL)
         return 0;
@@ -273,9 +282,10 @@ long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
             break;
     }
     if (s->p != NULL) {
-        drain(s->p); /* what is left is reported as not delivered, into redo */
+        drain(s, s->p); /* what is left is reported as not delivered, into redo */
         s->p = NULL;
     }
+    failed = s->st.lost;
     while (s->redo != NULL) {
         pending *next = s->redo->next;
 
@@ -290,6 +300,11 @@ long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
     free(s->extra_conf);
     free(s);
     return failed;
+}
+
+long kit_sender_outq(const kit_sender *s)
+{
+    return s->p != NULL ? rd_kafka_outq_len(s->p) : 0;
 }
 
 int kit_sender_test_fatal(kit_sender *s)
