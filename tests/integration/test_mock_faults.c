@@ -103,13 +103,13 @@ typedef struct {
     char log[300];
     rd_kafka_t *producer;
     pid_t worker;
-    int next;          /* index of the next input to generate */
-    int n_valid;       /* valid inputs (distinct keys) */
-    long long n_orders; /* orders in the valid inputs */
-    int checks;        /* safety checks made */
-    int in_fault;      /* 1 while the fault is being injected or served */
-    int max_covered;   /* most inputs below the committed offsets in one check */
-    int fault_covered; /* the same, during the fault */
+    int next;                /* index of the next input to generate */
+    int n_valid;             /* valid inputs (distinct keys) */
+    long long n_orders;      /* orders in the valid inputs */
+    int checks;              /* safety checks made */
+    int in_fault;            /* 1 while the fault is being injected or served */
+    int max_covered;         /* most inputs below the committed offsets in one check */
+    int fault_covered;       /* the same, during the fault */
     int shutdown_timeout_ms; /* the worker's shutdown.timeout_ms, 0 for the default */
     int64_t t0_ms;
 } scenario;
@@ -142,16 +142,10 @@ static void set_leader(scenario *s, const char *topic, int32_t partition, int32_
  * broker 3 hits the worker's producer only. */
 static void cluster_start(scenario *s)
 {
-    char errstr[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-
-    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
-    s->owner = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    assert_non_null(s->owner);
-    conf = NULL; /* owned by s->owner now */
-    s->mc = rd_kafka_mock_cluster_new(s->owner, BROKERS);
+    s->mc = kit_mock_cluster(BROKERS, &s->owner);
     assert_non_null(s->mc);
-    snprintf(s->st.bootstrap, sizeof(s->st.bootstrap), "%s", rd_kafka_mock_cluster_bootstraps(s->mc));
+    snprintf(s->st.bootstrap, sizeof(s->st.bootstrap), "%s",
+             rd_kafka_mock_cluster_bootstraps(s->mc));
     assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_in, IN_PARTS, BROKERS), 0);
     assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_out, OUT_PARTS, BROKERS), 0);
     assert_int_equal(rd_kafka_mock_topic_create(s->mc, s->st.topic_dlq, 1, BROKERS), 0);
@@ -507,7 +501,8 @@ static void await_first_output(scenario *s)
         int64_t ends[OUT_PARTS] = {0};
         int64_t total = 0;
 
-        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, ends, OUT_PARTS), OUT_PARTS);
+        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, ends, OUT_PARTS),
+                         OUT_PARTS);
         for (int p = 0; p < OUT_PARTS; p++)
             total += ends[p] > 0 ? ends[p] : 0;
         if (total > 0)
@@ -569,7 +564,8 @@ static void await_liveness(scenario *s)
 
         snapshot_take(s, &snap);
         verify_covered(s, snap.committed, &snap, "recovery");
-        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_in, ends, IN_PARTS), IN_PARTS);
+        assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_in, ends, IN_PARTS),
+                         IN_PARTS);
         for (size_t k = 0; k < snap.inputs.n; k++)
             missing += missing_output(&snap.x, &snap.inputs.v[k]) != NULL;
         for (int p = 0; p < IN_PARTS; p++)
@@ -588,8 +584,8 @@ static void await_liveness(scenario *s)
             fail_msg("%s: %d s after the fault, %d of %d inputs lack outputs; committed "
                      "%lld/%lld/%lld, ends %lld/%lld/%lld (see %s)",
                      s->name, LIVENESS_S, missing, s->next, (long long)snap.committed[0],
-                     (long long)snap.committed[1], (long long)snap.committed[2],
-                     (long long)ends[0], (long long)ends[1], (long long)ends[2], s->log);
+                     (long long)snap.committed[1], (long long)snap.committed[2], (long long)ends[0],
+                     (long long)ends[1], (long long)ends[2], s->log);
         }
         snapshot_free(&snap);
         sleep_ms(300);
@@ -787,7 +783,8 @@ static void test_coordinator_moves(void **state)
         int64_t step_end = now_ms() + 700;
         int32_t coordinator = 1 + (step + 1) % 3;
 
-        assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->st.group, coordinator), 0);
+        assert_int_equal(rd_kafka_mock_coordinator_set(s->mc, "group", s->st.group, coordinator),
+                         0);
         rd_kafka_mock_push_request_errors_array(s->mc, API_OFFSET_COMMIT, 2,
                                                 &commit_errors[(2 * step) % 6]);
         produce_inputs(s, 10);
@@ -852,7 +849,8 @@ static void test_broker_down(void **state)
     push_produce_burst(s, 100);
     assert_int_equal(rd_kafka_mock_broker_set_up(s->mc, 3), 0);
     down_ms = now_ms() - down_ms;
-    assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, out_ends, OUT_PARTS), OUT_PARTS);
+    assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_out, out_ends, OUT_PARTS),
+                     OUT_PARTS);
     assert_int_equal(kit_end_offsets(s->st.bootstrap, s->st.topic_dlq, dlq_end, 1), 1);
     left = produce_errors_left(s);
     if (left == 0)
@@ -900,8 +898,8 @@ static int64_t stop_within(scenario *s, int64_t limit_ms, const char *during)
     took = now_ms() - took;
     s->worker = 0;
     if (status != 0)
-        fail_msg("%s: the worker exited with %d after SIGTERM %s (see %s)", s->name, status,
-                 during, s->log);
+        fail_msg("%s: the worker exited with %d after SIGTERM %s (see %s)", s->name, status, during,
+                 s->log);
     if (took > limit_ms)
         fail_msg("%s: SIGTERM %s took %lld ms with shutdown.timeout_ms = %d (see %s)", s->name,
                  during, (long long)took, STOP_TIMEOUT_MS, s->log);
@@ -1041,10 +1039,10 @@ static void test_producer_replaced(void **state)
     start_worker(s);
     await_first_output(s);
     s->in_fault = 1;
-    assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
-                         s->mc, 3, API_PRODUCE, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-                         0),
-                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(
+        rd_kafka_mock_broker_push_request_error_rtts(
+            s->mc, 3, API_PRODUCE, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, 0),
+        RD_KAFKA_RESP_ERR_NO_ERROR);
     /* Inputs keep arriving at every lane while the producer fails: a lane
      * that produces between the failure and its replacement is refused at
      * once, which must not stop the worker either. */
@@ -1077,8 +1075,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fatal_produce_error, setup_fatal, scenario_teardown),
         cmocka_unit_test_setup_teardown(test_stop_with_cluster_down, setup_all_down,
                                         scenario_teardown),
-        cmocka_unit_test_setup_teardown(test_producer_replaced, setup_replaced,
-                                        scenario_teardown),
+        cmocka_unit_test_setup_teardown(test_producer_replaced, setup_replaced, scenario_teardown),
     };
 
     if (getenv("OW_MOCK_FILTER") != NULL)

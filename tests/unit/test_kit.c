@@ -15,8 +15,6 @@
 #include <cmocka.h>
 
 #include "kit.h"
-/* after rdkafka.h, which kit.h includes */
-#include <librdkafka/rdkafka_mock.h>
 
 /* The value of name in a merged environment, or NULL; fails on a second
  * entry of the same name. */
@@ -103,32 +101,39 @@ static void test_header(void **state)
     rd_kafka_headers_destroy(m.headers);
 }
 
-/* A mock cluster of one broker with one topic of two partitions. */
+/* Each sender case has a mock cluster of one broker with one topic of two
+ * partitions. */
 typedef struct {
     rd_kafka_t *host;
     rd_kafka_mock_cluster_t *mc;
     const char *bootstrap;
 } mock;
 
-static void mock_start(mock *m)
+static int mock_setup(void **state)
 {
-    char errstr[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    mock *m = calloc(1, sizeof(*m));
 
-    /* The mock cluster's host needs no broker of its own. */
-    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
-    m->host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    assert_non_null(m->host);
-    m->mc = rd_kafka_mock_cluster_new(m->host, 1);
-    assert_non_null(m->mc);
-    assert_int_equal(rd_kafka_mock_topic_create(m->mc, "sent", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    if (m == NULL)
+        return -1;
+    m->mc = kit_mock_cluster(1, &m->host);
+    if (m->mc == NULL ||
+        rd_kafka_mock_topic_create(m->mc, "sent", 2, 1) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        free(m);
+        return -1;
+    }
     m->bootstrap = rd_kafka_mock_cluster_bootstraps(m->mc);
+    *state = m;
+    return 0;
 }
 
-static void mock_stop(mock *m)
+static int mock_teardown(void **state)
 {
+    mock *m = *state;
+
     rd_kafka_mock_cluster_destroy(m->mc);
     rd_kafka_destroy(m->host);
+    free(m);
+    return 0;
 }
 
 static void send_numbered(kit_sender *s, int from, int to)
@@ -169,6 +174,19 @@ static void assert_each_once(const char *bootstrap, int n)
     free(seen);
 }
 
+/* Closes s, which replaced its producer once and sent resent messages
+ * again, and checks that the topic holds each of the n messages once. */
+static void close_after_one_replacement(kit_sender *s, const mock *m, long resent, int n)
+{
+    kit_send_stats st;
+
+    assert_int_equal(kit_sender_close(s, 30000, &st), 0);
+    assert_int_equal(st.replaced, 1);
+    assert_int_equal(st.resent, resent);
+    assert_int_equal(st.lost, 0);
+    assert_each_once(m->bootstrap, n);
+}
+
 /* A fatal error while messages wait in the producer's queue: they are
  * reported purged, and the sender sends them through a new producer. The
  * linger keeps the first half queued when the error comes, so that each of
@@ -176,22 +194,14 @@ static void assert_each_once(const char *bootstrap, int n)
  * message, which goes with them; the rest go to the new producer. */
 static void test_sender_resends_what_was_queued(void **state)
 {
-    mock m;
-    kit_sender *s;
-    kit_send_stats st;
+    mock *m = *state;
+    kit_sender *s = kit_sender_new(m->bootstrap, "sent", "linger.ms=2000");
 
-    (void)state;
-    mock_start(&m);
-    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=2000");
     assert_non_null(s);
     send_numbered(s, 0, 100);
     assert_int_equal(kit_sender_test_fatal(s), 0);
     send_numbered(s, 100, 200);
-    assert_int_equal(kit_sender_close(s, 30000, &st), 0);
-    assert_int_equal(st.replaced, 1);
-    assert_int_equal(st.resent, 101);
-    assert_each_once(m.bootstrap, 200);
-    mock_stop(&m);
+    close_after_one_replacement(s, m, 101, 200);
 }
 
 /* A fatal error while requests are in flight: the broker has written them
@@ -200,19 +210,15 @@ static void test_sender_resends_what_was_queued(void **state)
  * again would write them twice. */
 static void test_sender_waits_for_what_is_in_flight(void **state)
 {
-    mock m;
-    kit_sender *s;
-    kit_send_stats st;
+    mock *m = *state;
+    kit_sender *s = kit_sender_new(m->bootstrap, "sent", "linger.ms=50");
 
-    (void)state;
-    mock_start(&m);
-    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=50");
     assert_non_null(s);
     send_numbered(s, 0, 1); /* connected, with its producer id, when delivered */
     for (int i = 0; i < 200 && kit_sender_outq(s) > 0; i++)
         assert_int_equal(kit_sender_poll(s, 50), 0);
     assert_int_equal(kit_sender_outq(s), 0);
-    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 3000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(m->mc, 1, 3000), RD_KAFKA_RESP_ERR_NO_ERROR);
     /* One request per partition after the linger (not one per message,
      * which would leave some queued behind the five in flight). */
     send_numbered(s, 1, 50);
@@ -220,28 +226,20 @@ static void test_sender_waits_for_what_is_in_flight(void **state)
         assert_int_equal(kit_sender_poll(s, 50), 0);
     assert_int_equal(kit_sender_test_fatal(s), 0);
     send_numbered(s, 50, 51); /* refused: the producer is replaced here */
-    assert_int_equal(rd_kafka_mock_broker_set_rtt(m.mc, 1, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(m->mc, 1, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
     send_numbered(s, 51, 100);
-    assert_int_equal(kit_sender_close(s, 30000, &st), 0);
-    assert_int_equal(st.replaced, 1);
-    assert_int_equal(st.resent, 1);
-    assert_int_equal(st.lost, 0);
-    assert_each_once(m.bootstrap, 100);
-    mock_stop(&m);
+    close_after_one_replacement(s, m, 1, 100);
 }
 
 /* Producers that keep failing: the eleventh failure ends the sending, and
  * every message not delivered is counted, none twice. */
 static void test_sender_gives_up_after_ten_replacements(void **state)
 {
-    mock m;
-    kit_sender *s;
+    mock *m = *state;
+    kit_sender *s = kit_sender_new(m->bootstrap, "sent", "linger.ms=5000");
     kit_send_stats st;
     int refused = 0;
 
-    (void)state;
-    mock_start(&m);
-    s = kit_sender_new(m.bootstrap, "sent", "linger.ms=5000");
     assert_non_null(s);
     for (int i = 0; i < 11; i++) {
         assert_int_equal(kit_sender_test_fatal(s), 0);
@@ -252,7 +250,7 @@ static void test_sender_gives_up_after_ten_replacements(void **state)
     assert_int_equal(kit_sender_close(s, 1000, &st), 11);
     assert_int_equal(st.replaced, 10);
     assert_int_equal(st.resent, 55); /* 1 + 2 + ... + 10 */
-    mock_stop(&m);
+    assert_int_equal(st.lost, 0);
 }
 
 int main(void)
@@ -261,9 +259,12 @@ int main(void)
         cmocka_unit_test(test_env_merge_replaces_and_appends),
         cmocka_unit_test(test_env_merge_counts),
         cmocka_unit_test(test_header),
-        cmocka_unit_test(test_sender_resends_what_was_queued),
-        cmocka_unit_test(test_sender_waits_for_what_is_in_flight),
-        cmocka_unit_test(test_sender_gives_up_after_ten_replacements),
+        cmocka_unit_test_setup_teardown(test_sender_resends_what_was_queued, mock_setup,
+                                        mock_teardown),
+        cmocka_unit_test_setup_teardown(test_sender_waits_for_what_is_in_flight, mock_setup,
+                                        mock_teardown),
+        cmocka_unit_test_setup_teardown(test_sender_gives_up_after_ten_replacements, mock_setup,
+                                        mock_teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

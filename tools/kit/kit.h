@@ -7,6 +7,7 @@
 #define OW_KIT_H
 
 #include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h> /* after rdkafka.h */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -60,6 +61,10 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
                 size_t key_len, const void *value, size_t len);
 /* Flushes; returns the number of messages that failed to deliver. */
 int kit_flush(rd_kafka_t *p, int timeout_ms);
+/* A librdkafka mock cluster of n brokers, in a client of its own, *host,
+ * which the caller destroys after the cluster; NULL on failure. */
+rd_kafka_mock_cluster_t *kit_mock_cluster(int brokers, rd_kafka_t **host);
+
 /* A producer to one topic that replaces itself after a fatal error and
  * sends again what the failed one did not deliver (see kit_send.c). */
 typedef struct kit_sender kit_sender;

@@ -170,6 +170,27 @@ int kit_alter_topic_config(const char *bootstrap, const char *topic, const char 
     return rc;
 }
 
+rd_kafka_mock_cluster_t *kit_mock_cluster(int brokers, rd_kafka_t **host)
+{
+    char errstr[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_mock_cluster_t *mc = NULL;
+
+    /* The host talks to no broker; its warning that it has none is noise. */
+    rd_kafka_conf_set(c, "log_level", "3", errstr, sizeof(errstr));
+    *host = rd_kafka_new(RD_KAFKA_PRODUCER, c, errstr, sizeof(errstr));
+    if (*host == NULL) {
+        rd_kafka_conf_destroy(c);
+        return NULL;
+    }
+    mc = rd_kafka_mock_cluster_new(*host, brokers);
+    if (mc == NULL) {
+        rd_kafka_destroy(*host);
+        *host = NULL;
+    }
+    return mc;
+}
+
 static int failed_deliveries;
 
 static void on_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
