@@ -484,8 +484,10 @@ replica_hung() { HUNG=$((HUNG + 1)); say "$1"; }
 stop_replicas() {  # I...
   local i pidf
   for i in "$@"; do stop_replica "$i"; done
+  # compgen, not ls: a pid file that goes between the glob's expansion
+  # and ls's look makes ls fail, which would end the wait early.
   for _ in $(seq 60); do
-    ls "$RUN"/replica-*.pid >/dev/null 2>&1 || break
+    compgen -G "$RUN/replica-*.pid" >/dev/null || break
     sleep 0.5
   done
   for pidf in "$RUN"/replica-*.pid; do

@@ -182,6 +182,24 @@ start_replica 2; sleep 1; stop_replica 2; wait \"\${SUPERVISORS[2]}\"
 sort -u \"\$RUN/exits.log\"; wc -l <\"\$FAULTS\""
 check "supervise: a script's own replica_exited and replica_restart" "exit 3 of 2 0|0" "$(echo $OUT)|$STATUS"
 
+# stop_replicas waits while any pid file is left. A replica's pid file can
+# go between the glob's expansion and a look at the files (its supervisor
+# removes it when the replica exits), as the ls below pretends: that must
+# not end the wait while another replica is still stopping. Each stand-in
+# takes 0.5 s per replica number to stop after its SIGTERM.
+printf '#!/usr/bin/env bash\ntrap "sleep \\$(( ORDER_WORKER_WORKER_REPLICA_ID * 5 ))e-1; exit 0" TERM\nwhile :; do sleep 0.05; done\n' \
+  >"$dir/fake-worker-slow"
+chmod +x "$dir/fake-worker-slow"
+rm -f "$dir/replicas"/*
+body "RUN=$dir/replicas FAULTS=$dir/replicas/faults BIN=$dir/fake-worker-slow REPLICA_IDS=1
+: >\"\$FAULTS\"; messages chaos
+ls() { command ls \"\$@\" \"\$RUN/gone.pid\"; }
+start_replica 1; start_replica 2; sleep 1
+stop_replicas 1 2; wait
+echo \"hung=\$HUNG\"; sort \"\$RUN/exits.log\" | sed 's/pid [0-9]* //'"
+check "stop_replicas: a pid file gone between the glob and the look ends no wait" \
+  "hung=0 replica 1 exit 0 replica 2 exit 0|0" "$(echo $OUT)|$STATUS"
+
 # --- benchmarks -------------------------------------------------------------
 # An ow-kit lag stand-in whose group commits 5 more offsets at each call,
 # from 0, and workers that end on SIGTERM with STATUS.
