@@ -18,7 +18,7 @@
 #   the worker   mariadb_at secret write_private worker_user worker_database
 #                create_topics worker_kafka fault_run_timeouts worker_has_key
 #   fault runs   now_ms fault left need_built mix start_replica stop_replica
-#                start_killer stop_replicas scale_down_up wait_generator
+#                start_killer stop_replicas scale_down_up wait_log wait_generator
 #                catch_up replica_exits self_check_verdict replica_verdict
 #                finish stop_fault_run
 #   benchmarks   run_stamp ow_bench committed_offsets ticks backlog_window
@@ -440,8 +440,12 @@ start_killer() {  # SECONDS: the killer in the background (KILLER_PID)
   say "killer running for $1 s"
 }
 
-# The group scaled 3 -> 1 for 12 s and back, once the killer is done.
+# The group scaled 3 -> 1 for 12 s and back, once the killer is done. The
+# scale-up ends when both replicas have started, as an operator's does: a
+# stop that came sooner could reach a worker before its signal handlers,
+# which would end it with 143 instead of a clean stop.
 scale_down_up() {
+  local i off=()
   wait "$KILLER_PID" || true
   KILLER_PID=""
   say "scaling 3 -> 1"
@@ -450,9 +454,24 @@ scale_down_up() {
   stop_replica 3
   sleep 12
   say "scaling 1 -> 3"
+  for i in 2 3; do off[i]=$(stat -c %s "$RUN/worker-$i.log" 2>/dev/null || echo 0); done
   start_replica 2
   start_replica 3
   fault scale-up
+  for i in 2 3; do
+    wait_log "$RUN/worker-$i.log" "${off[i]}" '"event":"worker_started"' 30 ||
+      say "replica $i has not started within 30 s"
+  done
+}
+
+# Waits up to SECONDS for a line with TEXT in LOG after byte OFF; 0 once
+# it is there, 1 when the time is up.
+wait_log() {  # LOG OFF TEXT SECONDS
+  local end=$((SECONDS + $4))
+  until log_since "$1" "$2" | grep -qF -- "$3"; do
+    ((SECONDS < end)) || return 1
+    sleep 0.2
+  done
 }
 
 # Waits for the generator in the background (GEN_PID); its failure fails

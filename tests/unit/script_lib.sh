@@ -140,6 +140,12 @@ check "log_since | grep -q: a line followed by 300 KB" "found|0" "$OUT|$STATUS"
 body "log_since $dir/daemon.log 9 | grep -q 'old line' || echo absent"
 check "log_since: nothing before the offset" "absent|0" "$OUT|$STATUS"
 
+: >"$dir/w.log"
+body "(sleep 0.5; echo '{\"event\":\"worker_started\"}' >>$dir/w.log) &
+wait_log $dir/w.log 0 '\"event\":\"worker_started\"' 10 && echo started
+wait_log $dir/w.log 0 'never' 1 || echo 'time up'"
+check "wait_log: a line that comes later, and the time up" "started time up|0" "$(echo $OUT)|$STATUS"
+
 # --- the worker -------------------------------------------------------------
 body 'mariadb() { echo "$*"; }; mariadb_at 22467 -e x; mariadb_at 127.0.0.12:3307 -N'
 check "mariadb_at: PORT on 127.0.0.1, or HOST:PORT" \
