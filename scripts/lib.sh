@@ -170,7 +170,9 @@ port_in_use() {  # PORT
 # (32768-60999), where no outgoing connection takes one meanwhile.
 PORT_MIN=20000
 PORT_MAX=32000
-USED_PORTS=" "
+# OW_USED_PORTS: ports a parent script has handed out and not yet bound
+# (services.sh starts MariaDB and a broker cluster at once).
+USED_PORTS=" ${OW_USED_PORTS:+$OW_USED_PORTS }"
 pick_port() {
   # Prefixed locals: a caller's VAR of the same name would be set here instead.
   local pp_var=$1 pp_forced=${2:-} pp_port pp_try

@@ -667,6 +667,9 @@ cmd_start() {
     esac
   done
 
+  # A broker cluster picks its ports in kafka-cluster.sh, while MariaDB
+  # has not bound its own yet: tell it which are taken.
+  export OW_USED_PORTS="$USED_PORTS"
   local -A job=()
   for svc in "${todo[@]}"; do
     case $svc in

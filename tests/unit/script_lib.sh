@@ -252,6 +252,10 @@ busy=$(cat "$dir/port")
 body "messages services; pick_port p $busy; echo \"\$p\""
 check "pick_port: a forced port in use is refused" \
   "|services: ERROR: requested port $busy is already in use on 127.0.0.1|1" "$OUT|$ERR|$STATUS"
+# A port a parent script handed out, before its daemon has bound it.
+OW_USED_PORTS="20123 $busy" body "messages services; pick_port p 20123"
+check "pick_port: a port in OW_USED_PORTS is taken" \
+  "services: ERROR: port 20123 requested twice|1" "$ERR|$STATUS"
 body "port_in_use $busy && echo busy"
 check "port_in_use: a listening port" "busy" "$OUT"
 
