@@ -191,7 +191,7 @@ recover_position() {  # N -> prints UUID:SEQNO or nothing
   node_args "$n"
   timeout 120 "$MARIADBD" "${NODE_ARGS[@]}" --wsrep-recover --log-error="$log" >/dev/null 2>&1 || true
   pos="$(sed -n 's/.*WSREP: Recovered position: *\([0-9a-f-]*:-\{0,1\}[0-9]*\).*/\1/p' "$log" | tail -n 1)"
-  [[ -n $pos ]] && echo "$pos"
+  if [[ -n $pos ]]; then echo "$pos"; fi
 }
 
 node_launch() {  # N [EXTRA ARGS...]

@@ -116,7 +116,8 @@ start_replica 2
 # began there grows most over 2 s; the last one seen when none grows.
 WRITER=1
 local_commits() {
-  mysql_root "$1" -N -B -e "SHOW GLOBAL STATUS LIKE 'wsrep_local_commits'" 2>/dev/null | cut -f2
+  # Empty when the node does not answer (find_writer skips it).
+  mysql_root "$1" -N -B -e "SHOW GLOBAL STATUS LIKE 'wsrep_local_commits'" 2>/dev/null | cut -f2 || true
 }
 connections() {  # the worker's sessions on each node
   local n out=""
