@@ -334,9 +334,13 @@ cmd_restart() {  # N
 # from a metadata request to the running nodes.
 # (Every topic's: a metadata request naming a topic would create it.)
 partition_leaders() {  # [TOPIC]
-  local out
-  out="$(timeout 15 kcat -b "$(live_bootstrap)" -L -m 10 2>/dev/null)" ||
-    die "no metadata from $(live_bootstrap)"
+  local out=""
+  for _ in 1 2 3; do
+    out="$(timeout 15 kcat -b "$(live_bootstrap)" -L -m 10 2>/dev/null)" && break
+    out=""
+    sleep 1
+  done
+  [[ -n $out ]] || die "no metadata from $(live_bootstrap) in 3 tries"
   awk -v want="${1:-}" '/^  topic "/ { split($0, a, "\""); topic = a[2] }
        /^    partition [0-9]+, leader / && (want == "" || topic == want) {
          p = $2; sub(",", "", p); l = $4; sub(",", "", l); print topic, p, l }' <<<"$out"
