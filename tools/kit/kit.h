@@ -59,6 +59,12 @@ rd_kafka_conf_t *kit_producer_conf(const char *bootstrap, const char *extra_conf
 /* Produces one message asynchronously; key may be NULL. partition -1 = by key. */
 int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
                 size_t key_len, const void *value, size_t len);
+/* The same with the delivery report's opaque; waits while the queue is
+ * full and returns librdkafka's answer (opaque stays the caller's unless
+ * it is RD_KAFKA_RESP_ERR_NO_ERROR). */
+rd_kafka_resp_err_t kit_produce_with(rd_kafka_t *p, const char *topic, int32_t partition,
+                                     const void *key, size_t key_len, const void *value, size_t len,
+                                     void *opaque);
 /* Flushes; returns the number of messages that failed to deliver. */
 int kit_flush(rd_kafka_t *p, int timeout_ms);
 /* A librdkafka mock cluster of n brokers, in a client of its own, *host,

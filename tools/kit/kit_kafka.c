@@ -239,8 +239,9 @@ rd_kafka_t *kit_producer(const char *bootstrap, const char *extra_conf)
     return p;
 }
 
-int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
-                size_t key_len, const void *value, size_t len)
+rd_kafka_resp_err_t kit_produce_with(rd_kafka_t *p, const char *topic, int32_t partition,
+                                     const void *key, size_t key_len, const void *value, size_t len,
+                                     void *opaque)
 {
     int32_t part = partition < 0 ? RD_KAFKA_PARTITION_UA : partition;
     size_t klen = key != NULL ? key_len : 0;
@@ -249,14 +250,21 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
         rd_kafka_resp_err_t e = rd_kafka_producev(
             p, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(part), RD_KAFKA_V_KEY(key, klen),
             RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return 0;
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-            return -1;
+            return e;
         rd_kafka_poll(p, 10);
     }
+}
+
+int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
+                size_t key_len, const void *value, size_t len)
+{
+    return kit_produce_with(p, topic, partition, key, key_len, value, len, NULL) ==
+                   RD_KAFKA_RESP_ERR_NO_ERROR
+               ? 0
+               : -1;
 }
 
 int kit_flush(rd_kafka_t *p, int timeout_ms)

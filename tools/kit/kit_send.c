@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kit.h"
+#include "ow/util.h"
 
 /* A replacement that fails again this many times ends the sending. */
 #define KIT_SENDER_MAX_REPLACED 10
@@ -75,29 +75,11 @@ static rd_kafka_t *new_producer(kit_sender *s)
     return p;
 }
 
-/* Hands msg to the producer; on an error other than a full queue the
- * message stays the caller's. */
+/* Hands msg to the producer; on an error the message stays the caller's. */
 static rd_kafka_resp_err_t produce(kit_sender *s, pending *msg)
 {
-    for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(
-            s->p, RD_KAFKA_V_TOPIC(s->topic),
-            RD_KAFKA_V_KEY(msg->has_key ? msg->data : NULL, msg->key_len),
-            RD_KAFKA_V_VALUE(msg->data + msg->key_len, msg->len),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
-
-        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-            return e;
-        rd_kafka_poll(s->p, 10);
-    }
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return kit_produce_with(s->p, s->topic, -1, msg->has_key ? msg->data : NULL, msg->key_len,
+                            msg->data + msg->key_len, msg->len, msg);
 }
 
 /* Appends chain (ending in NULL) to the redo list. */
@@ -122,15 +104,15 @@ static void redo_append_chain(kit_sender *s, pending *chain)
  * rd_kafka_destroy: it is counted as lost. */
 static void drain(kit_sender *s, rd_kafka_t *p)
 {
-    int64_t end = now_ms() + 30000;
+    int64_t end = ow_clock_mono_ms() + 30000;
     int left;
 
-    while (rd_kafka_outq_len(p) > 0 && now_ms() < end) {
+    while (rd_kafka_outq_len(p) > 0 && ow_clock_mono_ms() < end) {
         rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE);
         rd_kafka_poll(p, 100);
     }
-    end = now_ms() + 2000;
-    while (rd_kafka_outq_len(p) > 0 && now_ms() < end) {
+    end = ow_clock_mono_ms() + 2000;
+    while (rd_kafka_outq_len(p) > 0 && ow_clock_mono_ms() < end) {
         rd_kafka_purge(p, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         rd_kafka_poll(p, 100);
     }
@@ -270,13 +252,13 @@ int kit_sender_poll(kit_sender *s, int timeout_ms)
 
 long kit_sender_close(kit_sender *s, int timeout_ms, kit_send_stats *st)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = ow_clock_mono_ms() + timeout_ms;
     long failed;
 
     if (s == NULL)
         return 0;
     /* In slices, so that a fatal error is met at once, not at the end. */
-    while (s->p != NULL && rd_kafka_outq_len(s->p) > 0 && now_ms() < end) {
+    while (s->p != NULL && rd_kafka_outq_len(s->p) > 0 && ow_clock_mono_ms() < end) {
         rd_kafka_flush(s->p, 100);
         if (replace(s, NULL) != 0)
             break;
