@@ -1,7 +1,7 @@
 -- Creates (or updates) the database user of the result query service
--- (`order-worker serve`): SELECT on the two tables and on the shard map
--- (every connection checks it) and nothing else, so that the HTTP side can
--- never change a record or an order.
+-- (`order-worker serve`): SELECT on the two tables, the shard map and the
+-- schema's version (every connection checks them) and nothing else, so that
+-- the HTTP side can never change a record or an order.
 -- Run it as an administrator after `order-worker migrate`, with four
 -- session variables set, for example:
 --
@@ -38,6 +38,12 @@ EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
 SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_shard_map TO ', @ow_account);
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+-- The schema's version, which every connection checks against the binary's.
+SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_schema_migrations TO ', @ow_account);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;

@@ -1,7 +1,8 @@
 -- Creates (or updates) the database user the worker runs as, with only the
 -- privileges it needs: SELECT, INSERT and UPDATE on the two tables, and
 -- DELETE on idempotency_requests for `order-worker purge` (retention);
--- SELECT on ow_shard_map (every connection reads it as it connects).
+-- SELECT on ow_shard_map and ow_schema_migrations (every connection reads them
+-- as it connects).
 -- Run it as an administrator after `order-worker migrate`, with three
 -- session variables set, for example:
 --
@@ -53,6 +54,12 @@ DEALLOCATE PREPARE ow_stmt;
 
 -- The shard map (migration 003): every connection reads it as it connects.
 SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_shard_map TO ', @ow_account);
+PREPARE ow_stmt FROM @ow_sql;
+EXECUTE ow_stmt;
+DEALLOCATE PREPARE ow_stmt;
+
+-- The schema's version, which every connection checks against the binary's.
+SET @ow_sql = CONCAT('GRANT SELECT ON ', @ow_db, '.ow_schema_migrations TO ', @ow_account);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;

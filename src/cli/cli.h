@@ -59,6 +59,12 @@ int ow_cli_args(int argc, char **argv, const char *const *known, const char *cmd
 /* The value of a required option; prints "--name is required" and returns
  * NULL when it is absent or empty. */
 const char *ow_cli_required(int argc, char **argv, const char *name, const char *cmd);
+/* The exit status of a failed store call: OW_EXIT_USAGE for what the
+ * configuration or the server's settings must change (INVALID_INPUT: a
+ * schema of another version, a setting the command cannot run against),
+ * else OW_EXIT_FAILURE. */
+int ow_cli_exit_for(const ow_error *err);
+
 /* --user as a positive 64-bit integer; prints the error and returns -1. */
 int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
 
@@ -66,7 +72,9 @@ int ow_cli_user(int argc, char **argv, const char *cmd, int64_t *user);
  * "shard", the mysql.host database, and headers print nothing. */
 #define OW_CLI_SHARD_NAME_MAX (OW_SHARD_HOST_MAX + OW_SHARD_DB_MAX + 64)
 unsigned ow_cli_shards(const ow_config *cfg);
-ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids);
+/* A store on shard `shard` for a subcommand's one connection; writes says
+ * whether the command writes (purge), which the server checks consider. */
+ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids, int writes);
 /* "shard 1 (host:port/database)" into buf. */
 const char *ow_cli_shard_name(const ow_config *cfg, unsigned shard, char *buf, size_t cap);
 /* Prints "CMD: shard N (...)" before a shard's part of a report (sharded only). */

@@ -65,7 +65,7 @@ static int audit_one(const ow_config *cfg, unsigned shard)
     ow_audit_report report;
     ow_error err;
     ow_idgen ids;
-    ow_store *s = ow_cli_shard_store_new(cfg, shard, &ids);
+    ow_store *s = ow_cli_shard_store_new(cfg, shard, &ids, 0);
     int code;
 
     ow_cli_shard_header(cfg, shard, "audit");
@@ -74,7 +74,7 @@ static int audit_one(const ow_config *cfg, unsigned shard)
         code = OW_EXIT_FAILURE;
     } else if (ow_store_audit(s, &report, &err) != OW_OK) {
         fprintf(stderr, "order-worker audit: %s\n", err.msg);
-        code = OW_EXIT_FAILURE;
+        code = ow_cli_exit_for(&err);
     } else {
         code = print_report(&report) ? OW_EXIT_FINDINGS : OW_EXIT_OK;
     }
@@ -99,7 +99,9 @@ int ow_cmd_audit(int argc, char **argv, const volatile sig_atomic_t *stop)
     for (unsigned i = 0; i < ow_cli_shards(&cfg); i++) {
         int one = audit_one(&cfg, i);
 
-        if (one == OW_EXIT_FAILURE || (one == OW_EXIT_FINDINGS && code == OW_EXIT_OK))
+        if ((one == OW_EXIT_USAGE || one == OW_EXIT_FAILURE) && code != OW_EXIT_USAGE)
+            code = one;
+        else if (one == OW_EXIT_FINDINGS && code == OW_EXIT_OK)
             code = one;
     }
     ow_config_cleanup(&cfg);

@@ -183,3 +183,8 @@ int ow_cli_int_range(const char *cmd, const char *name, const char *v, int64_t l
             cmd, name, (long long)lo, (long long)hi, what, v);
     return OW_EXIT_USAGE;
 }
+
+int ow_cli_exit_for(const ow_error *err)
+{
+    return err->cls == OW_ERRCLASS_INVALID_INPUT ? OW_EXIT_USAGE : OW_EXIT_FAILURE;
+}

@@ -154,7 +154,7 @@ static int lookup_print(ow_store *s, int64_t user, const char *key)
         code = OW_EXIT_NOT_FOUND;
     } else if (rc != OW_OK) {
         fprintf(stderr, "order-worker lookup: %s\n", err.msg);
-        code = OW_EXIT_FAILURE;
+        code = ow_cli_exit_for(&err);
     } else if (print_record(&rec) != 0) {
         fprintf(stderr, "order-worker lookup: cannot write the record\n");
         code = OW_EXIT_FAILURE;
@@ -250,7 +250,7 @@ int ow_cmd_lookup(int argc, char **argv, const volatile sig_atomic_t *stop)
         return code;
     /* The user's shard; shard 0 is mysql.host when unsharded. */
     s = ow_cli_shard_store_new(
-        &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids);
+        &cfg, ow_shard_of_user(user, (uint32_t)cfg.mysql_shard_buckets, cfg.shards.n), &ids, 0);
     if (s == NULL) {
         fprintf(stderr, "order-worker lookup: out of memory\n");
         code = OW_EXIT_FAILURE;

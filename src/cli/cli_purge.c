@@ -233,7 +233,7 @@ static int purge_report(purge_run *p, int rc, const ow_error *err)
            (long long)p->deleted, p->cutoff_text, (long long)p->detached);
     if (rc != OW_OK) {
         fprintf(stderr, "order-worker purge: %s\n", err->msg);
-        return OW_EXIT_FAILURE;
+        return ow_cli_exit_for(err);
     }
     if (*p->stop) {
         fprintf(stderr, "order-worker purge: interrupted; run it again to finish\n");
@@ -251,7 +251,7 @@ static int purge_run_all(purge_run *p, int64_t older_than, int dry_run)
         rc = ow_store_purge_count(p->s, &p->cutoff, &p->estimate, &err);
     if (rc != OW_OK) {
         fprintf(stderr, "order-worker purge: %s\n", err.msg);
-        return OW_EXIT_FAILURE;
+        return ow_cli_exit_for(&err);
     }
     ow_timestamp_format(&p->cutoff, p->cutoff_text);
     if (dry_run) {
@@ -272,7 +272,7 @@ static int purge_one(purge_run *p, unsigned shard, int64_t older_than, int dry_r
     ow_cli_shard_header(p->cfg, shard, "purge");
     memset(&p->pos, 0, sizeof(p->pos));
     p->deleted = p->detached = p->estimate = 0;
-    p->s = ow_cli_shard_store_new(p->cfg, shard, &ids);
+    p->s = ow_cli_shard_store_new(p->cfg, shard, &ids, 1);
     if (p->s == NULL) {
         fprintf(stderr, "order-worker purge: out of memory\n");
         code = OW_EXIT_FAILURE;

@@ -159,6 +159,15 @@ static int read_token(const char *path, char *out, size_t *len)
     return check_token(out, *len);
 }
 
+/* What the query service needs of a database: a connection per thread,
+ * reads only. */
+static void serve_needs(const ow_config *cfg, ow_store_params *p)
+{
+    p->needs.connections = (unsigned)cfg->api_threads;
+    p->needs.connections_key = "api.threads";
+    p->needs.writes = 0;
+}
+
 static int serve(const ow_config *cfg, const char *token, size_t token_len,
                  const volatile sig_atomic_t *stop)
 {
@@ -180,12 +189,15 @@ static int serve(const ow_config *cfg, const char *token, size_t token_len,
     p.token = token;
     p.token_len = token_len;
     ow_store_params_from_config(cfg, &p.store);
+    serve_needs(cfg, &p.store);
     /* Sharded: every lookup reads the user's shard, routed like the
      * workers route. A shard that was down at start has its recorded map
      * checked by its connections when they connect: until then, and if
      * it disagrees, its users get an error instead of a false "no record". */
-    for (unsigned i = 0; i < cfg->shards.n; i++)
+    for (unsigned i = 0; i < cfg->shards.n; i++) {
         ow_store_params_for_shard(cfg, i, &shards[i]);
+        serve_needs(cfg, &shards[i]);
+    }
     p.shards = shards;
     p.n_shards = cfg->shards.n;
     p.shard_buckets = (uint32_t)cfg->mysql_shard_buckets;

@@ -12,11 +12,14 @@ unsigned ow_cli_shards(const ow_config *cfg)
     return cfg->shards.n > 0 ? cfg->shards.n : 1;
 }
 
-ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids)
+ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen *ids, int writes)
 {
     ow_store_params p;
 
     ow_store_params_for_shard(cfg, shard, &p);
+    p.needs.connections = 1;
+    p.needs.connections_key = "the command's one connection";
+    p.needs.writes = writes;
     ow_idgen_init(ids, 0, ow_clock_wall_ms);
     return ow_store_new(&p, ids);
 }
@@ -89,6 +92,7 @@ static int read_one(const ow_config *cfg, unsigned i, recorded *r, ow_error *err
 
     ow_store_params_for_shard(cfg, i, &p);
     p.map_check = OW_MAP_UNCHECKED; /* we read it to compare it ourselves */
+    p.check_server = 0;             /* the command's own connections check the server */
     ow_idgen_init(&ids, 0, ow_clock_wall_ms);
     s = ow_store_new(&p, &ids);
     if (s == NULL)

@@ -25,6 +25,15 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
     p->read_only = 0;
     p->map_check = OW_MAP_UNSHARDED;
     memset(&p->map, 0, sizeof(p->map));
+    /* A worker's: its lanes, and its watch's two connections. A subcommand
+     * that needs less says so. */
+    p->check_server = 1;
+    p->needs = (ow_server_needs){.connections = (unsigned)cfg->worker_lanes + 2,
+                                 .max_orders = (size_t)cfg->request_max_orders,
+                                 .lock_wait_s = (unsigned)cfg->request_in_progress_wait_s,
+                                 .writes = 1,
+                                 .connections_key = "worker.lanes"};
+    p->db_index = 0;
     /* ow_config_finish checked the name. */
     p->tls.mode = (ow_ssl_mode)ow_ssl_mode_parse(cfg->mysql_ssl_mode);
     p->tls.ca = cfg->mysql_ssl_ca;
@@ -75,6 +84,16 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->read_only = p->read_only;
     s->map_check = p->map_check;
     s->map = p->map;
+    s->check_server = p->check_server;
+    s->needs = p->needs;
+    s->db_index = p->db_index;
+    /* What one connection may cache: the deciding transaction's shapes
+     * (4 and the known-key read) or the lookups' (2), in every row bucket,
+     * and one statement prepared for the moment. */
+    if (s->needs.statements == 0)
+        s->needs.statements = (s->needs.writes ? 5 : 2) * OW_STMT_BUCKETS + 1;
+    if (s->needs.connections_key == NULL)
+        s->needs.connections_key = "the connections";
     s->ids = ids;
     s->sock = -1;
     pthread_mutex_init(&s->cancel_mu, NULL);
@@ -101,6 +120,7 @@ void ow_store_free(ow_store **store)
     free(s->scratch.refs);
     free(s->scratch.ref_start);
     free(s->scratch.conflicts);
+    free(s->scratch.picks);
     ow_buf_cleanup(&s->scratch.blob);
     for (unsigned i = 0; s->nodes != NULL && i < s->n_nodes; i++)
         free(s->nodes[i]);
@@ -199,6 +219,9 @@ static int is_connection_error(unsigned e)
     case OW_ER_WSREP_NOT_READY:
     case OW_ER_ERROR_DURING_COMMIT:
     case 1152: /* aborted connection */
+    /* A packet over max_allowed_packet: the server closes the connection
+     * after it, and the retry sends smaller statements. */
+    case OW_ER_NET_PACKET_TOO_LARGE:
     case 1158:
     case 1159:
     case 1160:
@@ -216,8 +239,14 @@ static int is_transient_server_error(unsigned e)
     switch (e) {
     case OW_ER_LOCK_DEADLOCK:     /* 1213, the transaction was rolled back */
     case OW_ER_LOCK_WAIT_TIMEOUT: /* 1205 */
+    case OW_ER_STATEMENT_TIMEOUT: /* 1969, max_statement_time: like a lock wait */
+    case OW_ER_QUERY_TIMEOUT:     /* 3024, max_execution_time (MySQL) */
+    case OW_ER_SP_DOES_NOT_EXIST: /* 1305: the server rolled back the transaction */
     case 1020:                    /* record changed since last read */
     case 1040:                    /* too many connections */
+    case 1203:                    /* the account's max_user_connections, held by others */
+    case 1226:                    /* an account resource limit (connections, queries per hour) */
+    case 1461:                    /* max_prepared_stmt_count, shared with every client */
     case 1181:                    /* error during ROLLBACK */
     case 1290:                    /* --read-only, e.g. during a failover */
     case 1317:                    /* query interrupted */
@@ -238,35 +267,113 @@ int ow_store_error_retriable(unsigned e)
     return is_connection_error(e) || is_transient_server_error(e);
 }
 
-/* Messages of these errors can quote row data ("Duplicate entry '42-key'"),
- * so only their numbers are reported. text is the error's message. */
+int ow_store_packet_refusal(int code)
+{
+    switch (code) {
+    case OW_ER_NET_PACKET_TOO_LARGE:
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case 2055:
+    case 1158:
+    case 1159:
+    case 1160:
+    case 1161:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int ow_store_error_quotes_data(unsigned e)
+{
+    switch (e) {
+    case OW_ER_DUP_ENTRY: /* Duplicate entry '42-key' for key ... */
+    case 1264:            /* out of range value */
+    case 1265:            /* data truncated */
+    case 1292:            /* incorrect (datetime, double...) value: '...' */
+    case 1300:            /* invalid character string: '...' */
+    case 1366:            /* incorrect string value: '\xF0...' */
+    case 1367:            /* illegal value found during parsing */
+    case 1406:            /* data too long */
+    case 1411:            /* incorrect value for function */
+    case 1586:            /* duplicate entry with a key name */
+    case 1690:            /* value out of range in an expression */
+    case 3819:            /* check constraint violated */
+    case 4025:            /* CONSTRAINT failed */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const char *ow_store_error_hint(unsigned e)
+{
+    switch (e) {
+    case 1054:
+    case OW_ER_NO_SUCH_TABLE:
+        return "the schema is older than this binary: run `order-worker migrate`";
+    case OW_ER_SP_DOES_NOT_EXIST:
+        return "the server rolled back the whole transaction (innodb_rollback_on_timeout=ON, "
+               "or a deadlock): the batch is decided again";
+    case OW_ER_STATEMENT_TIMEOUT:
+        return "the server's max_statement_time cut the statement: retried like a lock wait";
+    case OW_ER_QUERY_TIMEOUT:
+        return "the server's max_execution_time cut the statement: retried like a lock wait";
+    case OW_ER_NET_PACKET_TOO_LARGE:
+        return "a statement was larger than the server's max_allowed_packet: the retry sends "
+               "smaller ones";
+    case 1461:
+        return "the server's max_prepared_stmt_count is reached (it counts every client): "
+               "retried; raise it";
+    case 1665:
+        return "the binary log is statement-based: set binlog_format=ROW (or MIXED)";
+    case 1203:
+    case 1226:
+        return "the account's MAX_USER_CONNECTIONS (or another resource limit) is reached: "
+               "retried; raise it or run fewer lanes or replicas";
+    case 1040:
+        return "the server's max_connections is reached: retried";
+    case 1290:
+    case 1836:
+        return "the server is read-only (a failover, or read_only=ON): retried";
+    default:
+        return NULL;
+    }
+}
+
+/* What a message may say of an error: the server's text, unless it can
+ * quote row data ("Duplicate entry '42-key'"), then its number alone. */
 static const char *safe_message(unsigned e, const char *text)
 {
-    if (ow_store_error_retriable(e) || e == 1045 || e == 1049 || e == 1044 || e == 1142 ||
-        e == 1146)
-        return text;
-    return "(message withheld: it may quote row data)";
+    return ow_store_error_quotes_data(e) ? "(message withheld: it may quote row data)" : text;
 }
 
 static int store_fail_text(ow_store *s, unsigned e, const char *text, const char *what,
                            ow_error *err)
 {
     const char *msg = safe_message(e, text);
+    const char *hint = ow_store_error_hint(e);
+    const char *sep = hint != NULL ? " (" : "";
+    const char *end = hint != NULL ? ")" : "";
     int rc;
 
+    if (hint == NULL)
+        hint = "";
     if (is_connection_error(e)) {
-        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
-                          what, e, msg);
+        rc =
+            ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
+                         "%s: database connection lost: %u %s%s%s%s", what, e, msg, sep, hint, end);
         s->broken = 1;
         /* The watch need not wait for its next round to look at the node. */
         if (s->gate != NULL)
             ow_gate_wake(s->gate);
     } else if (is_transient_server_error(e)) {
-        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
-                          what, e, msg);
-    } else {
         rc =
-            ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e, msg);
+            ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
+                         "%s: transient database error %u: %s%s%s%s", what, e, msg, sep, hint, end);
+    } else {
+        rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s%s%s%s", what,
+                          e, msg, sep, hint, end);
     }
     return rc;
 }

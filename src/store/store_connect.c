@@ -10,10 +10,18 @@
 #include "store_gate.h"
 #include "store_parts.h"
 
-/* A connection unused for this long is pinged before it is used again: the
- * server may have closed it (wait_timeout), and finding that out with a
- * ping costs a round trip where a failed statement would cost a retry. */
+/* A connection unused for this long, or for half the server's wait_timeout
+ * if that is shorter, is pinged before it is used again: the server may
+ * have closed it, and finding that out with a ping costs a round trip
+ * where a failed statement would cost a retry (or a lookup's 503). */
 #define IDLE_CHECK_MS 60000
+
+static int64_t idle_check_ms(const ow_store *s)
+{
+    int64_t half = s->server.wait_timeout_s * 500;
+
+    return half > 0 && half < IDLE_CHECK_MS ? half : IDLE_CHECK_MS;
+}
 
 static int set_lock_wait(ow_store *s, ow_error *err)
 {
@@ -67,7 +75,7 @@ static int usable(ow_store *s)
 
     if (s->db == NULL || s->broken)
         return 0;
-    if (now - s->last_used_ms >= IDLE_CHECK_MS && mysql_ping(s->db) != 0)
+    if (now - s->last_used_ms >= idle_check_ms(s) && mysql_ping(s->db) != 0)
         s->broken = 1;
     s->last_used_ms = now;
     return !s->broken;
@@ -92,6 +100,10 @@ static int open_session(ow_store *s, ow_error *err)
         rc = ow_store_node_setup(s, err);
     if (rc == OW_OK)
         rc = session_setup(s, err);
+    if (rc == OW_OK)
+        rc = ow_store_read_server(s, err);
+    if (rc == OW_OK && s->check_server)
+        rc = ow_store_check_server(s, err);
     if (rc == OW_OK && s->map_check != OW_MAP_UNCHECKED)
         rc = ow_store_check_map(s, err);
     return rc;

@@ -10,6 +10,7 @@
 #include "ow/htab.h"
 #include "ow/store.h"
 #include "ow/store_lookup.h"
+#include "ow/store_server.h"
 #include "store_gate.h"
 
 /* MariaDB Connector/C declares is_null as my_bool*, MySQL 8 as bool*. */
@@ -78,6 +79,8 @@ typedef struct {
     size_t ref_start_cap;
     ow_conflict *conflicts;
     size_t conflicts_cap;
+    size_t *picks; /* the items a statement of requests holds */
+    size_t picks_cap;
     ow_buf blob; /* a fetched response body */
 } ow_scratch;
 
@@ -128,7 +131,42 @@ struct ow_store {
     int next_one_at_a_time;
     int no_known_read; /* ow_store_test_known_read(s, 0) */
     ow_store_stats stats;
+    /* The server's settings, read on every connection (store_server.c),
+     * and what this process needs of them: checked when check_server. */
+    ow_server_vars server;
+    ow_server_needs needs;
+    int check_server;
+    unsigned db_index;
+    /* The largest statement a retry sends after a large one was refused
+     * on its way (1153, or the connection lost under it): 0 when none
+     * was, else half of that one's bytes, for as long as the store lives. */
+    size_t packet_cap;
 };
+
+/* Reads the server's settings into s->server (store_server.c). */
+int ow_store_read_server(ow_store *s, ow_error *err);
+/* Assesses them against s->needs: logs what the process copes with once
+ * per process, and refuses (INVALID_INPUT) what it cannot run against,
+ * then checks the schema's version. */
+int ow_store_check_server(ow_store *s, ow_error *err);
+/* Publishes the most orders a request may carry on s's database. */
+void ow_store_note_orders_cap(ow_store *s);
+/* Logs a db_setting line, once per process for each database, setting
+ * and value. */
+void ow_store_log_once(int level, const char *db, const char *setting, const char *value,
+                       const char *why);
+/* The bytes one statement may take on s's connection: what the server's
+ * max_allowed_packet allows (limit), and that or less after a large
+ * statement was refused on its way (budget). A record over the limit is
+ * never sent; one over the budget goes alone. */
+size_t ow_store_packet_limit(const ow_store *s);
+size_t ow_store_packet_budget(const ow_store *s);
+/* A statement of bytes failed with err: when it was large and the error
+ * is one a packet over a limit ends in, later statements get half its
+ * size (logged). */
+void ow_store_statement_refused(ow_store *s, size_t bytes, const ow_error *err);
+/* 1153 (the server refused the packet), or the connection lost under it. */
+int ow_store_packet_refusal(int code);
 
 /* Connects to node (an index into s->nodes), whatever the gate says:
  * the watch's own connections, which find the node the others use. */
@@ -144,6 +182,12 @@ int ow_store_node_ready(ow_store *s, ow_error *err);
  * was lost or refused, or the server refused for the moment (deadlock,
  * lock wait, read-only during a failover). */
 int ow_store_error_retriable(unsigned e);
+/* Whether the server's text of error e can quote row data (a duplicate
+ * key's value): then only its number is reported. */
+int ow_store_error_quotes_data(unsigned e);
+/* The cause and the setting behind error e, for its message; NULL when
+ * the server's text says enough. */
+const char *ow_store_error_hint(unsigned e);
 
 /* The connection's socket and node, published under cancel_mu for
  * ow_store_cancel and the watch; whether a cancel came. */
@@ -266,5 +310,9 @@ void ow_result_time(MYSQL_BIND *b, MYSQL_TIME *t, ow_mybool *isnull);
 #define OW_ER_LOCK_WAIT_TIMEOUT 1205
 #define OW_ER_LOCK_DEADLOCK 1213
 #define OW_ER_NO_SUCH_TABLE 1146
+#define OW_ER_NET_PACKET_TOO_LARGE 1153
+#define OW_ER_SP_DOES_NOT_EXIST 1305 /* ROLLBACK TO a savepoint the server dropped */
+#define OW_ER_STATEMENT_TIMEOUT 1969 /* MariaDB's max_statement_time */
+#define OW_ER_QUERY_TIMEOUT 3024     /* MySQL's max_execution_time */
 
 #endif

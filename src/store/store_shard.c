@@ -18,6 +18,7 @@ void ow_store_params_for_shard(const ow_config *cfg, unsigned shard, ow_store_pa
         p->map.bucket_count = (uint32_t)cfg->mysql_shard_buckets;
         p->map.shard_count = cfg->shards.n;
         p->map.shard_index = shard;
+        p->db_index = shard;
     }
 }
 

@@ -26,6 +26,7 @@
 #include "ow/request.h"
 #include "ow/response.h"
 #include "ow/shard.h"
+#include "ow/store_server.h"
 #include "ow/util.h"
 
 typedef struct ow_store ow_store;
@@ -86,15 +87,24 @@ typedef struct {
     ow_store_tls tls;
     ow_map_check map_check;
     ow_shard_map map; /* OW_MAP_SHARD: what the database must record */
+    /* 1: every connection assesses the server's settings against needs and
+     * checks the schema's version (ow/store_server.h), refusing with an
+     * INVALID_INPUT error what the process cannot run against. */
+    int check_server;
+    ow_server_needs needs;
+    unsigned db_index; /* the database's index in mysql.shards (0 without) */
 } ow_store_params;
 
 typedef enum {
     OW_DECISION_NONE = 0,
-    OW_DECISION_CREATED,    /* new request, orders written (201) */
-    OW_DECISION_CONFLICT,   /* new request recorded as FAILED (409 ORDER_ALREADY_EXISTS) */
-    OW_DECISION_REPLAY,     /* same key and digest already recorded: stored body */
-    OW_DECISION_KEY_REUSED, /* same key, other digest: nothing written (409) */
-    OW_DECISION_IN_PROGRESS /* another transaction holds the key or its orders (409) */
+    OW_DECISION_CREATED,     /* new request, orders written (201) */
+    OW_DECISION_CONFLICT,    /* new request recorded as FAILED (409 ORDER_ALREADY_EXISTS) */
+    OW_DECISION_REPLAY,      /* same key and digest already recorded: stored body */
+    OW_DECISION_KEY_REUSED,  /* same key, other digest: nothing written (409) */
+    OW_DECISION_IN_PROGRESS, /* another transaction holds the key or its orders (409) */
+    /* The request's record needs more than the server takes in one
+     * statement (max_allowed_packet): nothing written, answered 400. */
+    OW_DECISION_TOO_LARGE
 } ow_decision;
 
 typedef struct {
@@ -126,6 +136,9 @@ typedef struct {
     uint64_t deadlocks;           /* decide calls the server chose as a deadlock victim (1213) */
     uint64_t known_keys;          /* items answered by the non-locking read of recorded keys */
     uint64_t key_hash_collisions; /* another (user_id, key) holds an item's key hash */
+    /* One item at a time, a lock wait rolled back the whole transaction
+     * (innodb_rollback_on_timeout): the items before it were redone. */
+    uint64_t transaction_restarts;
 } ow_store_stats;
 
 struct ow_config;
@@ -184,6 +197,13 @@ void ow_store_item_cleanup(ow_store_item *it);
 int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err);
 
 const ow_store_stats *ow_store_get_stats(const ow_store *s);
+
+/* The most orders a request may carry so that its record fits every
+ * database of the process (their max_allowed_packet as last read);
+ * SIZE_MAX before any was read. */
+size_t ow_store_orders_cap(void);
+/* Connects if needed and assesses the server against the store's needs. */
+int ow_store_server_report_of(ow_store *s, ow_server_report *r, ow_error *err);
 
 /* --- Operations (used by subcommands; see ow/store_lookup.h, ow/store_purge.h and ow/store_audit.h). --- */
 
