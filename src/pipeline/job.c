@@ -44,6 +44,38 @@ static int make_invalid(ow_job *job, const ow_job_limits *lim, const ow_job_inpu
                                job->req.user_id, errs, &job->invalid_body);
 }
 
+/* A request whose record the database cannot take in one statement. */
+static int refuse_too_large(ow_field_errors *errs)
+{
+    ow_field_errors_add(errs, "orders",
+                        "at most %zu orders: the record of a larger request would not fit the "
+                        "database's max_allowed_packet",
+                        ow_store_orders_cap());
+    return OW_EINVAL;
+}
+
+int ow_job_refuse_too_large(ow_job *job)
+{
+    ow_field_errors errs;
+
+    ow_field_errors_init(&errs);
+    ow_field_errors_add(&errs, "orders",
+                        "the record of this request would not fit the database's "
+                        "max_allowed_packet");
+    ow_store_item_cleanup(&job->item);
+    job->valid = 0;
+    describe_errors(job, &errs);
+    /* The original bytes are gone: the dead-letter copy keeps none of them
+     * and names their length. */
+    job->raw = malloc(1);
+    job->raw_len = 0;
+    job->has_user = 1;
+    if (job->raw == NULL)
+        return OW_ENOMEM;
+    return ow_response_invalid(job->key, job->key_len, 1, job->req.user_id, &errs,
+                               &job->invalid_body);
+}
+
 void ow_job_log_key_reused(const ow_job *job)
 {
     char digest8[9];
@@ -212,6 +244,8 @@ ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *m)
     rc = ow_request_parse_with(&mk->parse, m->value, m->len, &lim->request, &job->req, &errs);
     if (rc == OW_ENOMEM)
         goto fail;
+    if (rc == OW_OK && job->req.n_orders > ow_store_orders_cap())
+        rc = refuse_too_large(&errs);
     if (rc == OW_OK && key_ok) {
         job->valid = 1;
         if (ow_store_item_init(&job->item, &job->req, job->key, job->key_len) != OW_OK ||
@@ -222,6 +256,7 @@ ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *m)
     }
     if (!key_ok)
         log_key_rejected(job, errs.count > 0 ? errs.items[0].message : "");
+    job->raw_original_len = m->len;
     job->bytes = sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
     return job;
 fail:

@@ -129,6 +129,12 @@ void ow_job_free(ow_job *job);
 /* Frees the parsed request, the stored item and the raw bytes, keeping the
  * job itself (its key, ticket and acknowledgement count). */
 void ow_job_free_payload(ow_job *job);
+/* Turns a valid job whose record the database refused for its size
+ * (OW_DECISION_TOO_LARGE: the server's max_allowed_packet shrank after the
+ * message was read) into an invalid one answered 400, whose dead-letter
+ * copy carries none of the original bytes (they were not kept for a valid
+ * message) and names their length. OW_OK or OW_ENOMEM. */
+int ow_job_refuse_too_large(ow_job *job);
 /* Security events: logs idempotency_key_reused at warn with the
  * user, the masked key and both digests' first 8 hex digits, and counts it. */
 void ow_job_log_key_reused(const ow_job *job);

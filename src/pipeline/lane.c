@@ -343,6 +343,9 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             ow_output_abandon(l->env->out, job);
             continue;
         }
+        if (job->valid && job->item.decision == OW_DECISION_TOO_LARGE &&
+            ow_job_refuse_too_large(job) != OW_OK)
+            ow_runstate_set_fatal(l->env->rs, "out of memory");
         if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
             /* Tell the sender, then retry; the offset stays uncommitted. */
             ow_output_in_progress(l->env->out, job);

@@ -37,6 +37,7 @@
 #include "store_test.h"
 
 #define FALLBACK 1      /* positive: a race; redo one item at a time */
+#define RESTART 2       /* the server rolled back the transaction under the items */
 #define ITEM_ATTEMPTS 5 /* tries of one item before giving up the batch */
 
 /* --- Answers from a recorded request ------------------------------------- */
@@ -245,7 +246,9 @@ static const ow_sql_shape insert_requests_sql = {
     "status, response_status, response_body) VALUES ",
     "(?,?,?,?,?,?,?)", ""};
 
-static int insert_requests_chunk(ow_decide_part *p, size_t from, unsigned bucket, ow_error *err)
+/* The items picks[0..2^bucket) in one statement. */
+static int insert_requests_chunk(ow_decide_part *p, const size_t *picks, unsigned bucket,
+                                 ow_error *err)
 {
     size_t rows = (size_t)1 << bucket;
     ow_params *params = &p->s->params;
@@ -254,8 +257,8 @@ static int insert_requests_chunk(ow_decide_part *p, size_t from, unsigned bucket
 
     if (rc != OW_OK)
         return rc;
-    for (size_t i = from; i < from + rows; i++) {
-        const ow_store_item *it = &p->items[i];
+    for (size_t r = 0; r < rows; r++) {
+        const ow_store_item *it = &p->items[picks[r]];
         const char *status = it->decision == OW_DECISION_CREATED ? "SUCCEEDED" : "FAILED";
 
         ow_param_int(params, it->request_id);
@@ -272,17 +275,41 @@ static int insert_requests_chunk(ow_decide_part *p, size_t from, unsigned bucket
     return rc;
 }
 
+static size_t records_bytes(const ow_decide_part *p, const size_t *picks, size_t rows)
+{
+    size_t bytes = 0;
+
+    for (size_t r = 0; r < rows; r++)
+        bytes += ow_server_record_bytes(p->items[picks[r]].key_len, p->items[picks[r]].body.len);
+    return bytes;
+}
+
+/* Every item with a record to write, in statements of a power of two rows
+ * that fit the packet budget (one row always goes). */
 static int insert_requests(ow_decide_part *p, ow_error *err)
 {
-    size_t done = 0;
+    ow_scratch *sc = &p->s->scratch;
+    size_t budget = ow_store_packet_budget(p->s);
+    size_t k = 0, done = 0;
 
     p->inserted = 0;
-    while (done < p->count) {
-        unsigned bucket = ow_store_bucket_floor(p->count - done);
-        int rc = insert_requests_chunk(p, p->first + done, bucket, err);
+    if (ow_grow((void **)&sc->picks, &sc->picks_cap, p->count, sizeof(*sc->picks)) != OW_OK)
+        return ow_store_oom(err);
+    for (size_t i = p->first; i < p->first + p->count; i++)
+        if (p->items[i].decision != OW_DECISION_TOO_LARGE)
+            sc->picks[k++] = i;
+    while (done < k) {
+        unsigned bucket = ow_store_bucket_floor(k - done);
+        size_t bytes = records_bytes(p, sc->picks + done, (size_t)1 << bucket);
+        int rc;
 
-        if (rc != OW_OK)
+        while (bucket > 0 && bytes > budget)
+            bytes = records_bytes(p, sc->picks + done, (size_t)1 << --bucket);
+        rc = insert_requests_chunk(p, sc->picks + done, bucket, err);
+        if (rc != OW_OK) {
+            ow_store_statement_refused(p->s, bytes, err);
             return rc;
+        }
         done += (size_t)1 << bucket;
     }
     return OW_OK;
@@ -296,10 +323,14 @@ static int read_back(ow_decide_part *p, ow_error *err)
     size_t ours = 0;
     int rc;
 
+    size_t written = 0;
+
+    for (size_t i = 0; i < p->count; i++)
+        written += items[i].decision != OW_DECISION_TOO_LARGE;
     /* Every row inserted: all are ours, nothing to read back. */
-    if (p->inserted == p->count) {
+    if (p->inserted == written) {
         for (size_t i = 0; i < p->count; i++)
-            items[i].ours = 1;
+            items[i].ours = items[i].decision != OW_DECISION_TOO_LARGE;
         return OW_OK;
     }
     rc = read_by_hash(p->s, &read_back_sql, items, p->count, err);
@@ -308,7 +339,8 @@ static int read_back(ow_decide_part *p, ow_error *err)
         /* Neither our row nor another: INSERT IGNORE skipped ours because its
          * id collided with another row's primary key. */
         if (!items[i].ours && items[i].decision != OW_DECISION_REPLAY &&
-            items[i].decision != OW_DECISION_KEY_REUSED)
+            items[i].decision != OW_DECISION_KEY_REUSED &&
+            items[i].decision != OW_DECISION_TOO_LARGE)
             rc = FALLBACK;
     }
     /* A row that carries our id is ours only if the server inserted it: a
@@ -324,13 +356,20 @@ static int read_back(ow_decide_part *p, ow_error *err)
 
 /* --- The two paths: set-based, and one item at a time ---------------------- */
 
-/* Maps the database's race reports (1062 on an order insert, 1205 lock wait
- * timeout) to FALLBACK and leaves other errors as they are. */
+/* A lock wait that timed out, or a statement the server cut short. */
+static int lock_wait(int code)
+{
+    return code == OW_ER_LOCK_WAIT_TIMEOUT || code == OW_ER_STATEMENT_TIMEOUT ||
+           code == OW_ER_QUERY_TIMEOUT;
+}
+
+/* Maps the database's race reports (1062 on an order insert, a lock wait)
+ * to FALLBACK and leaves other errors as they are. */
 static int race_or_error(int rc, const ow_error *err)
 {
     if (rc == OW_OK || rc == FALLBACK)
         return rc;
-    if (err->code == OW_ER_DUP_ENTRY || err->code == OW_ER_LOCK_WAIT_TIMEOUT)
+    if (err->code == OW_ER_DUP_ENTRY || lock_wait(err->code))
         return FALLBACK;
     return rc;
 }
@@ -363,7 +402,17 @@ static int in_progress(ow_store *s, ow_store_item *it, ow_error *err)
     return OW_OK;
 }
 
-/* One item under a savepoint (or alone in its transaction when single). */
+/* A lock wait that took the whole transaction with it: the server's
+ * innodb_rollback_on_timeout does that to 1205 (not to a statement cut by
+ * max_statement_time). */
+static int transaction_lost(const ow_store *s, const ow_error *err)
+{
+    return err->code == OW_ER_LOCK_WAIT_TIMEOUT && s->server.rollback_on_timeout;
+}
+
+/* One item under a savepoint (or alone in its transaction when single).
+ * RESTART: the server rolled back the transaction, the item is answered
+ * REQUEST_IN_PROGRESS, and the items before it are to be decided again. */
 static int run_one(ow_store *s, ow_store_item *items, size_t i, int single, ow_error *err)
 {
     ow_decide_part p = {s, items, i, 1, items[i].req->n_orders, 0};
@@ -378,11 +427,15 @@ static int run_one(ow_store *s, ow_store_item *items, size_t i, int single, ow_e
         if (rc != FALLBACK)
             return rc;
         /* Undo this item's statements; earlier items of the batch stay. */
-        if (single)
+        if (single) {
             ow_store_rollback(s);
-        else if (ow_store_exec_static(s, "ROLLBACK TO SAVEPOINT ow_item", err) != OW_OK)
+        } else if (transaction_lost(s, err)) {
+            rc = in_progress(s, &items[i], err);
+            return rc == OW_OK ? RESTART : rc;
+        } else if (ow_store_exec_static(s, "ROLLBACK TO SAVEPOINT ow_item", err) != OW_OK) {
             return OW_ERETRY;
-        if (err->code == OW_ER_LOCK_WAIT_TIMEOUT)
+        }
+        if (lock_wait(err->code))
             return in_progress(s, &items[i], err);
         if (err->code == OW_ER_DUP_ENTRY)
             s->stats.order_races++;
@@ -396,13 +449,27 @@ static int run_one(ow_store *s, ow_store_item *items, size_t i, int single, ow_e
                         ITEM_ATTEMPTS);
 }
 
+/* Each item in turn. After a RESTART the items answered REQUEST_IN_PROGRESS
+ * stay so, and the others start over in the new transaction: each restart
+ * settles one more item, so there are at most n. */
 static int run_one_at_a_time(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
 {
-    for (size_t i = 0; i < n; i++) {
-        int rc = run_one(s, items, i, n == 1, err);
+    for (size_t i = 0; i < n;) {
+        int rc = items[i].decision == OW_DECISION_IN_PROGRESS ? OW_OK
+                                                              : run_one(s, items, i, n == 1, err);
 
+        if (rc == RESTART) {
+            for (size_t j = 0; j < i; j++)
+                if (items[j].decision != OW_DECISION_IN_PROGRESS)
+                    clear_decisions(&items[j], 1);
+            s->stats.transaction_restarts++;
+            ow_error_clear(err);
+            i = 0;
+            continue;
+        }
         if (rc != OW_OK)
             return rc;
+        i++;
     }
     return ow_store_commit(s, err);
 }
@@ -501,7 +568,8 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
     if (rc != OW_OK && err->code == OW_ER_LOCK_DEADLOCK)
         s->stats.deadlocks++;
     s->next_one_at_a_time =
-        rc != OW_OK && (err->code == OW_ER_LOCK_DEADLOCK || err->code == OW_ER_LOCK_WAIT_TIMEOUT);
+        rc != OW_OK && (err->code == OW_ER_LOCK_DEADLOCK || err->code == OW_ER_SP_DOES_NOT_EXIST ||
+                        lock_wait(err->code));
     return rc;
 }
 

@@ -254,7 +254,16 @@ static int plan_item(ow_decide_part *p, size_t i, ow_error *err)
         it->code = OW_CODE_CREATED;
         rc = ow_response_created(&ctx, it->req, &sc->refs[sc->ref_start[i]], &it->body);
     }
-    return rc == OW_OK ? OW_OK : ow_store_oom(err);
+    if (rc != OW_OK)
+        return ow_store_oom(err);
+    /* A record no statement can carry is not written: the request is
+     * refused, whatever its orders are. */
+    if (ow_server_record_bytes(it->key_len, it->body.len) > ow_store_packet_limit(p->s)) {
+        it->decision = OW_DECISION_TOO_LARGE;
+        it->code = OW_CODE_INVALID_REQUEST;
+        ow_buf_reset(&it->body);
+    }
+    return OW_OK;
 }
 
 int ow_orders_plan(ow_decide_part *p, ow_error *err)
@@ -312,15 +321,35 @@ static int insert_chunk(ow_decide_part *p, const order_slot *slots, unsigned buc
     return ow_store_execute(p->s, st, params, "insert orders", err);
 }
 
-/* Inserts slots[0..k) as a sum of powers of two (one cached statement each). */
+/* An order's row in its statement: the fixed columns, its texts, and for
+ * each of its 8 parameters a length prefix and a type. */
+#define ORDER_ROW_FIXED (5 * 8 + OW_ORDER_NO_MAX + OW_AMOUNT_TEXT_MAX + 8 * 11)
+
+static size_t slots_bytes(const order_slot *slots, size_t rows)
+{
+    size_t bytes = 0;
+
+    for (size_t r = 0; r < rows; r++)
+        bytes += ORDER_ROW_FIXED + slots[r].it->req->orders[slots[r].order].ext_len;
+    return bytes;
+}
+
+/* Inserts slots[0..k) as a sum of powers of two (one cached statement
+ * each), each within the packet budget. */
 static int insert_slots(ow_decide_part *p, const order_slot *slots, size_t k, ow_error *err)
 {
+    size_t budget = ow_store_packet_budget(p->s);
     int rc = OW_OK;
 
     for (size_t done = 0; rc == OW_OK && done < k;) {
         unsigned bucket = ow_store_bucket_floor(k - done);
+        size_t bytes = slots_bytes(slots + done, (size_t)1 << bucket);
 
+        while (bucket > 0 && bytes > budget)
+            bytes = slots_bytes(slots + done, (size_t)1 << --bucket);
         rc = insert_chunk(p, slots + done, bucket, err);
+        if (rc != OW_OK)
+            ow_store_statement_refused(p->s, bytes, err);
         done += (size_t)1 << bucket;
     }
     return rc;

@@ -99,6 +99,11 @@ const ow_store_stats *ow_store_get_stats(const ow_store *s)
     return &none;
 }
 
+size_t ow_store_orders_cap(void)
+{
+    return SIZE_MAX;
+}
+
 int ow_store_connected(const ow_store *s)
 {
     return !atomic_load(&((const fake_shard *)s)->down);
