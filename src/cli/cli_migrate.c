@@ -36,7 +36,7 @@ static void print_server(ow_store *s)
     }
     for (size_t i = 0; i < r.n; i++)
         printf("migrate: server: %s = %s: %s%s%s\n", r.f[i].setting, r.f[i].value,
-               r.f[i].level == OW_SERVER_REFUSE ? "run and serve refuse to start: " : "",
+               r.f[i].level == OW_SERVER_REFUSE ? "the worker refuses to start: " : "",
                r.f[i].level == OW_SERVER_WARN ? "warning: " : "", r.f[i].why);
 }
 

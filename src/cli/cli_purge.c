@@ -331,8 +331,10 @@ static int purge_shards(purge_run *p, int64_t older_than, int dry_run,
     p->tty = isatty(fileno(stderr));
     p->seed = (uint64_t)ow_clock_mono_us() | 1;
     for (unsigned i = 0; i < ow_cli_shards(p->cfg) && !*stop; i++) {
-        if (purge_one(p, i, older_than, dry_run) != OW_EXIT_OK)
-            code = OW_EXIT_FAILURE;
+        int one = purge_one(p, i, older_than, dry_run);
+
+        if (one != OW_EXIT_OK && code != OW_EXIT_USAGE)
+            code = one == OW_EXIT_USAGE ? OW_EXIT_USAGE : OW_EXIT_FAILURE;
     }
     ow_purge_chunk_cleanup(&p->chunk);
     return code;

@@ -351,29 +351,26 @@ static const char *safe_message(unsigned e, const char *text)
 static int store_fail_text(ow_store *s, unsigned e, const char *text, const char *what,
                            ow_error *err)
 {
-    const char *msg = safe_message(e, text);
     const char *hint = ow_store_error_hint(e);
-    const char *sep = hint != NULL ? " (" : "";
-    const char *end = hint != NULL ? ")" : "";
+    char why[sizeof(err->msg)];
     int rc;
 
-    if (hint == NULL)
-        hint = "";
+    /* The hint first: a server's text can fill the message by itself. */
+    snprintf(why, sizeof(why), "%s%s%s", hint != NULL ? hint : "", hint != NULL ? "; " : "",
+             safe_message(e, text));
     if (is_connection_error(e)) {
-        rc =
-            ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
-                         "%s: database connection lost: %u %s%s%s%s", what, e, msg, sep, hint, end);
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: database connection lost: %u %s",
+                          what, e, why);
         s->broken = 1;
         /* The watch need not wait for its next round to look at the node. */
         if (s->gate != NULL)
             ow_gate_wake(s->gate);
     } else if (is_transient_server_error(e)) {
-        rc =
-            ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e,
-                         "%s: transient database error %u: %s%s%s%s", what, e, msg, sep, hint, end);
+        rc = ow_error_set(err, OW_ERRCLASS_RETRIABLE, (int)e, "%s: transient database error %u: %s",
+                          what, e, why);
     } else {
-        rc = ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s%s%s%s", what,
-                          e, msg, sep, hint, end);
+        rc =
+            ow_error_set(err, OW_ERRCLASS_FATAL, (int)e, "%s: database error %u: %s", what, e, why);
     }
     return rc;
 }
