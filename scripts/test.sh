@@ -9,6 +9,9 @@
 #   integration  cmocka tests against MariaDB (and librdkafka's mock cluster)
 #   e2e          the built binary against Apache Kafka and MariaDB, the client
 #                examples (examples/), the query service (`serve`)
+#   dbsettings   scripts/dbsettings.sh: the worker against MariaDB servers started with
+#                innodb_rollback_on_timeout=ON, a 1 MiB max_allowed_packet, the binary
+#                log on; max_statement_time=1; binlog_format=STATEMENT (shares the broker)
 #   contract     docs/asyncapi.yaml through the AsyncAPI parser; every example
 #                and every result and dead letter the e2e tier read against
 #                its schemas (scripts/contract.sh)
@@ -48,7 +51,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 messages test
-TIERS="${OW_TEST_TIERS:-unit package integration e2e contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e dbsettings contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -159,10 +162,12 @@ figures_tier() {  # NAME PATTERN COMMAND...
 
 has_tier unit && ctest_tier unit
 has_tier package && script_tier package "$ROOT/scripts/package-test.sh"
-if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind || has_tier alerts; then
+if has_tier integration || has_tier e2e || has_tier dbsettings || has_tier sanitize ||
+  has_tier valgrind || has_tier alerts; then
   start_services
   has_tier integration && ctest_tier integration
   has_tier e2e && OW_TEST_CONTRACT_CAPTURE="$CAPTURE" ctest_tier e2e
+  has_tier dbsettings && script_tier dbsettings "$ROOT/scripts/dbsettings.sh"
   has_tier sanitize && script_tier sanitize "$ROOT/scripts/sanitize.sh"
   has_tier valgrind && script_tier valgrind "$ROOT/scripts/valgrind.sh"
   # Last: it stops and restarts the database.
