@@ -579,7 +579,7 @@ static void test_idle_connections_past_wait_timeout(void **state)
     (void)state;
     admin("SET GLOBAL wait_timeout = 3");
     fresh_log("dbs-wait-timeout.log", logp, sizeof(logp));
-    worker_env(NULL);
+    worker_env("ORDER_WORKER_WORKER_LANES=1", NULL); /* both batches on one connection */
     worker = spawn("run", &env, logp);
     produce("wt-1", v1);
     await_code("wt-1", "CREATED", 1, 60);
