@@ -25,6 +25,13 @@
 #   heal             removes the rules `partition` added (and only those) and
 #                    waits until every running node is Synced again
 #   rolling-restart  node-down and node-up of nodes 1, 2, 3 in turn
+#   power-loss       kill -9 of all three nodes at once (a whole cluster
+#                    losing power)
+#   recover-cluster  the recovery after it (docs/operations.md, "Recovering a
+#                    whole Galera cluster"): each node's position from
+#                    mariadbd --wsrep-recover, the most advanced node marked
+#                    safe_to_bootstrap and started with --wsrep-new-cluster,
+#                    the other two joining it; prints the positions
 #   wait-synced      wait until every running node is Synced in one Primary
 #                    component of all running nodes
 #
@@ -275,6 +282,44 @@ cmd_kill() {
   say "node $n killed (kill -9, pid $pid)"
 }
 
+cmd_power_loss() {
+  local n pids=()
+  load_state
+  for n in 1 2 3; do pids[n]="$(node_pid "$n")" || die "node $n is not running"; done
+  for n in 1 2 3; do mark "$n"; kill -KILL "${pids[n]}"; done
+  for n in 1 2 3; do
+    while pid_running "${pids[n]}"; do sleep 0.05; done
+    rm -f "$(node_dir "$n")/mariadbd.pid"
+  done
+  say "all three nodes killed (kill -9 of pids ${pids[*]:1})"
+}
+
+# After every node went down uncleanly no node may bootstrap by itself
+# (grastate.dat says safe_to_bootstrap: 0): the one holding the most
+# advanced position must, or the commits only it has are lost.
+cmd_recover_cluster() {
+  local n pos best=0 best_seqno=-2 seqno positions=() t0=$SECONDS
+  load_state
+  prereqs
+  for n in 1 2 3; do
+    if node_pid "$n" >/dev/null; then die "node $n is running; recover-cluster is for a cluster that is down"; fi
+    pos="$(recover_position "$n")"
+    [[ -n $pos ]] || die "node $n: --wsrep-recover found no position (log: $(node_dir "$n")/recover.log)"
+    positions[n]=$pos
+    seqno=${pos##*:}
+    if ((seqno > best_seqno)); then best=$n best_seqno=$seqno; fi
+  done
+  say "positions: node1=${positions[1]} node2=${positions[2]} node3=${positions[3]}; node $best is the most advanced"
+  sed -i 's/^safe_to_bootstrap: *0/safe_to_bootstrap: 1/' "$(node_data "$best")/grastate.dat"
+  node_launch "$best" --wsrep-new-cluster --wsrep-start-position="${positions[best]}"
+  wait_synced "$best" 1 "$READY_S"
+  say "node $best bootstrapped the cluster again in $((SECONDS - t0)) s"
+  for n in 1 2 3; do
+    ((n == best)) || cmd_node_up "$n"
+  done
+  say "cluster recovered in $((SECONDS - t0)) s"
+}
+
 cmd_node_up() {
   local n=$1 t0=$SECONDS off pos extra=() kind size
   check_node "$n"
@@ -503,6 +548,8 @@ main() {
     heal) cmd_heal ;;
     heal-rules) if [[ -f $G_ENV ]]; then load_state; fi; remove_rules ;;
     rolling-restart) load_state; cmd_rolling_restart ;;
+    power-loss) cmd_power_loss ;;
+    recover-cluster) cmd_recover_cluster ;;
     wait-synced) load_state; cmd_wait_synced ;;
     -h | --help | help) usage ;;
     *) usage ;;
