@@ -44,6 +44,9 @@ typedef struct {
     int hanging;          /* a decide call is blocked in hang mode */
     pthread_cond_t cv;    /* signals a cancel */
     int mark_ours;        /* created items are the call's own rows (as committed) */
+    /* The last invalid job published: its 400 body and dead-letter bytes. */
+    char invalid_body[512];
+    size_t raw_len, raw_original_len;
 } seen_t;
 
 static seen_t seen = {PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -170,12 +173,17 @@ int ow_store_decide(ow_store *s, ow_store_item *items, size_t n, ow_error *err)
     line[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         int busy = items[i].key_len == 4 && memcmp(items[i].key, "busy", 4) == 0;
+        int huge = items[i].key_len == 4 && memcmp(items[i].key, "huge", 4) == 0;
 
         snprintf(line + strlen(line), 256 - strlen(line), "%s%.*s", i > 0 ? " " : "",
                  (int)items[i].key_len, items[i].key);
         ow_buf_reset(&items[i].body);
         ow_buf_appends(&items[i].body, "{}");
-        if (busy && seen.in_progress_left > 0) {
+        if (huge) { /* its record does not fit the server's packet */
+            items[i].decision = OW_DECISION_TOO_LARGE;
+            items[i].code = OW_CODE_INVALID_REQUEST;
+            ow_buf_reset(&items[i].body);
+        } else if (busy && seen.in_progress_left > 0) {
             seen.in_progress_left--;
             items[i].decision = OW_DECISION_IN_PROGRESS;
             items[i].code = OW_CODE_REQUEST_IN_PROGRESS;
@@ -231,6 +239,14 @@ static void record(const ow_job *job, const char *suffix)
 void ow_output_publish(ow_output *o, ow_job *job)
 {
     (void)o;
+    if (!job->valid) {
+        pthread_mutex_lock(&seen.mu);
+        snprintf(seen.invalid_body, sizeof(seen.invalid_body), "%.*s", (int)job->invalid_body.len,
+                 job->invalid_body.data);
+        seen.raw_len = job->raw_len;
+        seen.raw_original_len = job->raw_original_len;
+        pthread_mutex_unlock(&seen.mu);
+    }
     record(job, "");
     ow_job_settle(&ledger, job, 1);
 }
@@ -485,6 +501,26 @@ static void test_in_progress_retries_in_order(void **state)
         assert_string_equal(seen.batches[i], "busy");
 }
 
+/* A record the server's packet cannot hold (the limit shrank after the
+ * message was read): the job is answered 400 naming the orders, its
+ * dead-letter copy keeps none of the bytes (a valid job kept none) and
+ * names their length, and the batch's other job is decided as usual. */
+static void test_record_too_large_is_refused(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[2] = {simple(f, "huge", "o1"), simple(f, "a", "o2")};
+
+    jobs[0]->raw_original_len = 1234;
+    enqueue_then_start(f, jobs, 2);
+    wait_published(2);
+    assert_string_equal(seen.published[0], "huge");
+    assert_string_equal(seen.published[1], "a");
+    assert_non_null(strstr(seen.invalid_body, "\"code\":\"INVALID_REQUEST\""));
+    assert_non_null(strstr(seen.invalid_body, "max_allowed_packet"));
+    assert_int_equal(seen.raw_len, 0);
+    assert_int_equal(seen.raw_original_len, 1234);
+}
+
 /* Transient failures are retried with the same batch; a fatal one stops
  * the worker and ends the batch's jobs without output. */
 static void test_retries_then_fatal(void **state)
@@ -721,6 +757,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_size_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_job_is_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_progress_retries_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_too_large_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retries_then_fatal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
