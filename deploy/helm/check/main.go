@@ -336,8 +336,8 @@ func checkWorkers(r *rendered) (summary string) {
 
 type labelSet map[string]string
 
-func (l labelSet) Has(k string) bool        { _, ok := l[k]; return ok }
-func (l labelSet) Get(k string) string      { return l[k] }
+func (l labelSet) Has(k string) bool              { _, ok := l[k]; return ok }
+func (l labelSet) Get(k string) string            { return l[k] }
 func (l labelSet) Lookup(k string) (string, bool) { v, ok := l[k]; return v, ok }
 
 // The PrometheusRule's groups must be config/prometheus's, rule for rule.
