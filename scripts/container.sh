@@ -71,6 +71,8 @@ remove_containers() {
   ids="$(podman ps -aq --filter "label=ow.test.run=$RUN_ID" 2>/dev/null || true)"
   # shellcheck disable=SC2086
   [[ -z $ids ]] || podman rm -f -t 0 $ids >/dev/null 2>&1 || true
+  # The README's command carries no label of the run.
+  podman rm -f -t 0 "$NAME-readme" >/dev/null 2>&1 || true
 }
 on_exit 'remove_containers; stop_fault_run KILLER_PID GEN_PID WATCH_PID'
 say "image $IMAGE ($(podman image inspect --format '{{.Digest}}' "$IMAGE")); brokers: $OW_KAFKA_VERSION on $BOOT;" \
@@ -241,6 +243,37 @@ kill "$WATCH_PID" 2>/dev/null || true
 wait "$WATCH_PID" 2>/dev/null || true
 WATCH_PID=""
 
+# --- the README's podman command ---------------------------------------------
+# Run as written, in a directory with the worker.env and mysql-password it
+# names, under this run's name instead of order-worker-1: it must start,
+# and stop with exit 0 on podman stop.
+readme_ok=0
+mkdir -p "$RUN/readme"
+cp "$RUN/worker.env" "$RUN/readme/worker.env"
+cp -p "$RUN/secrets/mysql-password" "$RUN/readme/mysql-password"
+readme_cmd="$(awk '$0 == "<!-- readme-test: podman-run -->" { on = 1; next }
+  on && /^```/ { if (b) exit; b = 1; next } b { print }' "$ROOT/README.md")"
+[[ $readme_cmd == "podman "* ]] || die_with 1 "README.md: no podman command after <!-- readme-test: podman-run -->"
+readme_cmd="${readme_cmd//order-worker-1/$NAME-readme}"
+if (cd "$RUN/readme" && eval "$readme_cmd") >"$RUN/readme/run.log" 2>&1; then
+  for _ in $(seq 100); do
+    podman logs "$NAME-readme" 2>&1 | grep -q '"event":"worker_started"' && { readme_ok=1; break; }
+    sleep 0.3
+  done
+  podman stop -t "$GRACE_S" "$NAME-readme" >/dev/null 2>&1 || true
+  readme_exit="$(podman container inspect --format '{{.State.ExitCode}}' "$NAME-readme" 2>/dev/null || echo '?')"
+  [[ $readme_exit == 0 ]] || readme_ok=0
+  if ((readme_ok)); then
+    say "the README's podman command: the replica started and stopped with exit 0"
+  else
+    podman logs "$NAME-readme" 2>&1 | tail -n 10
+    say "the README's podman command: started=$readme_ok, exit ${readme_exit:-?} on podman stop"
+  fi
+else
+  cat "$RUN/readme/run.log"
+  say "the README's podman command failed"
+fi
+
 # --- serve in a container ------------------------------------------------------
 pick_port API_PORT
 podman_run -d --name "$NAME-serve" "${CONTAINER_FLAGS[@]}" \
@@ -340,6 +373,7 @@ if [[ -n $bad_stops ]]; then
   status=1
 fi
 ((serve_ok)) || status=1
+((readme_ok)) || status=1
 if [[ -z $bad_stops ]]; then stop_words="every one exit 0 within its grace period of"; else
   stop_words="$(grep -c . <<<"$bad_stops") NOT clean; grace period"
 fi
