@@ -79,7 +79,7 @@ t_start=$SECONDS
 "$ROOT/scripts/deps.sh"
 mkdir -p "$LOGS"
 # The chart checks' tools (helm from the Go module proxy, chart-check) take
-# minutes to build cold: they build meanwhile, and the unit tier waits.
+# minutes to build cold: they build while the other tiers run.
 CHART_PREP_PID=""
 if has_tier unit; then
   "$ROOT/scripts/chart-test.sh" --prepare >"$LOGS/chart-prepare.log" 2>&1 &
@@ -173,13 +173,7 @@ figures_tier() {  # NAME PATTERN COMMAND...
   grep -E "$2" "$LOGS/$1.log" | sed 's/^/test:   /' || true
 }
 
-if has_tier unit; then
-  ctest_tier unit
-  # A failed preparation is retried (and reported) by the checks themselves.
-  wait "$CHART_PREP_PID" || cat "$LOGS/chart-prepare.log"
-  CHART_PREP_PID=""
-  script_tier unit-chart "$ROOT/scripts/chart-test.sh"
-fi
+has_tier unit && ctest_tier unit
 has_tier package && script_tier package "$ROOT/scripts/package-test.sh"
 if has_tier integration || has_tier e2e || has_tier sanitize || has_tier valgrind || has_tier alerts; then
   start_services
@@ -232,6 +226,15 @@ OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 figures_tier chaos-shards '^verify: (figure
 figures_tier shards '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' \
   "$ROOT/scripts/shards.sh"
 figures_tier galera '^galera: (\[ *[0-9]+s\] )?(fault |figures|FAIL)' "$ROOT/scripts/galera.sh"
+
+# The unit tier's chart checks, last: their tools had every other tier's
+# time to build. A failed preparation is retried (and reported) by the
+# checks themselves.
+if has_tier unit; then
+  wait "$CHART_PREP_PID" || cat "$LOGS/chart-prepare.log"
+  CHART_PREP_PID=""
+  script_tier unit-chart "$ROOT/scripts/chart-test.sh"
+fi
 
 say "summary (logs in $LOGS)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done
