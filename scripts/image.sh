@@ -38,6 +38,7 @@
 #   SOURCE_DATE_EPOCH     default: the commit's time (git log -1 --format=%ct)
 #   OW_IMAGE_DIR          where the archive is written (default <repo>/build-image)
 #   OW_DEBIAN_MIRROR      Debian archive (default http://deb.debian.org/debian)
+#   OW_IMAGE_SOURCE       the org.opencontainers.image.source annotation
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -57,8 +58,9 @@ esac
 # /etc/services and /etc/protocols (netbase).
 PACKAGES=(base-files netbase librdkafka1 libmariadb3 libjansson4 libssl3t64 libmicrohttpd12t64 zlib1g)
 USER_ID=10001
-# The source annotation: the clone's origin, or OW_IMAGE_SOURCE.
-SOURCE_URL="${OW_IMAGE_SOURCE:-$(git -C "$ROOT" config --get remote.origin.url 2>/dev/null || echo https://example.org/order-worker)}"
+# The source annotation. Not the clone's origin: a clone of a clone would
+# name another path and give the same commit another digest.
+SOURCE_URL="${OW_IMAGE_SOURCE:-https://example.org/order-worker}"
 
 [[ $(id -u) -eq 0 ]] || die "needs root (mmdebstrap, and the Debian 13 root's mounts)"
 command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap is missing: run scripts/deps.sh"
