@@ -3,7 +3,7 @@
 # no image registry: a Debian 13 ("trixie") root of only the runtime
 # libraries, from Debian's archive, plus the worker built in the Debian 13
 # root of the debian13 tier; written as an OCI archive and loaded into
-# podman. Prints the image's size and digest and one line
+# podman. Prints the packages that take its space, its size and digest, and one line
 #
 #   image: order-worker:<v> sha256:<digest> <MiB> MiB, librdkafka <v>, Connector/C <v>
 #
@@ -173,6 +173,25 @@ cp -r "$ROOT/sql" "$R/usr/share/order-worker/sql"
 ldconfig -r "$R"
 rm -rf --one-file-system "$R/var/cache/ldconfig"
 say "root: ${#PACKAGES[@]} packages and $(grep -c '^Package:' "$R/var/lib/dpkg/status") with their dependencies, $(du -sm "$R" | cut -f1) MiB, in $((SECONDS - t1)) s"
+# What takes the space: each package's files as they are in the image.
+say "space: $(/usr/bin/python3 - "$R" <<'EOF'
+import glob, os, sys
+r = sys.argv[1]
+sizes = []
+for lst in glob.glob(r + "/var/lib/dpkg/info/*.list"):
+    total = 0
+    for path in open(lst).read().splitlines():
+        f = r + path
+        if os.path.isfile(f) and not os.path.islink(f):
+            total += os.path.getsize(f)
+    sizes.append((total, os.path.basename(lst)[:-5]))
+sizes.sort(reverse=True)
+top = ", ".join("%s %.1f" % (n, b / 1048576) for b, n in sizes[:8])
+rest = sum(b for b, _ in sizes[8:])
+print("%s, %d more packages %.1f MiB; the worker %.1f MiB" % (top, len(sizes) - 8, rest / 1048576,
+      os.path.getsize(r + "/usr/bin/order-worker") / 1048576))
+EOF
+)"
 
 # --- the OCI layout -----------------------------------------------------------
 O="$WORK/oci"
