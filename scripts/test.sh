@@ -205,6 +205,7 @@ fi
 if has_tier container; then
   rm -f "$ROOT"/build-image/order-worker_*.digest
   script_tier image "$ROOT/scripts/image.sh"
+  grep -E '^image: space' "$LOGS/image.log" | sed 's/^/test:   /' || true
   if compgen -G "$ROOT/build-image/order-worker_*.digest" >/dev/null; then
     first="$(cat "$ROOT"/build-image/order-worker_*.digest)"
     script_tier image-again "$ROOT/scripts/image.sh" --no-load
