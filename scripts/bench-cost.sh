@@ -40,6 +40,14 @@
 #   --path-tool BIN  the ow-path to count (default: this tree's build)
 #   --no-cpu         only the instruction count: no services, a few seconds
 #   --out DIR        results in DIR (default .run/bench/cost-<time>)
+#   --image IMAGE    measure the worker of a podman image (scripts/image.sh's
+#                    order-worker:<version>): its root filesystem is exported
+#                    and its /usr/bin/order-worker run through the image's own
+#                    dynamic loader and libraries (Debian 13: librdkafka 2.8.0,
+#                    Connector/C 3.4, glibc 2.41), as a child of ow-bench so
+#                    that its CPU time is counted; the container's namespaces
+#                    are left out, the code is the image's. The instruction
+#                    count stays this tree's host build (the path tool)
 # The harness (ow-bench, ow-kit) is always this tree's build
 # (OW_BUILD_DIR, default build/), built first.
 #
@@ -52,6 +60,12 @@
 # Instruction counts compare exactly (same machine, same valgrind); the
 # us/batch figures only as far as the load averages beside them agree.
 #
+# The image (librdkafka 2.8.0) against this Debian 12 host's build (2.0.2),
+# three interleaved pairs against the same kind of services:
+#   scripts/image.sh
+#   for i in 1 2 3; do scripts/bench.sh --cost --image order-worker:0.1.0
+#     scripts/bench.sh --cost; done
+#
 # Bounds: each phase's ow-bench at most 900 s (--quick) or 3,600 s, and
 # gives up after 60 s without a commit; each callgrind run at most 600 s.
 set -euo pipefail
@@ -62,7 +76,7 @@ clock_start
 export OW_RUN_DIR="$ROOT/.run/bench"
 export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
 
-QUICK=0 CPU=1 OUT="" WORKER="" PATH_TOOL=""
+QUICK=0 CPU=1 OUT="" WORKER="" PATH_TOOL="" IMAGE=""
 while (($# > 0)); do
   case $1 in
     --cost) ;;
@@ -73,8 +87,9 @@ while (($# > 0)); do
     --worker) [[ $# -ge 2 ]] || die "--worker needs a binary"; WORKER=$2; shift ;;
     --path-tool) [[ $# -ge 2 ]] || die "--path-tool needs a binary"; PATH_TOOL=$2; shift ;;
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; OUT=$2; shift ;;
+    --image) [[ $# -ge 2 ]] || die "--image needs an image (order-worker:<version>)"; IMAGE=$2; shift ;;
     -h | --help) script_help; exit 0 ;;
-    *) die "unknown option $1 (with --cost: --quick, --build DIR, --worker BIN, --path-tool BIN, --no-cpu, --out DIR)" ;;
+    *) die "unknown option $1 (with --cost: --quick, --build DIR, --worker BIN, --path-tool BIN, --image IMAGE, --no-cpu, --out DIR)" ;;
   esac
   shift
 done
@@ -97,15 +112,34 @@ OUT="${OUT:-$OW_RUN_DIR/cost-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd -P)"
 
-services_up=0 child="" scratch=""
+services_up=0 child="" scratch="" image_root=""
+WORKER_DESC="$WORKER" WORKER_BIN="$WORKER"
 # What runs under run_bounded first, then the services it may use.
 cleanup() {
   if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
   if ((services_up)); then services stop all >/dev/null 2>&1; fi
   if [[ -n $scratch ]]; then rm -rf "$scratch"; fi
+  if [[ -n $image_root ]]; then rm -rf --one-file-system "$image_root"; fi
 }
 on_exit cleanup
 trap 'exit 130' INT TERM
+
+if [[ -n $IMAGE ]]; then
+  command -v podman >/dev/null 2>&1 || die "podman is missing: run scripts/deps.sh"
+  podman image exists "$IMAGE" || die "$IMAGE is not in podman: run scripts/image.sh"
+  image_root="$(mktemp -d)"
+  cid="$(podman_cmd create "$IMAGE")" || die "podman create $IMAGE failed"
+  podman export "$cid" | tar -x -C "$image_root" -f - || { podman rm "$cid" >/dev/null; die "podman export failed"; }
+  podman rm "$cid" >/dev/null
+  # exec: the loader becomes the process ow-bench started and waits for.
+  printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' \
+    "$image_root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" "$image_root/usr/lib/x86_64-linux-gnu" \
+    "$image_root/usr/bin/order-worker" >"$image_root/order-worker-from-image"
+  chmod 755 "$image_root/order-worker-from-image"
+  WORKER="$image_root/order-worker-from-image"
+  WORKER_DESC="$WORKER, the image $IMAGE" WORKER_BIN="$image_root/usr/bin/order-worker"
+  say "the worker of $IMAGE ($(podman image inspect --format '{{.Digest}}' "$IMAGE")): $("$WORKER" --version)"
+fi
 
 # run_bounded SECONDS CMD...: CMD under timeout, in the background so that
 # an interrupt reaches it through cleanup.
@@ -154,7 +188,7 @@ PATH_LINE=$(sed 's/^path: [0-9]* rounds x [0-9]* messages = //' "$OUT/path-r$R1.
 
 {
   echo "cost: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-  echo "cost: worker $WORKER (sha256 $(sha256sum "$WORKER" | cut -c1-12)), path tool $PATH_TOOL (sha256 $(sha256sum "$PATH_TOOL" | cut -c1-12))"
+  echo "cost: worker $WORKER_DESC (sha256 $(sha256sum "$WORKER_BIN" | cut -c1-12)), path tool $PATH_TOOL (sha256 $(sha256sum "$PATH_TOOL" | cut -c1-12))"
   echo "cost: ow-path corpus $PATH_LINE"
   echo "cost: callgrind Ir $IR1 for $M1 messages, $IR2 for $M2 messages: $IPM instructions/message"
 } | tee "$OUT/cost.txt"

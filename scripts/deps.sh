@@ -33,7 +33,7 @@ PACKAGES=(
   gnuplot-nox curl kcat jq openssl apache2-utils
   openjdk-17-jre-headless openjdk-17-jdk-headless maven
   systemd
-  prometheus dpkg-dev lintian debootstrap
+  prometheus dpkg-dev lintian debootstrap mmdebstrap podman runc uidmap
   nodejs python3-jsonschema python3-yaml python3-confluent-kafka
 )
 

@@ -22,6 +22,7 @@
 #                catch_up replica_exits self_check_verdict replica_verdict
 #                finish stop_fault_run
 #   benchmarks   run_stamp ow_bench committed_offsets ticks backlog_window
+#   containers   podman_cmd podman_run
 
 # ------------------------------------------------------------------ paths ---
 # ROOT is the repository, BUILD the build directory (OW_BUILD_DIR, default
@@ -623,4 +624,21 @@ worker_ticks() {
   local pid sum=0
   for pid in "${WORKERS[@]}"; do sum=$((sum + $(ticks "$pid"))); done
   echo "$sum"
+}
+
+# ------------------------------------------------------------- containers ---
+# podman as it runs on these machines (Debian 12, podman 4.3): crun refuses
+# a host whose cgroups are in hybrid mode, so runc, with cgroupfs (there is
+# no systemd user session); runc fails on setrlimit unless the limits are
+# given, and not above this shell's hard limits; the host's
+# network, so that a container reaches the loopback services and its ports
+# are the host's.
+podman_cmd() { podman --runtime runc --cgroup-manager cgroupfs "$@"; }
+podman_run() {  # ARGS...: podman run with the flags above
+  local nofile
+  nofile=$(ulimit -Hn)
+  [[ $nofile == unlimited ]] || ((nofile > 65536)) && nofile=65536
+  # runc refused this host's own process limit (96362): 4096 is far above
+  # the worker's threads.
+  podman_cmd run --network host --ulimit "nofile=$nofile:$nofile" --ulimit nproc=4096:4096 "$@"
 }

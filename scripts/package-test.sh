@@ -26,6 +26,7 @@ CONF=/etc/order-worker/order-worker.conf
 UNITDIR=/usr/lib/systemd/system
 if [[ "$(. /etc/os-release && echo "${VERSION_ID:-}")" == 12 ]]; then UNITDIR=/lib/systemd/system; fi
 UNIT=$UNITDIR/order-worker.service
+TEMPLATE=$UNITDIR/order-worker@.service
 installed_by_us=0
 
 status_of() { dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null || true; }
@@ -73,7 +74,7 @@ say "Depends: $depends"
 # --- contents ----------------------------------------------------------------
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$DEB_BUILD/contents.txt"
 for f in /usr/bin/order-worker /usr/share/order-worker/sql/001_schema.sql \
-         /usr/share/order-worker/sql/worker_user.sql "$CONF" "$UNIT" \
+         /usr/share/order-worker/sql/worker_user.sql "$CONF" "$UNIT" "$TEMPLATE" \
          /usr/share/order-worker/prometheus/order-worker.rules.yml \
          /usr/share/order-worker/grafana/order-worker.json \
          /usr/share/doc/order-worker/copyright /usr/share/doc/order-worker/changelog.gz \
@@ -123,7 +124,20 @@ if ! out=$(systemd-analyze verify "$UNIT" 2>&1) || grep -q 'order-worker.service
 fi
 grep -q '^ExecStart=/usr/bin/order-worker run --config /etc/order-worker/order-worker.conf$' "$UNIT" ||
   die "the installed unit does not run /usr/bin/order-worker with $CONF"
+# The template: an instance verifies, and runs the worker with its
+# instance name as the replica id, whatever the environment files say.
+if ! out=$(systemd-analyze verify order-worker@orders-a1.service 2>&1) || grep -q 'order-worker@' <<<"$out"; then
+  printf '%s\n' "$out"
+  die "systemd-analyze verify order-worker@orders-a1.service"
+fi
+exec_start=$(sed -n 's/^ExecStart=//p' "$TEMPLATE" | sed 's/%i/orders-a1/g')
+[[ $exec_start == "/usr/bin/env ORDER_WORKER_WORKER_REPLICA_ID=orders-a1 /usr/bin/order-worker run --config $CONF" ]] ||
+  die "the template's ExecStart does not pass the instance name as the replica id: $exec_start"
 getent passwd order-worker >/dev/null || die "postinst did not create the order-worker user"
+read -ra words <<<"${exec_start% run --config *}"
+replica=$(ORDER_WORKER_WORKER_REPLICA_ID=from-a-file runuser -u order-worker -- "${words[@]}" config --print --config "$CONF" |
+  sed -n 's/^worker\.replica_id *= *\([^ ]*\).*/\1/p')
+[[ $replica == orders-a1 ]] || die "order-worker@orders-a1 runs with worker.replica_id '$replica'"
 IFS=: read -r _ _ uid gid _ home shell < <(getent passwd order-worker)
 ((uid < 1000)) || die "order-worker is not a system user (uid $uid)"
 [[ $shell == */nologin || $shell == /bin/false ]] || die "order-worker has a login shell: $shell"
@@ -136,13 +150,13 @@ runuser -u order-worker -- /usr/bin/order-worker config --print --config "$CONF"
   die "the order-worker user cannot read $CONF"
 [[ ! -e /etc/systemd/system/multi-user.target.wants/order-worker.service ]] ||
   die "the package enabled the unit (it must wait for a database and topics)"
-say "installed: /usr/bin/order-worker --version ok, systemd-analyze verify ok, user order-worker (uid $uid, home $home, shell $shell), $CONF is $perm"
+say "installed: /usr/bin/order-worker --version ok, systemd-analyze verify ok (and of order-worker@orders-a1: replica id orders-a1), user order-worker (uid $uid, home $home, shell $shell), $CONF is $perm"
 
 # --- remove: the programs go, the configuration and the user stay ------------
 printf '# changed by the administrator\n' >>"$CONF"
 dpkg_wait -r "$PKG" >"$DEB_BUILD/dpkg-remove.log"
 [[ $(status_of) == "deinstall ok config-files" ]] || die "after dpkg -r: status $(status_of)"
-for f in /usr/bin/order-worker "$UNIT" /usr/share/order-worker /usr/share/doc/order-worker; do
+for f in /usr/bin/order-worker "$UNIT" "$TEMPLATE" /usr/share/order-worker /usr/share/doc/order-worker; do
   [[ ! -e $f ]] || die "$f is still there after dpkg -r"
 done
 [[ -f $CONF ]] || die "dpkg -r deleted the conffile $CONF"

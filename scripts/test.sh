@@ -5,7 +5,10 @@
 # Exits non-zero on any failure.
 #
 # Tiers, in order (OW_TEST_TIERS selects some, e.g. OW_TEST_TIERS="unit e2e"):
-#   unit         cmocka tests of the pure modules and the CLI (no services)
+#   unit         cmocka tests of the pure modules and the CLI (no services), and
+#                the Helm chart's checks (scripts/chart-test.sh: helm lint and
+#                template, every object decoded into the Kubernetes API's types,
+#                planted faults, the README's helm install)
 #   integration  cmocka tests against MariaDB (and librdkafka's mock cluster)
 #   e2e          the built binary against Apache Kafka and MariaDB, the client
 #                examples (examples/), the query service (`serve`)
@@ -44,14 +47,19 @@
 #   debian13     scripts/debian13.sh: in a cached Debian 13 root (debootstrap), the build
 #                with gcc 14 and the unit, integration, e2e, secure and package tiers
 #                against MariaDB 11.8 and librdkafka 2.8 (SCRAM to Kafka); needs root
+#   container    scripts/image.sh builds the Debian 13 image twice (the digests must
+#                match) and loads it into podman; scripts/container.sh runs three
+#                exactly-once replicas as containers under replica kills and stops,
+#                migrate and serve in containers, read_committed checks; needs root
 #
-# OW_TEST_STATIC=0 skips the static checks (scripts/debian13.sh sets it for
-# the run inside its root: they ran outside and do not depend on the platform).
+# OW_TEST_STATIC=0 skips the static checks and the unit tier's chart checks
+# (scripts/debian13.sh sets it for the run inside its root: they ran outside
+# and do not depend on the platform; the root has no Go either).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 messages test
-TIERS="${OW_TEST_TIERS:-unit package integration e2e dbsettings contract sanitize valgrind alerts secure debian13 fuzz chaos eos shards galera}"
+TIERS="${OW_TEST_TIERS:-unit package integration e2e dbsettings contract sanitize valgrind alerts secure debian13 container fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
 SUMMARY=()
@@ -73,6 +81,16 @@ on_exit stop_services
 cd "$ROOT"
 t_start=$SECONDS
 "$ROOT/scripts/deps.sh"
+mkdir -p "$LOGS"
+# The chart checks' tools (helm from the Go module proxy, chart-check) take
+# minutes to build cold: they build while the other tiers run.
+CHART_PREP_PID="" CHART=0
+if has_tier unit && [[ ${OW_TEST_STATIC:-1} != 0 ]]; then
+  CHART=1
+  "$ROOT/scripts/chart-test.sh" --prepare >"$LOGS/chart-prepare.log" 2>&1 &
+  CHART_PREP_PID=$!
+  on_exit 'kill_each TERM "$CHART_PREP_PID"'
+fi
 
 static_checks() {
   say "static checks"
@@ -187,6 +205,24 @@ if has_tier debian13; then
   script_tier debian13 "$ROOT/scripts/debian13.sh"
   grep -E '^debian13:   ' "$LOGS/debian13.log" | sed 's/^debian13: /test:   /' || true
 fi
+# The image, built twice from this commit: one digest, or the build is not
+# reproducible. Then the replicas as containers.
+if has_tier container; then
+  rm -f "$ROOT"/build-image/order-worker_*.digest
+  script_tier image "$ROOT/scripts/image.sh"
+  grep -E '^image: space' "$LOGS/image.log" | sed 's/^/test:   /' || true
+  if compgen -G "$ROOT/build-image/order-worker_*.digest" >/dev/null; then
+    first="$(cat "$ROOT"/build-image/order-worker_*.digest)"
+    script_tier image-again "$ROOT/scripts/image.sh" --no-load
+    second="$(cat "$ROOT"/build-image/order-worker_*.digest)"
+    if [[ $first == "$second" ]]; then
+      say "  image digest reproduced: ${first%% *}"
+    else
+      record image-repro FAILED "two builds gave ${first%% *} and ${second%% *}"
+    fi
+  fi
+  figures_tier container '^container: .*(figures|self-check|README|serve in)' "$ROOT/scripts/container.sh"
+fi
 has_tier fuzz && script_tier fuzz "$ROOT/scripts/fuzz.sh" 60
 # The runs of their own, each followed by the lines of its log that the
 # summary repeats.
@@ -198,6 +234,15 @@ OW_CHAOS_SHARDS=3 OW_CHAOS_BROKERS=1 figures_tier chaos-shards '^verify: (figure
 figures_tier shards '^(verify: (figures|shard outage|shard hang|shards)|shards: .*(refused|same key))' \
   "$ROOT/scripts/shards.sh"
 figures_tier galera '^galera: (\[ *[0-9]+s\] )?(fault |figures|FAIL)' "$ROOT/scripts/galera.sh"
+
+# The unit tier's chart checks, last: their tools had every other tier's
+# time to build. A failed preparation is retried (and reported) by the
+# checks themselves.
+if ((CHART)); then
+  wait "$CHART_PREP_PID" || cat "$LOGS/chart-prepare.log"
+  CHART_PREP_PID=""
+  script_tier unit-chart "$ROOT/scripts/chart-test.sh"
+fi
 
 say "summary (logs in $LOGS)"
 for line in "${SUMMARY[@]}"; do say "  $line"; done
