@@ -20,9 +20,10 @@
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
     ow_job *job = ow_job_from_message(&w->maker, m);
-    int rewound = 0;
-    int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &rewound)
+    ow_ledger_seen seen = {0, 0, -1};
+    int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &seen)
                          : OW_ENOMEM;
+    int rewound = seen.rewound;
 
     if (rewound)
         OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),

@@ -69,7 +69,7 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         w->recommits = RECOMMITS;
 }
 
-void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
     const ow_offset_list *ol = opaque;
     int64_t to = stored >= 0 || !ol->or_first ? stored : first;
@@ -77,6 +77,13 @@ void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64
     if (to >= 0)
         rd_kafka_topic_partition_list_add(ol->list, ol->w->cfg->topic_input, partition)->offset =
             to;
+    return to;
+}
+
+/* ow_ledger_each_fn's shape. */
+static void add_stored_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    ow_worker_add_offset(opaque, partition, stored, first);
 }
 
 /* The client's periodic commit sends only the partitions whose stored
@@ -102,7 +109,7 @@ void ow_worker_recommit(ow_worker *w)
     w->recommits--;
     w->recommit_at_ms = now + w->cfg->commit_interval_ms;
     ol = (ow_offset_list){w, rd_kafka_topic_partition_list_new(8), 0};
-    ow_ledger_each_assigned(&w->ledger, ow_worker_add_offset, &ol);
+    ow_ledger_each_assigned(&w->ledger, add_stored_offset, &ol);
     /* Its answer comes to ow_worker_on_periodic_commit. */
     if (ol.list->cnt > 0)
         rd_kafka_commit(w->consumer, ol.list, 1);
