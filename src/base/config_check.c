@@ -329,7 +329,8 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         const char *n = kafka_name(full);
 
         if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
-            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
+            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0 ||
+            strcmp(n, "enable.partition.eof") == 0)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
     }

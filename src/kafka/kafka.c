@@ -77,7 +77,10 @@ typedef struct {
 static const kafka_setting kafka_settings[] = {
     {OW_KAFKA_CONSUMER, ALL, 0, "partition.assignment.strategy", "cooperative-sticky"},
     {OW_KAFKA_CONSUMER, ALL, 0, "auto.offset.reset", "earliest"},
-    {OW_KAFKA_CONSUMER, ALL, 0, "enable.partition.eof", "false"},
+    /* The end of a partition tells the ledger that the transaction markers
+     * and aborted records behind its last message will never be delivered,
+     * so that its offset passes them (ow_ledger_reached_end). */
+    {OW_KAFKA_CONSUMER, ALL, 1, "enable.partition.eof", "true"},
     /* The local prefetch queue counts against memory too: it gets the
      * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
      * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),

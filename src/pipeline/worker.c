@@ -112,7 +112,9 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
         ow_runstate_set_fatal(&w->rs, "fatal consumer error");
     } else if (ow_kafka_refused(w->consumer, m->err, rd_kafka_message_errstr(m))) {
         ow_runstate_set_fatal(&w->rs, "Kafka refused the worker's permissions");
-    } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+    } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        ow_worker_reached_end(w, m->partition, m->offset);
+    } else {
         OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
                OW_F_INT("partition", m->partition));
     }

@@ -34,6 +34,14 @@ void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end)
+{
+    ow_ledger_seen seen;
+
+    if (ow_ledger_reached_end(&w->ledger, partition, end, &seen) == OW_ENOMEM)
+        ow_runstate_set_fatal(&w->rs, "out of memory");
+}
+
 /* Every commit's result, periodic or explicit. */
 static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
                         const char *when)

@@ -90,6 +90,9 @@ int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, in
  * three times, never within an interval of a rebalance callback. Poll
  * thread. */
 void ow_worker_recommit(ow_worker *w);
+/* librdkafka's partition EOF at end: the ledger may pass the records
+ * behind the last message (ow_ledger_reached_end). Consumer thread. */
+void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end);
 void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts, void *opaque);
 /* Leaves the group within the stop's deadline. */

@@ -193,6 +193,10 @@ static void test_finish_checks(void **state)
         {"kafka.enable.auto.offset.store = true\n",
          "kafka.enable.auto.offset.store: is fixed by order-worker's delivery guarantees"},
         {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
+        /* The ledger passes the records behind a partition's last message
+         * when librdkafka reports the partition's end. */
+        {"kafka.consumer.enable.partition.eof = false\n",
+         "kafka.consumer.enable.partition.eof: is fixed by order-worker's delivery guarantees"},
         {"retry.backoff_ms = 500\nretry.backoff_max_ms = 100\n",
          "retry.backoff_max_ms: must be at least retry.backoff_ms"},
         /* Results and dead letters on one topic; an address that

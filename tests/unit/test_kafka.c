@@ -60,6 +60,7 @@ static void test_roles_and_guarantees(void **state)
     assert_string_equal(get(c, "queued.max.messages.kbytes", buf, sizeof(buf)), "14336");
     /* What the guarantees rest on. */
     assert_string_equal(get(c, "enable.auto.offset.store", buf, sizeof(buf)), "false");
+    assert_string_equal(get(c, "enable.partition.eof", buf, sizeof(buf)), "true");
     assert_string_equal(get(c, "partition.assignment.strategy", buf, sizeof(buf)),
                         "cooperative-sticky");
     assert_string_equal(get(p, "enable.idempotence", buf, sizeof(buf)), "true");
