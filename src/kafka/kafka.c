@@ -76,6 +76,9 @@ typedef struct {
 
 static const kafka_setting kafka_settings[] = {
     {OW_KAFKA_CONSUMER, ALL, 0, "partition.assignment.strategy", "cooperative-sticky"},
+    /* A partition the group has no offset for is read from its start, and
+     * so is one whose offset the broker deleted: the worker reports that
+     * (config_check.c refuses latest and error). */
     {OW_KAFKA_CONSUMER, ALL, 0, "auto.offset.reset", "earliest"},
     /* The end of a partition tells the ledger that the transaction markers
      * and aborted records behind its last message will never be delivered,

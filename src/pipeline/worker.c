@@ -25,6 +25,7 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
                          : OW_ENOMEM;
     int rewound = seen.rewound;
 
+    ow_worker_check_skipped(w, m->partition, m->offset, &seen);
     if (rewound)
         OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));

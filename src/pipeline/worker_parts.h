@@ -90,6 +90,14 @@ int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, in
  * three times, never within an interval of a rebalance callback. Poll
  * thread. */
 void ow_worker_recommit(ow_worker *w);
+/* Whether the input passed over offsets the broker had deleted before
+ * they were read (retention, DeleteRecords): at is the offset of a
+ * message, or the end of the partition, and seen what the ledger expected
+ * there. Such offsets are counted and logged with their range. Costs
+ * nothing when the input went on where expected; the first message of an
+ * assignment asks the group for its committed offset. Consumer thread. */
+void ow_worker_check_skipped(ow_worker *w, int32_t partition, int64_t at,
+                             const ow_ledger_seen *seen);
 /* librdkafka's partition EOF at end: the ledger may pass the records
  * behind the last message (ow_ledger_reached_end). Consumer thread. */
 void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end);
