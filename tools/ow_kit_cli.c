@@ -5,7 +5,9 @@
  *   ow-kit create-topic BOOTSTRAP TOPIC PARTITIONS
  *   ow-kit produce BOOTSTRAP TOPIC [--partition P] [--key K | --no-key]   (value on stdin)
  *   ow-kit read BOOTSTRAP TOPIC          one JSON object per message
- *   ow-kit lag BOOTSTRAP GROUP TOPIC     committed vs end offsets; exit 0 when caught up
+ *   ow-kit lag BOOTSTRAP GROUP TOPIC     committed vs end offsets (kit_group_lag: from the
+ *                                        log start when that is later); exit 0 when
+ *                                        caught up
  *   ow-kit acl add|delete BOOTSTRAP PRINCIPAL TYPE NAME OPERATION
  *                                        one LITERAL ALLOW ACL (TYPE topic, group, cluster)
  *   ow-kit gen BOOTSTRAP TOPIC N [--rate R] [--seed S] [--retry P] [--reuse P]
@@ -213,18 +215,16 @@ static int cmd_read(char **argv)
 
 static int cmd_lag(char **argv)
 {
-    int64_t ends[256], committed[256];
-    int n = kit_end_offsets(argv[2], argv[4], ends, 256);
+    int64_t ends[256], committed[256], lag[256];
+    int n = kit_group_lag(argv[2], argv[3], argv[4], 256, committed, ends, lag);
     long long total = 0;
 
-    if (n <= 0 || kit_committed(argv[2], argv[3], argv[4], n, committed) != 0)
+    if (n <= 0)
         return 1;
     for (int p = 0; p < n; p++) {
-        long long lag = ends[p] - (committed[p] < 0 ? 0 : committed[p]);
-
         printf("partition %d: committed %lld end %lld lag %lld\n", p, (long long)committed[p],
-               (long long)ends[p], lag);
-        total += lag;
+               (long long)ends[p], (long long)lag[p]);
+        total += lag[p];
     }
     printf("total lag %lld\n", total);
     return total == 0 ? 0 : 1;

@@ -1117,7 +1117,7 @@ int main(int argc, char **argv)
     static char node[256];
     vc_target cluster;
     long long nodes_bad, windows_bad;
-    int64_t ends[256], committed[256];
+    int64_t ends[256], committed[256], part_lag[256];
     int parts;
     long long lag = 0, dlq_bad = 0, valid = 0, behind_lso = 0;
     eos_timeline tl;
@@ -1179,11 +1179,11 @@ int main(int argc, char **argv)
         if (in->mismatched > 0)
             t.mismatched++;
     }
-    parts = kit_end_offsets(a.bootstrap, a.in, ends, 256);
-    if (parts <= 0 || kit_committed(a.bootstrap, a.group, a.in, parts, committed) != 0)
+    parts = kit_group_lag(a.bootstrap, a.group, a.in, 256, committed, ends, part_lag);
+    if (parts <= 0)
         lag = -1;
     for (int p = 0; lag >= 0 && p < parts; p++)
-        lag += ends[p] - (committed[p] < 0 ? 0 : committed[p]);
+        lag += part_lag[p];
 
     verdict("I1 one request record per (user_id, key)", findings(&rep, OW_AUDIT_DUPLICATE_REQUESTS),
             "duplicate keys");

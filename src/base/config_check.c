@@ -329,9 +329,26 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         const char *n = kafka_name(full);
 
         if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
-            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0)
+            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0 ||
+            strcmp(n, "enable.partition.eof") == 0)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
+        /* latest (and its other names) skips, without a word, what a
+         * partition held before the group had an offset for it: a
+         * partition added to the input, offsets the group let expire, and
+         * after an offset the broker deleted, everything up to the end.
+         * error stops such a partition for good, and the records the
+         * broker deleted are gone either way: earliest goes on with what is
+         * left and the worker reports the rest (input_skipped). */
+        if (strcmp(n, "auto.offset.reset") == 0 &&
+            strcmp(cfg->passthrough[i].value, "earliest") != 0 &&
+            strcmp(cfg->passthrough[i].value, "smallest") != 0 &&
+            strcmp(cfg->passthrough[i].value, "beginning") != 0)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "kafka.%s: \"%s\": order-worker reads a partition the group has "
+                                "no offset for from its start (earliest): latest would skip its "
+                                "messages without deciding them, error would stop it",
+                                full, cfg->passthrough[i].value);
     }
     rc = check_guarantee(cfg, err);
     if (rc == OW_OK)

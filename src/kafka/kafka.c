@@ -76,8 +76,18 @@ typedef struct {
 
 static const kafka_setting kafka_settings[] = {
     {OW_KAFKA_CONSUMER, ALL, 0, "partition.assignment.strategy", "cooperative-sticky"},
+    /* A partition the group has no offset for is read from its start, and
+     * so is one whose offset the broker deleted: the worker reports that
+     * (config_check.c refuses latest and error). */
     {OW_KAFKA_CONSUMER, ALL, 0, "auto.offset.reset", "earliest"},
-    {OW_KAFKA_CONSUMER, ALL, 0, "enable.partition.eof", "false"},
+    /* The end of a partition tells the ledger that the transaction markers
+     * and aborted records behind its last message will never be delivered,
+     * so that its offset passes them (ow_ledger_reached_end). */
+    {OW_KAFKA_CONSUMER, ALL, 1, "enable.partition.eof", "true"},
+    /* Partitions added to the input are consumed once the group sees them
+     * in a metadata refresh; librdkafka's default waits up to 5 minutes.
+     * The request names only the subscribed topic. */
+    {OW_KAFKA_CONSUMER, ALL, 0, "topic.metadata.refresh.interval.ms", "10000"},
     /* The local prefetch queue counts against memory too: it gets the
      * in-flight byte budget. librdkafka 2.0 stops fetching for a fixed
      * second once the queue is over it (fetch.queue.backoff.ms came in 2.2),

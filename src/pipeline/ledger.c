@@ -72,6 +72,8 @@ int ow_ledger_assign(ow_ledger *l, int32_t partition)
     if (p != NULL) {
         p->assigned = 1;
         p->revoking = 0;
+        p->fresh = 1;
+        p->next = -1;
         rc = new_epoch(l, p, 1);
     }
     pthread_mutex_unlock(&l->mu);
@@ -112,11 +114,16 @@ int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque)
     pthread_mutex_lock(&l->mu);
     for (size_t i = 0; i < l->n_parts; i++) {
         ow_ledger_part *p = &l->parts[i];
+        int64_t to;
 
         if (!p->assigned)
             continue;
-        fn(opaque, (int32_t)i, p->track != NULL ? ow_offset_track_committed(p->track) : -1,
-           p->first_offset);
+        to = fn(opaque, (int32_t)i, p->track != NULL ? ow_offset_track_committed(p->track) : -1,
+                p->first_offset);
+        if (to >= 0) {
+            p->next = to;
+            p->fresh = 0;
+        }
         if (new_epoch(l, p, 1) != OW_OK)
             rc = OW_ENOMEM;
     }
@@ -125,18 +132,30 @@ int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque)
     return rc;
 }
 
-int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound)
+/* What the partition expected before offset (the next message, or its end)
+ * and where it goes on after it; mu held. */
+static void seen_at(ow_ledger_part *p, int64_t offset, ow_ledger_seen *seen)
+{
+    seen->first = p->fresh;
+    seen->expected = p->fresh ? -1 : p->next;
+    p->fresh = 0;
+    p->next = offset;
+}
+
+int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t,
+                    ow_ledger_seen *seen)
 {
     ow_ledger_part *p;
     int rc = OW_ENOTFOUND;
 
-    *rewound = 0;
+    *seen = (ow_ledger_seen){0, 0, -1};
     pthread_mutex_lock(&l->mu);
     p = part_get(l, partition);
     if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
+        seen_at(p, offset + 1, seen);
         rc = ow_offset_track_add(p->track, offset);
         if (rc == OW_EINVAL) {
-            *rewound = 1;
+            seen->rewound = 1;
             rc = new_epoch(l, p, 1);
             if (rc == OW_OK)
                 rc = ow_offset_track_add(p->track, offset);
@@ -151,6 +170,33 @@ int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *
             atomic_store(&t->pending, 1); /* the caller's hold */
             atomic_store(&t->failed, 0);
         }
+    } else if (p == NULL) {
+        rc = OW_ENOMEM;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int ow_ledger_reached_end(ow_ledger *l, int32_t partition, int64_t end, ow_ledger_seen *seen)
+{
+    ow_ledger_part *p;
+    int rc = OW_ENOTFOUND;
+    int64_t commit = -1;
+
+    *seen = (ow_ledger_seen){0, 0, -1};
+    pthread_mutex_lock(&l->mu);
+    p = part_get(l, partition);
+    if (p != NULL && p->assigned && !p->revoking && p->track != NULL) {
+        seen_at(p, end, seen);
+        /* OW_EINVAL when end - 1 is the last message tracked, or below it:
+         * then there is nothing to pass over. The entry has no ticket: it
+         * is done as soon as it is added. */
+        rc = ow_offset_track_add(p->track, end - 1);
+        if (rc == OW_OK && ow_offset_track_done(p->track, end - 1) == OW_OK &&
+            ow_offset_track_advance(p->track, &commit) && l->store != NULL)
+            l->store(l->opaque, partition, commit);
+        if (rc == OW_EINVAL)
+            rc = OW_OK;
     } else if (p == NULL) {
         rc = OW_ENOMEM;
     }

@@ -246,7 +246,7 @@ typedef struct {
     rd_kafka_topic_partition_list_t *l;
 } rewind_args;
 
-static void add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t first)
+static int64_t add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
     rewind_args *a = opaque;
     rd_kafka_topic_partition_list_t *l = a->l;
@@ -258,6 +258,7 @@ static void add_rewind(void *opaque, int32_t partition, int64_t stored, int64_t 
         to = first;
     if (to >= 0)
         rd_kafka_topic_partition_list_add(l, a->tx->cfg->topic_input, partition)->offset = to;
+    return to;
 }
 
 /* Every assigned partition back to its committed offset: a new epoch in the

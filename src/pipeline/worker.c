@@ -20,10 +20,12 @@
 static void dispatch(ow_worker *w, rd_kafka_message_t *m)
 {
     ow_job *job = ow_job_from_message(&w->maker, m);
-    int rewound = 0;
-    int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &rewound)
+    ow_ledger_seen seen = {0, 0, -1};
+    int rc = job != NULL ? ow_ledger_track(&w->ledger, m->partition, m->offset, &job->t, &seen)
                          : OW_ENOMEM;
+    int rewound = seen.rewound;
 
+    ow_worker_check_skipped(w, m->partition, m->offset, &seen);
     if (rewound)
         OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));
@@ -111,7 +113,9 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
         ow_runstate_set_fatal(&w->rs, "fatal consumer error");
     } else if (ow_kafka_refused(w->consumer, m->err, rd_kafka_message_errstr(m))) {
         ow_runstate_set_fatal(&w->rs, "Kafka refused the worker's permissions");
-    } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+    } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        ow_worker_reached_end(w, m->partition, m->offset);
+    } else {
         OW_LOG(OW_LOG_WARN, "consumer_error", OW_F_STR("error", rd_kafka_message_errstr(m)),
                OW_F_INT("partition", m->partition));
     }

@@ -34,6 +34,89 @@ void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* --- Input deleted before it was read ------------------------------------ */
+
+/* The longest the consumer thread waits for the group's committed offset
+ * or a partition's log start when it checks passed-over input: once per
+ * assignment of a partition, and when the input passed over offsets,
+ * never for every message. */
+#define SKIP_CHECK_TIMEOUT_MS 5000
+
+/* The group's committed offset of one partition; -1 when it has none or
+ * the coordinator did not answer in time. */
+static int64_t committed_offset(ow_worker *w, int32_t partition)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_resp_err_t e;
+    int64_t off = -1;
+
+    rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition);
+    e = rd_kafka_committed(w->consumer, l, SKIP_CHECK_TIMEOUT_MS);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        off = l->elems[0].offset >= 0 ? l->elems[0].offset : -1;
+    else
+        OW_LOG(OW_LOG_WARN, "input_check_failed", OW_F_STR("topic", w->cfg->topic_input),
+               OW_F_INT("partition", partition),
+               OW_F_STR("error",
+                        rd_kafka_err2str(e != RD_KAFKA_RESP_ERR_NO_ERROR ? e : l->elems[0].err)),
+               OW_F_STR("why", "the group's committed offset did not come: input the broker "
+                               "deleted before this assignment began is not looked for"));
+    rd_kafka_topic_partition_list_destroy(l);
+    return off;
+}
+
+/* Offsets the input passes over are normal: transaction markers, records
+ * of aborted transactions, records compaction removed. They are lost input
+ * only when the broker deleted them before they were read: librdkafka then
+ * resets the partition to its log start (auto.offset.reset = earliest) and
+ * says so only in a log line of its own. So the log start decides. */
+void ow_worker_check_skipped(ow_worker *w, int32_t partition, int64_t at,
+                             const ow_ledger_seen *seen)
+{
+    const char *topic = w->cfg->topic_input;
+    int64_t from = seen->expected, lo = -1, hi = -1, to;
+
+    if (seen->rewound || (!seen->first && (from < 0 || at <= from)))
+        return;
+    /* librdkafka keeps the log start of the partition's last fetch
+     * response: the one that delivered at, or a later one. */
+    rd_kafka_get_watermark_offsets(w->consumer, topic, partition, &lo, &hi);
+    if (lo < 0 &&
+        rd_kafka_query_watermark_offsets(w->consumer, topic, partition, &lo, &hi,
+                                         SKIP_CHECK_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        OW_LOG(OW_LOG_WARN, "input_check_failed", OW_F_STR("topic", topic),
+               OW_F_INT("partition", partition), OW_F_INT("from", from), OW_F_INT("at", at),
+               OW_F_STR("why", "the partition's log start did not come: whether the broker "
+                               "deleted these offsets before they were read is not known"));
+        return;
+    }
+    if (lo <= 0 || at <= 0)
+        return; /* nothing was ever deleted, or nothing was passed over */
+    if (seen->first)
+        from = committed_offset(w, partition);
+    if (from < 0 || lo <= from || at <= from)
+        return;
+    /* Deleted after at was fetched, the log start may be past at. */
+    to = lo < at ? lo : at;
+    OW_COUNT(input_skipped, to - from);
+    OW_LOG(OW_LOG_ERROR, "input_skipped", OW_F_STR("topic", topic),
+           OW_F_INT("partition", partition), OW_F_INT("first_offset", from),
+           OW_F_INT("last_offset", to - 1), OW_F_INT("offsets", to - from),
+           OW_F_STR("why", "the broker deleted these offsets (retention or DeleteRecords) "
+                           "before the worker read them: their requests were never decided"));
+}
+
+void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end)
+{
+    ow_ledger_seen seen;
+    int rc = ow_ledger_reached_end(&w->ledger, partition, end, &seen);
+
+    if (rc == OW_ENOMEM)
+        ow_runstate_set_fatal(&w->rs, "out of memory");
+    else if (rc == OW_OK)
+        ow_worker_check_skipped(w, partition, end, &seen);
+}
+
 /* Every commit's result, periodic or explicit. */
 static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
                         const char *when)
@@ -69,7 +152,7 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         w->recommits = RECOMMITS;
 }
 
-void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
     const ow_offset_list *ol = opaque;
     int64_t to = stored >= 0 || !ol->or_first ? stored : first;
@@ -77,6 +160,13 @@ void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64
     if (to >= 0)
         rd_kafka_topic_partition_list_add(ol->list, ol->w->cfg->topic_input, partition)->offset =
             to;
+    return to;
+}
+
+/* ow_ledger_each_fn's shape. */
+static void add_stored_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    ow_worker_add_offset(opaque, partition, stored, first);
 }
 
 /* The client's periodic commit sends only the partitions whose stored
@@ -102,7 +192,7 @@ void ow_worker_recommit(ow_worker *w)
     w->recommits--;
     w->recommit_at_ms = now + w->cfg->commit_interval_ms;
     ol = (ow_offset_list){w, rd_kafka_topic_partition_list_new(8), 0};
-    ow_ledger_each_assigned(&w->ledger, ow_worker_add_offset, &ol);
+    ow_ledger_each_assigned(&w->ledger, add_stored_offset, &ol);
     /* Its answer comes to ow_worker_on_periodic_commit. */
     if (ol.list->cnt > 0)
         rd_kafka_commit(w->consumer, ol.list, 1);

@@ -75,20 +75,32 @@ void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* Commits the stored offsets (exactly-once: the transaction), waiting for
  * the answer until deadline_ms at most. */
 void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms);
-/* A list of offsets being filled from the ledger (ow_ledger_each_fn and
- * ow_ledger_rewind_fn alike): each partition's stored offset, or with
- * or_first, where its assignment began when it stored none. */
+/* A list of offsets being filled from the ledger (an ow_ledger_rewind_fn,
+ * which returns the offset added, -1 for none): each partition's stored
+ * offset, or with or_first, where its assignment began when it stored
+ * none. */
 typedef struct {
     const ow_worker *w;
     rd_kafka_topic_partition_list_t *list;
     int or_first;
 } ow_offset_list;
-void ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first);
+int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first);
 /* After a failed periodic commit: the stored offsets of the assigned
  * partitions, committed by name, once every commit.interval_ms, up to
  * three times, never within an interval of a rebalance callback. Poll
  * thread. */
 void ow_worker_recommit(ow_worker *w);
+/* Whether the input passed over offsets the broker had deleted before
+ * they were read (retention, DeleteRecords): at is the offset of a
+ * message, or the end of the partition, and seen what the ledger expected
+ * there. Such offsets are counted and logged with their range. Costs
+ * nothing when the input went on where expected; the first message of an
+ * assignment asks the group for its committed offset. Consumer thread. */
+void ow_worker_check_skipped(ow_worker *w, int32_t partition, int64_t at,
+                             const ow_ledger_seen *seen);
+/* librdkafka's partition EOF at end: the ledger may pass the records
+ * behind the last message (ow_ledger_reached_end). Consumer thread. */
+void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end);
 void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             rd_kafka_topic_partition_list_t *parts, void *opaque);
 /* Leaves the group within the stop's deadline. */

@@ -48,13 +48,21 @@ static void lag_line(void *opaque, int32_t partition, int64_t stored, int64_t fi
     rd_kafka_get_watermark_offsets(c->w->consumer, c->w->cfg->topic_input, partition, &lo, &hi);
     if (at < 0)
         at = first >= 0 ? first : hi;
+    /* What the broker deleted can no longer be consumed: it is not lag
+     * (input_skipped says what was lost). */
+    if (lo > at)
+        at = lo;
     ow_buf_appendf(c->out, "order_worker_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
                    c->w->cfg->topic_input, (int)partition,
                    (long long)(hi >= at && at >= 0 ? hi - at : 0));
 }
 
 /* Consumer lag per assigned partition: the partition's end offset (as last
- * seen by the fetcher) minus the offset this replica has stored. */
+ * seen by the fetcher) minus the offset this replica has stored, or the log
+ * start when that is later. The stored offset passes the transaction
+ * markers and aborted records at a partition's end once it is drained
+ * (ow_ledger_reached_end), so lag reaches 0 behind them, as `ow-kit lag`
+ * and ow-verify count it. */
 static void metrics_extra(ow_buf *out, void *opaque)
 {
     ow_worker *w = opaque;

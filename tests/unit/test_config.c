@@ -193,6 +193,23 @@ static void test_finish_checks(void **state)
         {"kafka.enable.auto.offset.store = true\n",
          "kafka.enable.auto.offset.store: is fixed by order-worker's delivery guarantees"},
         {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
+        /* The ledger passes the records behind a partition's last message
+         * when librdkafka reports the partition's end. */
+        {"kafka.consumer.enable.partition.eof = false\n",
+         "kafka.consumer.enable.partition.eof: is fixed by order-worker's delivery guarantees"},
+        /* A partition without a committed offset is read from its start. */
+        {"kafka.auto.offset.reset = latest\n",
+         "kafka.auto.offset.reset: \"latest\": order-worker reads a partition the group has no "
+         "offset for from its start (earliest): latest would skip its messages without deciding "
+         "them, error would stop it"},
+        {"kafka.consumer.auto.offset.reset = largest\n",
+         "kafka.consumer.auto.offset.reset: \"largest\": order-worker reads a partition the group "
+         "has no offset for from its start (earliest): latest would skip its messages without "
+         "deciding them, error would stop it"},
+        {"kafka.auto.offset.reset = error\n",
+         "kafka.auto.offset.reset: \"error\": order-worker reads a partition the group has no "
+         "offset for from its start (earliest): latest would skip its messages without deciding "
+         "them, error would stop it"},
         {"retry.backoff_ms = 500\nretry.backoff_max_ms = 100\n",
          "retry.backoff_max_ms: must be at least retry.backoff_ms"},
         /* Results and dead letters on one topic; an address that

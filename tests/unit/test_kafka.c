@@ -60,6 +60,10 @@ static void test_roles_and_guarantees(void **state)
     assert_string_equal(get(c, "queued.max.messages.kbytes", buf, sizeof(buf)), "14336");
     /* What the guarantees rest on. */
     assert_string_equal(get(c, "enable.auto.offset.store", buf, sizeof(buf)), "false");
+    assert_string_equal(get(c, "enable.partition.eof", buf, sizeof(buf)), "true");
+    /* Partitions added to the input are seen within 10 s, not 5 minutes. */
+    assert_string_equal(get(c, "topic.metadata.refresh.interval.ms", buf, sizeof(buf)), "10000");
+    assert_string_equal(get(p, "topic.metadata.refresh.interval.ms", buf, sizeof(buf)), "300000");
     assert_string_equal(get(c, "partition.assignment.strategy", buf, sizeof(buf)),
                         "cooperative-sticky");
     assert_string_equal(get(p, "enable.idempotence", buf, sizeof(buf)), "true");
@@ -69,7 +73,7 @@ static void test_roles_and_guarantees(void **state)
     ow_config_cleanup(&cfg);
 }
 
-/* The lz4 default gives way to the configuration. */
+/* The defaults give way to the configuration. */
 static void test_compression_override(void **state)
 {
     ow_config cfg;
@@ -82,6 +86,15 @@ static void test_compression_override(void **state)
     p = ow_kafka_conf_new(&cfg, OW_KAFKA_PRODUCER, &err);
     assert_non_null(p);
     assert_string_equal(get(p, "compression.type", buf, sizeof(buf)), "zstd");
+    rd_kafka_conf_destroy(p);
+    ow_config_cleanup(&cfg);
+    /* So do the consumer's metadata refresh, and another name of its
+     * offset reset. */
+    load(&cfg, "kafka.consumer.topic.metadata.refresh.interval.ms = 60000\n"
+               "kafka.consumer.auto.offset.reset = smallest\n");
+    p = ow_kafka_conf_new(&cfg, OW_KAFKA_CONSUMER, &err);
+    assert_non_null(p);
+    assert_string_equal(get(p, "topic.metadata.refresh.interval.ms", buf, sizeof(buf)), "60000");
     rd_kafka_conf_destroy(p);
     ow_config_cleanup(&cfg);
 }

@@ -343,10 +343,10 @@ static int teardown(void **state)
 static ow_job *job_new(fixture *f, const char *key, const char *const *orders, size_t n)
 {
     ow_job *job = ow_job_new();
-    int rewound;
+    ow_ledger_seen at;
 
     assert_non_null(job);
-    assert_int_equal(ow_ledger_track(&ledger, 0, f->next_offset++, &job->t, &rewound), OW_OK);
+    assert_int_equal(ow_ledger_track(&ledger, 0, f->next_offset++, &job->t, &at), OW_OK);
     job->key_len = strlen(key);
     job->key = malloc(job->key_len + 1);
     memcpy(job->key, key, job->key_len + 1);
@@ -470,9 +470,9 @@ static void test_stale_job_is_dropped(void **state)
     jobs[0] = simple(f, "gone", "o1");
     jobs[0]->t.partition = 1;
     {
-        int rewound;
+        ow_ledger_seen at;
 
-        assert_int_equal(ow_ledger_track(&ledger, 1, 0, &jobs[0]->t, &rewound), OW_OK);
+        assert_int_equal(ow_ledger_track(&ledger, 1, 0, &jobs[0]->t, &at), OW_OK);
     }
     jobs[1] = simple(f, "kept", "o2");
     ow_ledger_revoke_begin(&ledger, 1);

@@ -1,6 +1,7 @@
 /* The partition ledger without Kafka: out-of-order acknowledgements, a
  * failed output holding the offset back, a revoke in the middle, a rewind
- * within an assignment. */
+ * within an assignment, the end of a partition behind records that are
+ * never delivered, where each message was expected. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,10 +58,10 @@ static void produce_then_release(fixture *f, ow_ticket *t, int outputs);
 
 static void track(fixture *f, int32_t p, int64_t off, ow_ticket *t, int outputs)
 {
-    int rewound = -1;
+    ow_ledger_seen seen;
 
-    assert_int_equal(ow_ledger_track(&f->l, p, off, t, &rewound), OW_OK);
-    assert_int_equal(rewound, 0);
+    assert_int_equal(ow_ledger_track(&f->l, p, off, t, &seen), OW_OK);
+    assert_int_equal(seen.rewound, 0);
     produce_then_release(f, t, outputs);
 }
 
@@ -86,11 +87,12 @@ static void test_untracked_partition_is_ignored(void **state)
 {
     fixture *f = *state;
     ow_ticket t;
-    int rewound;
+    ow_ledger_seen seen;
 
-    assert_int_equal(ow_ledger_track(&f->l, 2, 10, &t, &rewound), OW_ENOTFOUND);
+    assert_int_equal(ow_ledger_track(&f->l, 2, 10, &t, &seen), OW_ENOTFOUND);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 2, 12, &seen), OW_ENOTFOUND);
     assert_int_equal(ow_ledger_assign(&f->l, 2), OW_OK);
-    assert_int_equal(ow_ledger_track(&f->l, 2, 10, &t, &rewound), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 2, 10, &t, &seen), OW_OK);
     assert_false(ow_ledger_stale(&f->l, &t));
 }
 
@@ -148,9 +150,10 @@ static void test_revoke_in_the_middle(void **state)
     /* Nothing new is tracked while revoking. */
     {
         ow_ticket t;
-        int rewound;
+        ow_ledger_seen seen;
 
-        assert_int_equal(ow_ledger_track(&f->l, 3, 51, &t, &rewound), OW_ENOTFOUND);
+        assert_int_equal(ow_ledger_track(&f->l, 3, 51, &t, &seen), OW_ENOTFOUND);
+        assert_int_equal(ow_ledger_reached_end(&f->l, 3, 60, &seen), OW_ENOTFOUND);
     }
     /* The drain waits for the active ticket and gives up at the deadline. */
     assert_false(ow_ledger_wait_drained(&f->l, parts, 1, ow_clock_mono_ms() + 20, &abort_flag));
@@ -174,10 +177,11 @@ static void test_hold_keeps_ticket_open(void **state)
 {
     fixture *f = *state;
     ow_ticket t, dropped;
-    int rewound, done = -1;
+    ow_ledger_seen seen;
+    int done = -1;
 
     assert_int_equal(ow_ledger_assign(&f->l, 0), OW_OK);
-    assert_int_equal(ow_ledger_track(&f->l, 0, 7, &t, &rewound), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 7, &t, &seen), OW_OK);
     ow_ledger_produced(&t);                                     /* interim answer */
     assert_int_equal(ow_ledger_settle(&f->l, &t, 1, &done), 0); /* its report */
     ow_ledger_produced(&t);                                     /* the result */
@@ -186,7 +190,7 @@ static void test_hold_keeps_ticket_open(void **state)
     assert_int_equal(ow_ledger_settle(&f->l, &t, 1, &done), 1);
     assert_int_equal(done, 1);
     assert_int_equal(f->st.last[0], 8);
-    assert_int_equal(ow_ledger_track(&f->l, 0, 8, &dropped, &rewound), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 8, &dropped, &seen), OW_OK);
     assert_int_equal(ow_ledger_settle(&f->l, &dropped, 0, &done), 1);
     assert_int_equal(done, 0);
     assert_int_equal(f->st.last[0], 8);
@@ -199,13 +203,13 @@ static void test_rewind_within_assignment(void **state)
 {
     fixture *f = *state;
     ow_ticket a, b, again;
-    int rewound = 0;
+    ow_ledger_seen seen;
 
     assert_int_equal(ow_ledger_assign(&f->l, 0), OW_OK);
     track(f, 0, 10, &a, 1);
     track(f, 0, 11, &b, 1);
-    assert_int_equal(ow_ledger_track(&f->l, 0, 5, &again, &rewound), OW_OK);
-    assert_int_equal(rewound, 1);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 5, &again, &seen), OW_OK);
+    assert_int_equal(seen.rewound, 1);
     produce_then_release(f, &again, 1);
     assert_true(ow_ledger_stale(&f->l, &a));
     assert_false(ow_ledger_stale(&f->l, &again));
@@ -216,12 +220,13 @@ static void test_rewind_within_assignment(void **state)
     assert_int_equal(f->st.last[0], 6);
 }
 
-static void ignore_rewind(void *opaque, int32_t partition, int64_t at, int64_t first)
+static int64_t ignore_rewind(void *opaque, int32_t partition, int64_t at, int64_t first)
 {
     (void)opaque;
     (void)partition;
     (void)at;
     (void)first;
+    return -1;
 }
 
 /* Everything that can make a ticket stale moves the endings count, so a
@@ -232,7 +237,7 @@ static void test_endings_count_what_makes_stale(void **state)
     fixture *f = *state;
     ow_ticket a, b, again;
     uint64_t seen;
-    int rewound = 0;
+    ow_ledger_seen at;
 
     assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
     seen = ow_ledger_endings(&f->l);
@@ -242,7 +247,7 @@ static void test_endings_count_what_makes_stale(void **state)
     track(f, 1, 11, &b, 1);
     assert_int_equal(ow_ledger_endings(&f->l), seen);
     /* An offset reset within the assignment. */
-    assert_int_equal(ow_ledger_track(&f->l, 1, 5, &again, &rewound), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 1, 5, &again, &at), OW_OK);
     assert_true(ow_ledger_stale(&f->l, &b));
     assert_true(ow_ledger_endings(&f->l) > seen);
     seen = ow_ledger_endings(&f->l);
@@ -267,6 +272,118 @@ static void test_endings_count_what_makes_stale(void **state)
     assert_int_equal(ack(f, &a, 1), 1);
     assert_int_equal(ack(f, &again, 1), 1);
     assert_int_equal(ack(f, &b, 1), 1);
+}
+
+/* The end of a partition behind transaction markers or aborted records
+ * (offsets 3 to 5 never delivered) moves the watermark to the end, but
+ * only once every message before it is done; an end right after the last
+ * message adds nothing. */
+static void test_end_passes_records_never_delivered(void **state)
+{
+    fixture *f = *state;
+    ow_ticket t[3];
+    ow_ledger_seen seen;
+
+    assert_int_equal(ow_ledger_assign(&f->l, 0), OW_OK);
+    for (int i = 0; i < 3; i++)
+        track(f, 0, i, &t[i], 1);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 0, 6, &seen), OW_OK);
+    assert_int_equal(f->st.calls[0], 0);
+    assert_int_equal(ack(f, &t[0], 1), 1);
+    assert_int_equal(f->st.last[0], 1);
+    assert_int_equal(ack(f, &t[2], 1), 1);
+    assert_int_equal(f->st.last[0], 1); /* 1 is not acknowledged yet */
+    assert_int_equal(ack(f, &t[1], 1), 1);
+    assert_int_equal(f->st.last[0], 6);
+    assert_int_equal(f->st.calls[0], 2);
+    /* New input after the markers, and an end right after it. */
+    track(f, 0, 6, &t[0], 1);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 0, 7, &seen), OW_OK);
+    assert_int_equal(ack(f, &t[0], 1), 1);
+    assert_int_equal(f->st.last[0], 7);
+    assert_int_equal(f->st.calls[0], 3);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 0, 7, &seen), OW_OK);
+    assert_int_equal(f->st.calls[0], 3);
+}
+
+/* A message whose output failed holds the watermark back: an end after it
+ * never passes it. */
+static void test_end_never_passes_a_failed_message(void **state)
+{
+    fixture *f = *state;
+    ow_ticket t[2];
+    ow_ledger_seen seen;
+
+    assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
+    track(f, 1, 10, &t[0], 1);
+    track(f, 1, 11, &t[1], 1);
+    assert_int_equal(ack(f, &t[1], 0), 0);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 1, 20, &seen), OW_OK);
+    assert_int_equal(ack(f, &t[0], 1), 1);
+    assert_int_equal(f->st.last[1], 11);
+    assert_int_equal(f->st.calls[1], 1);
+}
+
+/* A partition whose assignment starts behind nothing but markers: its end
+ * alone moves the watermark. */
+static void test_end_of_an_assignment_without_messages(void **state)
+{
+    fixture *f = *state;
+    ow_ledger_seen seen;
+
+    assert_int_equal(ow_ledger_assign(&f->l, 2), OW_OK);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 2, 9, &seen), OW_OK);
+    assert_int_equal(seen.first, 1);
+    assert_int_equal(f->st.last[2], 9);
+}
+
+static int64_t rewind_to_3(void *opaque, int32_t partition, int64_t at, int64_t first)
+{
+    (void)opaque;
+    (void)at;
+    (void)first;
+    return partition == 0 ? 3 : -1;
+}
+
+/* Where each message or end was expected: the first of an assignment at
+ * the group's committed offset (unknown to the ledger), then one past the
+ * last message, the end, or where a rewind went back to. */
+static void test_expected_offsets(void **state)
+{
+    fixture *f = *state;
+    ow_ticket t;
+    ow_ledger_seen seen;
+
+    assert_int_equal(ow_ledger_assign(&f->l, 0), OW_OK);
+    assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 4, &t, &seen), OW_OK);
+    assert_int_equal(seen.first, 1);
+    assert_int_equal(seen.expected, -1);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 10, &t, &seen), OW_OK);
+    assert_int_equal(seen.first, 0);
+    assert_int_equal(seen.expected, 5);
+    assert_int_equal(ow_ledger_reached_end(&f->l, 0, 15, &seen), OW_OK);
+    assert_int_equal(seen.expected, 11);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 15, &t, &seen), OW_OK);
+    assert_int_equal(seen.expected, 15);
+    assert_int_equal(ow_ledger_track(&f->l, 1, 7, &t, &seen), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 1, 8, &t, &seen), OW_OK);
+    assert_int_equal(seen.expected, 8);
+    /* Partition 0 goes back to 3; partition 1 stays where it is. */
+    assert_int_equal(ow_ledger_rewind(&f->l, rewind_to_3, NULL), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 0, 3, &t, &seen), OW_OK);
+    assert_int_equal(seen.first, 0);
+    assert_int_equal(seen.expected, 3);
+    assert_int_equal(seen.rewound, 0);
+    assert_int_equal(ow_ledger_track(&f->l, 1, 9, &t, &seen), OW_OK);
+    assert_int_equal(seen.expected, 9);
+    /* A new assignment starts at the committed offset again. */
+    ow_ledger_revoke_begin(&f->l, 1);
+    ow_ledger_revoke_end(&f->l, 1);
+    assert_int_equal(ow_ledger_assign(&f->l, 1), OW_OK);
+    assert_int_equal(ow_ledger_track(&f->l, 1, 9, &t, &seen), OW_OK);
+    assert_int_equal(seen.first, 1);
+    assert_int_equal(seen.expected, -1);
 }
 
 /* Several threads acknowledging at once: every ticket finishes exactly
@@ -316,6 +433,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hold_keeps_ticket_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewind_within_assignment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endings_count_what_makes_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_end_passes_records_never_delivered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_end_never_passes_a_failed_message, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_end_of_an_assignment_without_messages, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_expected_offsets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_acks, setup, teardown),
     };
 

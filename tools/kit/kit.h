@@ -49,6 +49,11 @@ int kit_create_topic_with(const char *bootstrap, const char *topic, int partitio
  * configs go back to their defaults). */
 int kit_alter_topic_config(const char *bootstrap, const char *topic, const char *config,
                            const char *value);
+/* Raises the topic's partition count to total (CreatePartitions). */
+int kit_create_partitions(const char *bootstrap, const char *topic, int total);
+/* Deletes the partition's records below before (DeleteRecords): its log
+ * start becomes before. */
+int kit_delete_records(const char *bootstrap, const char *topic, int32_t partition, int64_t before);
 /* add = 1 creates, 0 deletes one LITERAL ALLOW ACL (see kit_kafka.c). */
 int kit_acl(const char *bootstrap, int add, const char *principal, const char *type,
             const char *name, const char *op);
@@ -117,6 +122,19 @@ int kit_read_one(const char *bootstrap, const char *topic, int32_t partition, in
                  kit_msgs *out);
 /* End offsets (high watermarks) of every partition; returns the count. */
 int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max);
+/* The same with each partition's log start in starts (NULL: not wanted). */
+int kit_watermarks(const char *bootstrap, const char *topic, int64_t *starts, int64_t *ends,
+                   int max);
+/* What group still has to consume of each partition of topic: its end
+ * offset minus the committed offset, or minus its log start when that is
+ * later (what the broker deleted can no longer be consumed; a group without
+ * an offset starts there). The one definition of lag for `ow-kit lag` and
+ * ow-verify; the worker's order_worker_consumer_lag counts the same way.
+ * Fills committed (RD_KAFKA_OFFSET_INVALID where none), ends and lag;
+ * returns the partition count, -1 on failure or more than max (at most
+ * 256). */
+int kit_group_lag(const char *bootstrap, const char *group, const char *topic, int max,
+                  int64_t *committed, int64_t *ends, int64_t *lag);
 /* A client for repeated offset queries. With read_committed, a ListOffsets
  * for the latest offset answers the last stable offset (KIP-98), so that
  * kit_query_ends gives the LSO; with read_uncommitted the high watermark. */

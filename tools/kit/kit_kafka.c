@@ -170,6 +170,81 @@ int kit_alter_topic_config(const char *bootstrap, const char *topic, const char 
     return rc;
 }
 
+int kit_create_partitions(const char *bootstrap, const char *topic, int total)
+{
+    char errstr[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    rd_kafka_NewPartitions_t *np;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    int rc = -1;
+
+    if (rk == NULL)
+        return -1;
+    np = rd_kafka_NewPartitions_new(topic, (size_t)total, errstr, sizeof(errstr));
+    q = rd_kafka_queue_new(rk);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    ev = rd_kafka_queue_poll(q, 10000);
+    if (ev != NULL) {
+        const rd_kafka_CreatePartitions_result_t *r = rd_kafka_event_CreatePartitions_result(ev);
+        size_t n = 0;
+        const rd_kafka_topic_result_t **tr =
+            r != NULL ? rd_kafka_CreatePartitions_result_topics(r, &n) : NULL;
+
+        if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && n == 1 &&
+            rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR)
+            rc = 0;
+        else
+            fprintf(stderr, "kit: partitions of %s: %s\n", topic,
+                    n == 1 ? rd_kafka_topic_result_error_string(tr[0])
+                           : rd_kafka_event_error_string(ev));
+        rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_NewPartitions_destroy(np);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int kit_delete_records(const char *bootstrap, const char *topic, int32_t partition, int64_t before)
+{
+    char errstr[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
+    rd_kafka_topic_partition_list_t *l;
+    rd_kafka_DeleteRecords_t *dr;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    int rc = -1;
+
+    if (rk == NULL)
+        return -1;
+    l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = before;
+    dr = rd_kafka_DeleteRecords_new(l);
+    rd_kafka_topic_partition_list_destroy(l);
+    q = rd_kafka_queue_new(rk);
+    rd_kafka_DeleteRecords(rk, &dr, 1, NULL, q);
+    ev = rd_kafka_queue_poll(q, 30000);
+    if (ev != NULL) {
+        const rd_kafka_DeleteRecords_result_t *r = rd_kafka_event_DeleteRecords_result(ev);
+        const rd_kafka_topic_partition_list_t *done =
+            r != NULL ? rd_kafka_DeleteRecords_result_offsets(r) : NULL;
+
+        if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && done != NULL &&
+            done->cnt == 1 && done->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            rc = 0;
+        else
+            fprintf(stderr, "kit: delete records of %s [%d]: %s\n", topic, (int)partition,
+                    done != NULL && done->cnt == 1 ? rd_kafka_err2str(done->elems[0].err)
+                                                   : rd_kafka_event_error_string(ev));
+        rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_DeleteRecords_destroy(dr);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
 rd_kafka_mock_cluster_t *kit_mock_cluster(int brokers, rd_kafka_t **host)
 {
     char errstr[256];
@@ -288,7 +363,8 @@ int kit_partition_count(rd_kafka_t *rk, const char *topic)
     return n;
 }
 
-int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max)
+int kit_watermarks(const char *bootstrap, const char *topic, int64_t *starts, int64_t *ends,
+                   int max)
 {
     char errstr[256];
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, base_conf(bootstrap), errstr, sizeof(errstr));
@@ -301,9 +377,32 @@ int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int
         int64_t lo = 0, hi = -1;
 
         rd_kafka_query_watermark_offsets(rk, topic, i, &lo, &hi, 10000);
+        if (starts != NULL)
+            starts[i] = lo;
         ends[i] = hi;
     }
     rd_kafka_destroy(rk);
+    return n;
+}
+
+int kit_end_offsets(const char *bootstrap, const char *topic, int64_t *ends, int max)
+{
+    return kit_watermarks(bootstrap, topic, NULL, ends, max);
+}
+
+int kit_group_lag(const char *bootstrap, const char *group, const char *topic, int max,
+                  int64_t *committed, int64_t *ends, int64_t *lag)
+{
+    int64_t starts[256];
+    int n = kit_watermarks(bootstrap, topic, starts, ends, max < 256 ? max : 256);
+
+    if (n <= 0 || n > max || n > 256 || kit_committed(bootstrap, group, topic, n, committed) != 0)
+        return -1;
+    for (int p = 0; p < n; p++) {
+        int64_t from = committed[p] > starts[p] ? committed[p] : starts[p];
+
+        lag[p] = ends[p] > from ? ends[p] - from : 0;
+    }
     return n;
 }
 

@@ -47,6 +47,12 @@ typedef struct {
     uint32_t epoch;
     size_t active;        /* tickets of this epoch not yet finished */
     int64_t first_offset; /* first offset tracked in this epoch, -1 if none */
+    /* Where the input should go on: one past the last message tracked, the
+     * partition's end, or where a rewind went back to; -1 if unknown. While
+     * fresh (assigned, nothing seen yet) it is the group's committed
+     * offset, which the ledger is not told. */
+    int64_t next;
+    int fresh;
     ow_offset_track *track;
 } ow_ledger_part;
 
@@ -72,20 +78,43 @@ void ow_ledger_revoke_begin(ow_ledger *l, int32_t partition);
 void ow_ledger_revoke_end(ow_ledger *l, int32_t partition);
 
 /* Every assigned partition goes back: fn gets its stored watermark and the
- * first offset tracked in the epoch (-1: none), then a new epoch starts,
- * so every ticket in flight is stale. For an aborted Kafka transaction or
- * a replaced producer. */
-typedef void (*ow_ledger_rewind_fn)(void *opaque, int32_t partition, int64_t stored, int64_t first);
+ * first offset tracked in the epoch (-1: none) and returns the offset the
+ * caller moves the partition back to (-1: it stays where it is); then a
+ * new epoch starts, so every ticket in flight is stale. For an aborted
+ * Kafka transaction or a replaced producer. */
+typedef int64_t (*ow_ledger_rewind_fn)(void *opaque, int32_t partition, int64_t stored,
+                                       int64_t first);
 int ow_ledger_rewind(ow_ledger *l, ow_ledger_rewind_fn fn, void *opaque);
+
+/* What a consumed message, or the end of a partition, says about the
+ * offsets before it. Offsets the input passes over are normal (transaction
+ * markers, aborted or compacted records); offsets the broker deleted before
+ * they were read are lost input, which only the broker's log start can
+ * tell (the worker asks it). */
+typedef struct {
+    int rewound;      /* the partition went back within its assignment */
+    int first;        /* the first of its assignment: expected at the group's committed offset */
+    int64_t expected; /* otherwise the offset expected here, -1 if unknown */
+} ow_ledger_seen;
 
 /* Tracks a consumed message and fills its ticket, held by the caller. OW_ENOTFOUND when the
  * partition is not assigned to us (or is being revoked): the message is
  * to be ignored. An offset at or below the last one tracked means the
  * partition went back within one assignment (an offset reset): a new
  * epoch starts, so what is in flight from before can no longer move the
- * offset and the rewound messages are tracked afresh (*rewound = 1).
+ * offset and the rewound messages are tracked afresh (seen->rewound = 1).
  * OW_ENOMEM when out of memory. */
-int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t, int *rewound);
+int ow_ledger_track(ow_ledger *l, int32_t partition, int64_t offset, ow_ticket *t,
+                    ow_ledger_seen *seen);
+/* The consumer reached the partition's end at end (librdkafka's partition
+ * EOF, which comes after every message below end): nothing below end is
+ * still to be delivered. When the input passed offsets after the last
+ * message tracked (transaction markers, aborted records), end - 1 is
+ * tracked as done, so that the watermark reaches end once every message
+ * tracked is done and the group's offset does not stay behind those
+ * records. seen as for ow_ledger_track; OW_ENOTFOUND when the partition is
+ * not assigned (or is being revoked). */
+int ow_ledger_reached_end(ow_ledger *l, int32_t partition, int64_t end, ow_ledger_seen *seen);
 
 /* 1 while the ticket's epoch is its partition's (a revoke may be under way). */
 int ow_ledger_current(ow_ledger *l, const ow_ticket *t);

@@ -52,7 +52,10 @@
       "Kafka transactions committed (exactly_once_v2): outputs and input offsets together.")       \
     X(kafka_txn_aborts, "order_worker_kafka_transactions_aborted_total",                           \
       "Kafka transactions aborted (exactly_once_v2); their partitions went back to the "           \
-      "committed offsets.")
+      "committed offsets.")                                                                        \
+    X(input_skipped, "order_worker_input_skipped_offsets_total",                                   \
+      "Input offsets the broker deleted before the worker consumed them (retention, "              \
+      "DeleteRecords): at most that many requests were never decided.")
 
 #define OW_HIST_BUCKETS 14
 
