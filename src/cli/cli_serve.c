@@ -30,8 +30,10 @@ void ow_help_serve(void)
          "  GET /healthz                        200 while the process runs\n"
          "\n"
          "/v1 needs 'Authorization: Bearer TOKEN' with the token of api.token_file\n"
-         "(its first line without trailing blanks, 16 to 4096 bytes; the file must be\n"
-         "mode 0600 or stricter). A wrong token is 401, before any database query and\n"
+         "(its first line without trailing blanks, 16 to 4096 bytes; others may not use\n"
+         "the file, and its group may only read it when that is the process's own group,\n"
+         "as a Kubernetes Secret mounted for the pod's fsGroup is). A wrong token is 401,\n"
+         "before any database query and\n"
          "without counting against the rate limit. Path segments follow the message\n"
          "rules (user id 1..2^63-1; key 1..80 of A-Z a-z 0-9 - _ . :; external_order_no\n"
          "1..64 printable ASCII, percent-encoded as needed); a bad one is 400. Only GET\n"
@@ -78,9 +80,31 @@ static int read_first_line(FILE *f, char *out, size_t max, size_t *len)
     return 0;
 }
 
-/* The token is a password: like ssh with a private key, serve refuses a
- * file that group or others may use, and a directory gets its own message
- * instead of a misleading one about the token's length. */
+/* The token is a password: serve refuses a file that others may use, or
+ * that its group may write or run, and one its group may read unless that
+ * group is one of the process's own (a Kubernetes Secret mounted for the
+ * pod's fsGroup is 0440, root's, of the pod's group). A directory gets its
+ * own message instead of a misleading one about the token's length. */
+static int own_group(gid_t gid)
+{
+    gid_t groups[256];
+    int n = getgroups(256, groups);
+
+    if (gid == getegid())
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (groups[i] == gid)
+            return 1;
+    return 0;
+}
+
+static int token_mode_ok(const struct stat *st)
+{
+    if ((st->st_mode & (S_IRWXO | S_IWGRP | S_IXGRP)) != 0)
+        return 0;
+    return (st->st_mode & S_IRGRP) == 0 || own_group(st->st_gid);
+}
+
 static FILE *open_token_file(const char *path)
 {
     struct stat st;
@@ -93,10 +117,11 @@ static FILE *open_token_file(const char *path)
     } else if (S_ISDIR(st.st_mode)) {
         fprintf(stderr, "order-worker serve: api.token_file: %s is a directory, not a file\n",
                 path);
-    } else if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    } else if (!token_mode_ok(&st)) {
         fprintf(stderr,
-                "order-worker serve: api.token_file: %s has mode %04o: group and others must "
-                "have no access to the token (chmod 600 %s)\n",
+                "order-worker serve: api.token_file: %s has mode %04o: others must have no "
+                "access to the token, and its group at most read it when the group is this "
+                "process's own (chmod 600 %s)\n",
                 path, (unsigned)(st.st_mode & 07777), path);
     } else {
         f = fdopen(fd, "r");

@@ -469,8 +469,8 @@ static void check_token_file(const char *path, const char *want)
 
 static void test_serve_token_file(void **state)
 {
-    static const char *const files[] = {"t0644", "t0666",   "t0640", "blanks",
-                                        "long",  "control", "good"};
+    static const char *const files[] = {"t0644", "t0666",   "t0640", "t0460",  "blanks",
+                                        "long",  "control", "good",  "own0440"};
     char dir[] = "/tmp/ow-token-XXXXXX";
     char path[64];
     char want[160];
@@ -481,15 +481,23 @@ static void test_serve_token_file(void **state)
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof(path), "%s/t0644", dir);
     write_file(path, "0123456789abcdef0123\n", 21, 0644);
-    snprintf(want, sizeof(want), "api.token_file: %s has mode 0644: group and others", path);
+    snprintf(want, sizeof(want), "api.token_file: %s has mode 0644: others must have no access",
+             path);
     check_token_file(path, want);
     snprintf(path, sizeof(path), "%s/t0666", dir);
     write_file(path, "0123456789abcdef0123\n", 21, 0666);
     snprintf(want, sizeof(want), "api.token_file: %s has mode 0666", path);
     check_token_file(path, want);
+    /* Group read is refused unless the group is the process's own: here a
+     * group it is not in (the tests run as root, which may give the file
+     * away). A group that may write is refused whatever the group. */
     snprintf(path, sizeof(path), "%s/t0640", dir);
     write_file(path, "0123456789abcdef0123\n", 21, 0640);
+    assert_int_equal(chown(path, (uid_t)-1, 65534), 0);
     check_token_file(path, "has mode 0640");
+    snprintf(path, sizeof(path), "%s/t0460", dir);
+    write_file(path, "0123456789abcdef0123\n", 21, 0460);
+    check_token_file(path, "has mode 0460");
     /* 15 bytes of token and then blanks: the blanks are not part of it. */
     snprintf(path, sizeof(path), "%s/blanks", dir);
     write_file(path, "0123456789abcde \t \r\n", 20, 0600);
@@ -513,6 +521,16 @@ static void test_serve_token_file(void **state)
     snprintf(conf, sizeof(conf),
              "api.token_file = %s\nmysql.port = 1\napi.address = 192.0.2.1\n"
              "api.trusted_proxies = 10.0.0.1, proxy.example\n",
+             path);
+    check_serve(conf, "api.trusted_proxies: \"proxy.example\" is not an IPv4 or IPv6 address");
+    /* A Kubernetes Secret mounted for the pod's fsGroup: 0440, the file's
+     * group the process's own. It passes: the proxies' check refuses next. */
+    snprintf(path, sizeof(path), "%s/own0440", dir);
+    write_file(path, "0123456789abcdef0123\n", 21, 0440);
+    assert_int_equal(chown(path, (uid_t)-1, getegid()), 0);
+    snprintf(conf, sizeof(conf),
+             "api.token_file = %s\nmysql.port = 1\napi.address = 192.0.2.1\n"
+             "api.trusted_proxies = proxy.example\n",
              path);
     check_serve(conf, "api.trusted_proxies: \"proxy.example\" is not an IPv4 or IPv6 address");
     check_serve("mysql.port = 1\n", "api.token_file: is required");
