@@ -197,14 +197,15 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         rd_kafka_pause_partitions(w->consumer, parts);
 }
 
-/* The end of a wait during a revoke: the drain timeout, and at shutdown no
- * later than the stop's deadline. */
+/* The end of a wait during a revoke: the drain timeout, and once a stop
+ * was asked for no later than the stop's deadline. */
 static int64_t revoke_deadline(const ow_worker *w)
 {
     int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+    int64_t stop = ow_runstate_deadline(&w->rs);
 
-    if (atomic_load(&w->rs.stopping) && w->rs.deadline_ms < deadline)
-        deadline = w->rs.deadline_ms;
+    if (stop > 0 && stop < deadline)
+        deadline = stop;
     return deadline;
 }
 
