@@ -534,9 +534,9 @@ int ow_output_track(ow_output *o, ow_job *job)
     return rc;
 }
 
-void ow_output_enter(ow_output *o)
+int ow_output_enter(ow_output *o)
 {
-    ow_txn_enter(o->txn);
+    return ow_txn_enter(o->txn);
 }
 
 void ow_output_leave(ow_output *o)

@@ -201,7 +201,9 @@ static void destroy(ow_worker *w)
         rd_kafka_destroy_flags(w->consumer,
                                w->consumer_closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     ow_runstate_step(&w->rs, "destroy: producer");
-    if (w->producer != NULL)
+    /* Not while a call a stop gave up on still runs on it: the process
+     * exits next, and the call with it. */
+    if (ow_txn_release(&w->txn) && w->producer != NULL)
         rd_kafka_destroy(w->producer);
     ow_ledger_destroy(&w->ledger);
     for (size_t i = 0; i < w->n_lanes; i++)

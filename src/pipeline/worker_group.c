@@ -251,7 +251,7 @@ static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_l
         end_partitions(w, parts);
         ow_txn_abort_closed(&w->txn, "partitions lost");
     } else {
-        ow_txn_commit_closed(&w->txn, "revoke", revoke_deadline(w));
+        ow_txn_end_closed(&w->txn, "revoke", revoke_deadline(w));
         end_partitions(w, parts);
     }
     ow_txn_open(&w->txn);
