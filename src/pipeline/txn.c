@@ -76,6 +76,79 @@ void ow_txn_destroy(ow_txn *tx)
 
 typedef enum { TXN_OK = 0, TXN_RETRY, TXN_ABORT, TXN_FATAL } txn_outcome;
 
+/* Why a fenced producer was fenced, as far as the client can tell. The
+ * broker bumps the producer's epoch both when another producer with the
+ * transactional id calls init_transactions and when it aborts a
+ * transaction that outlived transaction.timeout.ms, and the old producer's
+ * next request is refused either way. librdkafka (2.0.2 and 2.8.0) turns
+ * every such refusal, INVALID_PRODUCER_EPOCH or PRODUCER_FENCED, from a
+ * produce or a transactional request, into the same fatal _FENCED with
+ * the same text. What the worker knows is how long its transaction was
+ * open: the broker counts from no earlier than its first output, so a
+ * transaction open for less than the timeout cannot have timed out, and
+ * was fenced by another producer; one open for longer may have timed out,
+ * or met such a producer as well. */
+typedef enum { FENCED_TIMEOUT = 0, FENCED_REPLICA = 1 } fence_cause;
+
+static int is_fencing(rd_kafka_resp_err_t code)
+{
+    return code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+           code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+}
+
+/* Logs the producer's fatal error once and stops the worker. error is the
+ * failed call's text (NULL from the error callback). */
+static void report_fatal(ow_txn *tx, const char *step, const char *error)
+{
+    char why[512];
+    rd_kafka_resp_err_t code = rd_kafka_fatal_error(tx->producer, why, sizeof(why));
+    int64_t opened = atomic_load(&tx->opened_ms);
+    int64_t open_ms = opened > 0 ? ow_clock_mono_ms() - opened : 0;
+    fence_cause cause = opened > 0 && open_ms >= tx->timeout_ms ? FENCED_TIMEOUT : FENCED_REPLICA;
+
+    if (error == NULL)
+        error = why;
+    if (!is_fencing(code)) {
+        if (atomic_exchange(&tx->failure_logged, 1) == 0)
+            OW_LOG(OW_LOG_ERROR, "kafka_transaction_failed", OW_F_STR("step", step),
+                   OW_F_STR("replica_id", tx->cfg->worker_replica_id), OW_F_STR("error", error));
+        ow_runstate_set_fatal(tx->rs, "a Kafka transaction failed");
+        return;
+    }
+    if (atomic_exchange(&tx->failure_logged, 1) == 0) {
+        OW_COUNT(fenced[cause], 1);
+        OW_LOG(OW_LOG_ERROR, "kafka_fenced", OW_F_STR("step", step),
+               OW_F_STR("replica_id", tx->cfg->worker_replica_id),
+               OW_F_STR("cause", cause == FENCED_TIMEOUT ? "transaction timed out"
+                                                         : "a replica with the same id"),
+               OW_F_INT("open_ms", open_ms), OW_F_INT("transaction_timeout_ms", tx->timeout_ms),
+               OW_F_STR("error", error),
+               OW_F_STR("why", cause == FENCED_TIMEOUT
+                                   ? "the transaction timed out: it was open longer than the "
+                                     "producer's transaction.timeout.ms, so the broker aborted "
+                                     "it and fenced this producer (or a replica with the same "
+                                     "worker.replica_id started meanwhile: the broker refuses "
+                                     "both alike)"
+                                   : "another producer with this transactional id started: a "
+                                     "replica with the same worker.replica_id (the transaction "
+                                     "was younger than transaction.timeout.ms, so the broker "
+                                     "had not aborted it)"));
+    }
+    ow_runstate_set_fatal(tx->rs, cause == FENCED_TIMEOUT
+                                      ? "the Kafka transaction timed out (or a replica with the "
+                                        "same replica id started)"
+                                      : "fenced by a replica with the same replica id");
+}
+
+int ow_txn_producer_failed(ow_txn *tx)
+{
+    if (!tx->enabled || tx->producer == NULL ||
+        !is_fencing(rd_kafka_fatal_error(tx->producer, NULL, 0)))
+        return 0;
+    report_fatal(tx, "producer request", NULL);
+    return 1;
+}
+
 /* What an error of the transactional API asks for; a fatal one stops the
  * worker with one line that says why (a fenced producer names its id). */
 static txn_outcome outcome_of(ow_txn *tx, rd_kafka_error_t *e, const char *step)
@@ -90,25 +163,11 @@ static txn_outcome outcome_of(ow_txn *tx, rd_kafka_error_t *e, const char *step)
         o = TXN_RETRY;
     else
         o = TXN_FATAL;
-    if (o == TXN_FATAL) {
-        char why[512];
-        rd_kafka_resp_err_t code = rd_kafka_fatal_error(tx->producer, why, sizeof(why));
-        int fenced = code == RD_KAFKA_RESP_ERR__FENCED ||
-                     code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-                     code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
-
-        OW_LOG(OW_LOG_ERROR, fenced ? "kafka_fenced" : "kafka_transaction_failed",
-               OW_F_STR("step", step), OW_F_STR("replica_id", tx->cfg->worker_replica_id),
-               OW_F_STR("error", rd_kafka_error_string(e)),
-               OW_F_STR("why", fenced ? "another producer with this transactional id started: "
-                                        "a replica with the same worker.replica_id"
-                                      : NULL));
-        ow_runstate_set_fatal(tx->rs, fenced ? "fenced by a replica with the same replica id"
-                                             : "a Kafka transaction failed");
-    } else if (o == TXN_ABORT) {
+    if (o == TXN_FATAL)
+        report_fatal(tx, step, rd_kafka_error_string(e));
+    else if (o == TXN_ABORT)
         OW_LOG(OW_LOG_WARN, "kafka_transaction_abortable", OW_F_STR("step", step),
                OW_F_STR("error", rd_kafka_error_string(e)));
-    }
     rd_kafka_error_destroy(e);
     return o;
 }
@@ -318,6 +377,7 @@ static int begin(ow_txn *tx)
 
     tx->open = o == TXN_OK;
     atomic_store(&tx->produced, 0);
+    atomic_store(&tx->opened_ms, 0);
     tx->last_commit_ms = ow_clock_mono_ms();
     return o == TXN_OK ? OW_OK : OW_EFATAL;
 }
@@ -436,8 +496,8 @@ void ow_txn_open(ow_txn *tx)
 
 void ow_txn_produced(ow_txn *tx)
 {
-    if (tx->enabled)
-        atomic_store(&tx->produced, 1);
+    if (tx->enabled && atomic_exchange(&tx->produced, 1) == 0)
+        atomic_store(&tx->opened_ms, ow_clock_mono_ms());
 }
 
 void ow_txn_want_abort(ow_txn *tx)
@@ -625,7 +685,10 @@ static int flushed(ow_txn *tx, int64_t deadline_ms)
 static txn_outcome send_offsets(ow_txn *tx, const rd_kafka_topic_partition_list_t *l, int *gave_up)
 {
     txn_outcome o;
+    int64_t none = 0;
 
+    /* Offsets alone open the transaction on the broker too. */
+    atomic_compare_exchange_strong(&tx->opened_ms, &none, ow_clock_mono_ms());
     do {
         rd_kafka_error_t *e =
             call_send_offsets(tx, l, rd_kafka_consumer_group_metadata(tx->consumer), gave_up);

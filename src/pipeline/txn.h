@@ -18,7 +18,8 @@
  * partition goes back to its committed offset, what was in flight is
  * dropped, and the messages are consumed and decided again; the database
  * answers them from the stored responses, byte for byte. A fenced or
- * otherwise fatal producer stops the worker with one log line.
+ * otherwise fatal producer stops the worker with one log line; a fenced
+ * one says whether its transaction had outlived transaction.timeout.ms.
  *
  * Every call on the producer is bounded: while a broker hangs, a stop
  * gives up on a commit or an abort at its deadline. The transaction is
@@ -77,7 +78,11 @@ typedef struct {
     _Atomic int abort_wanted;
     int open; /* a transaction is begun */
     int64_t last_commit_ms;
-    int64_t timeout_ms; /* the producer's transaction.timeout.ms */
+    /* When the open transaction got its first output or offsets (0: none
+     * yet): the broker counts its timeout from about then. */
+    _Atomic int64_t opened_ms;
+    int64_t timeout_ms;         /* the producer's transaction.timeout.ms */
+    _Atomic int failure_logged; /* the producer's failure was reported */
     ow_txn_caller *caller;
 } ow_txn;
 
@@ -105,6 +110,11 @@ void ow_txn_produced(ow_txn *tx);
 void ow_txn_note_offset(ow_txn *tx, int32_t partition, int64_t offset);
 /* A delivery failed inside the transaction: it must be aborted. */
 void ow_txn_want_abort(ow_txn *tx);
+/* The producer's fatal error as its error callback reports it (any
+ * thread): a fenced producer is reported (once) as at a transactional
+ * call, and the worker stops. Returns 0 for another error, which the
+ * caller reports. */
+int ow_txn_producer_failed(ow_txn *tx);
 
 /* 1 when the consumer thread should commit (or abort) now. */
 int ow_txn_due(ow_txn *tx, int64_t now_ms);
