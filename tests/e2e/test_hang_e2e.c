@@ -37,9 +37,10 @@
 #include "teststack.h"
 
 #define PARTITIONS 2
-/* The issue's load: about 30 messages a second. */
+/* A modest load: about 30 messages a second. */
 #define LOAD_INTERVAL_MS 33
-/* The stop's budget in the stop tests, and the bound the issue sets. */
+/* The stop's budget in the stop tests, and the bound of a stop: its
+ * budget and the watchdog's 2 s of grace. */
 #define STOP_BUDGET_MS 5000
 #define STOP_BOUND_MS (STOP_BUDGET_MS + 2000)
 /* A worker stopped this long is past its transaction timeout and the

@@ -274,7 +274,8 @@ static void test_transaction_timeout(void **state)
         const char *env;   /* one NAME=value, or NULL */
         const char *error; /* NULL: accepted */
     } cases[] = {
-        /* The configuration: every transaction would time out. */
+        /* An interval longer than the timeout: every transaction would
+         * time out. */
         {"transaction.interval_ms = 15000\nkafka.producer.transaction.timeout.ms = 5000\n", NULL,
          "kafka.producer.transaction.timeout.ms: 5000 ms cannot hold a transaction: "
          "transaction.interval_ms 15000 + shutdown.timeout_ms 10000 + 1000 for the commit = "
