@@ -122,7 +122,9 @@ const config_row ow_config_rows[] = {
      "once. Letters, digits, '.', '_' and '-', at most 64."},
     {"transaction.interval_ms", CT_INT, 10, 60000, "100", 0, ROW_OFF(transaction_interval_ms),
      "exactly_once_v2: how often the open transaction is committed; results become visible "
-     "to read_committed consumers then."},
+     "to read_committed consumers then. Plus the longer of shutdown.timeout_ms and "
+     "rebalance.drain_timeout_ms and a second, it must be below the producer's "
+     "transaction.timeout.ms (docs/operations.md, \"Exactly once\")."},
     {"rebalance.drain_timeout_ms", CT_INT, 0, 600000, "5000", 0,
      ROW_OFF(rebalance_drain_timeout_ms),
      "On revoke, how long to wait for in-flight messages of the revoked partitions."},

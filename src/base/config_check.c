@@ -140,6 +140,67 @@ static int check_guarantee(ow_config *cfg, ow_error *err)
     return OW_OK;
 }
 
+/* librdkafka's transaction.timeout.ms when the configuration sets none. */
+#define LIBRDKAFKA_TXN_TIMEOUT_MS 60000
+/* What a commit takes besides the waits counted below, while the broker
+ * answers: the flush of what is still in flight and the commit's own
+ * requests, tens of milliseconds on a healthy cluster. */
+#define TXN_COMMIT_ALLOWANCE_MS 1000
+
+/* exactly_once_v2: the broker aborts a transaction that stays open longer
+ * than the producer's transaction.timeout.ms and fences the producer, so
+ * a transaction must be able to end within it. One stays open from its
+ * first output until its commit ends: up to transaction.interval_ms until
+ * the consumer thread commits, and longer when a revoke or a stop comes
+ * first, since they wait for the lanes' work in flight before they commit
+ * (rebalance.drain_timeout_ms, shutdown.timeout_ms), plus the commit
+ * itself. The batch wait, lock waits (request.in_progress_wait_s) and the
+ * database's retry backoff are not added: a lane decides outside the
+ * transaction and publishes a batch only once it is decided, so they
+ * delay which transaction carries a result, not how long one stays open;
+ * only the drain and the stop wait for them, within their own bounds. A
+ * configuration that cannot fit would see transactions aborted for their
+ * timeout, and the worker fenced, again and again. */
+static int check_transaction_timeout(const ow_config *cfg, ow_error *err)
+{
+    const char *key = "producer.transaction.timeout.ms";
+    const char *value = NULL;
+    int64_t timeout = LIBRDKAFKA_TXN_TIMEOUT_MS;
+    int64_t wait = cfg->shutdown_timeout_ms;
+    const char *wait_key = "shutdown.timeout_ms";
+    int64_t need;
+
+    if (!cfg->exactly_once)
+        return OW_OK;
+    /* The producer applies them in this order: the last one counts. */
+    for (size_t i = 0; i < cfg->n_passthrough; i++) {
+        const char *n = cfg->passthrough[i].name;
+
+        if (strcmp(n, "transaction.timeout.ms") == 0 ||
+            strcmp(n, "producer.transaction.timeout.ms") == 0) {
+            key = n;
+            value = cfg->passthrough[i].value;
+        }
+    }
+    /* A value that is no number is librdkafka's to refuse, by name. */
+    if (value != NULL && ow_parse_int64(value, &timeout) != OW_OK)
+        return OW_OK;
+    if (cfg->rebalance_drain_timeout_ms > wait) {
+        wait = cfg->rebalance_drain_timeout_ms;
+        wait_key = "rebalance.drain_timeout_ms";
+    }
+    need = cfg->transaction_interval_ms + wait + TXN_COMMIT_ALLOWANCE_MS;
+    if (timeout > need)
+        return OW_OK;
+    return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                        "kafka.%s: %lld ms%s cannot hold a transaction: transaction.interval_ms "
+                        "%lld + %s %lld + %d for the commit = %lld ms; raise it or lower "
+                        "transaction.interval_ms",
+                        key, (long long)timeout, value == NULL ? " (librdkafka's default)" : "",
+                        (long long)cfg->transaction_interval_ms, wait_key, (long long)wait,
+                        TXN_COMMIT_ALLOWANCE_MS, (long long)need);
+}
+
 /* mysql.ssl_mode and the files it needs. */
 static int check_mysql_tls(const ow_config *cfg, ow_error *err)
 {
@@ -351,6 +412,8 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
                                 full, cfg->passthrough[i].value);
     }
     rc = check_guarantee(cfg, err);
+    if (rc == OW_OK)
+        rc = check_transaction_timeout(cfg, err);
     if (rc == OW_OK)
         rc = check_mysql_tls(cfg, err);
     if (rc == OW_OK)

@@ -47,8 +47,11 @@ static void install_signals(void)
  * returns (seen once: librdkafka after the revoke of a first assignment)
  * would hold the process. The watchdog ends it WATCHDOG_GRACE_MS after the
  * deadline with exit status 1 and a stop_overrun line naming the step.
- * Such an exit loses nothing: offsets are committed only for what was
- * acknowledged, and the rest is redelivered. */
+ * The deadline counts from the signal, which the watchdog passes on as
+ * soon as it sees it: a consumer thread held in a call when the signal
+ * came would otherwise start the stop's clock only once the call
+ * returned. Such an exit loses nothing: offsets are committed only for
+ * what was acknowledged, and the rest is redelivered. */
 #define WATCHDOG_GRACE_MS 2000
 #define WATCHDOG_TICK_MS 100
 
@@ -62,6 +65,8 @@ static void *watchdog(void *arg)
         const char *step;
 
         ow_sleep_ms(WATCHDOG_TICK_MS, NULL);
+        if (stop_requested)
+            ow_worker_stop_asked();
         ow_worker_stop_status(&deadline, &step);
         if (deadline > 0 && ow_clock_mono_ms() > deadline + WATCHDOG_GRACE_MS) {
             OW_LOG(OW_LOG_ERROR, "stop_overrun", OW_F_STR("step", step != NULL ? step : "unknown"),

@@ -335,7 +335,12 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
     ow_job *rq_first = NULL, *rq_last = NULL;
     size_t rq_n = 0;
 
-    ow_output_enter(l->env->out);
+    if (!ow_output_enter(l->env->out)) {
+        /* A stop gave up on the transaction: the batch is redelivered. */
+        for (size_t i = 0; i < b->n; i++)
+            ow_output_abandon(l->env->out, b->jobs[i]);
+        return;
+    }
     for (size_t i = 0; i < b->n; i++) {
         ow_job *job = b->jobs[i];
 

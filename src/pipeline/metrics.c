@@ -112,6 +112,19 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
     if (rc == OW_OK)
         rc = ow_buf_appendf(
             out,
+            "# HELP order_worker_kafka_producer_fenced_total Exactly-once: the producer was fenced "
+            "and the worker stopped, by cause: transaction_timeout (its transaction was open "
+            "longer than transaction.timeout.ms, so the broker aborted it, unless a replica with "
+            "the same worker.replica_id started meanwhile) or replica_id (another producer with "
+            "its transactional id started).\n"
+            "# TYPE order_worker_kafka_producer_fenced_total counter\n"
+            "order_worker_kafka_producer_fenced_total{cause=\"transaction_timeout\"} %llu\n"
+            "order_worker_kafka_producer_fenced_total{cause=\"replica_id\"} %llu\n",
+            (unsigned long long)atomic_load(&ow_stats.fenced[0]),
+            (unsigned long long)atomic_load(&ow_stats.fenced[1]));
+    if (rc == OW_OK)
+        rc = ow_buf_appendf(
+            out,
             "# HELP order_worker_inflight_messages Messages consumed and not yet acknowledged.\n"
             "# TYPE order_worker_inflight_messages gauge\norder_worker_inflight_messages %lld\n"
             "# HELP order_worker_inflight_bytes Bytes of messages in flight.\n"

@@ -273,8 +273,11 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
         rd_kafka_headers_destroy(h);
         if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
             return OW_EINVAL;
-        OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
-               OW_F_STR("error", rd_kafka_err2str(e)));
+        /* A producer that failed for good refuses every output after it:
+         * the line that said why is enough. */
+        if (e != RD_KAFKA_RESP_ERR__FATAL || !atomic_load(&o->rs->fatal))
+            OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
+                   OW_F_STR("error", rd_kafka_err2str(e)));
         if (produce_fatal(o, e))
             ow_runstate_set_fatal(o->rs, "a result could not be produced");
         ow_job_settle(o->ledger, job, 0);
@@ -534,9 +537,9 @@ int ow_output_track(ow_output *o, ow_job *job)
     return rc;
 }
 
-void ow_output_enter(ow_output *o)
+int ow_output_enter(ow_output *o)
 {
-    ow_txn_enter(o->txn);
+    return ow_txn_enter(o->txn);
 }
 
 void ow_output_leave(ow_output *o)

@@ -72,8 +72,10 @@ rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_j
 /* The consumer thread tracked job: in exactly-once mode it takes its place
  * in its partition's release order. OW_ENOMEM: the worker must stop. */
 int ow_output_track(ow_output *o, ow_job *job);
-/* Around a lane's publication of a batch (the transaction's gate). */
-void ow_output_enter(ow_output *o);
+/* Around a lane's publication of a batch (the transaction's gate). 0:
+ * nothing may be produced any more (a stop gave up on the transaction),
+ * and ow_output_leave is not called. */
+int ow_output_enter(ow_output *o);
 void ow_output_leave(ow_output *o);
 /* A job given up without outputs (settled as not done). In exactly-once
  * mode no later job of its partition is published in this epoch. */

@@ -5,8 +5,10 @@
 #include "ow/util.h"
 #include "runstate.h"
 
-/* The stop as the process's watchdog sees it: one worker per process. */
+/* The stop as the process's watchdog sees it: one worker per process.
+ * The budget is -1 until a worker arms it. */
 static _Atomic int64_t stop_deadline_ms;
+static _Atomic int64_t stop_budget_ms = -1;
 static _Atomic(const char *) stop_step;
 
 void ow_runstate_init(ow_runstate *rs)
@@ -48,10 +50,61 @@ int ow_runstate_first(ow_runstate *rs, ow_error *err)
     return kept;
 }
 
-int ow_runstate_give_up(ow_runstate *rs)
+/* Starts the stop's clock at now unless it runs; returns the deadline (0
+ * before a worker armed the budget). */
+static int64_t start_clock(int64_t now_ms)
 {
-    return atomic_load(&rs->fatal) ||
-           (atomic_load(&rs->stopping) && ow_clock_mono_ms() > rs->deadline_ms);
+    int64_t budget = atomic_load(&stop_budget_ms);
+    int64_t none = 0;
+
+    if (budget >= 0)
+        atomic_compare_exchange_strong(&stop_deadline_ms, &none, now_ms + budget);
+    return atomic_load(&stop_deadline_ms);
+}
+
+void ow_runstate_arm(ow_runstate *rs, const volatile sig_atomic_t *stop, int64_t budget_ms)
+{
+    rs->stop = stop;
+    atomic_store(&stop_deadline_ms, 0);
+    atomic_store(&stop_budget_ms, budget_ms);
+}
+
+void ow_runstate_ask_stop(void)
+{
+    start_clock(ow_clock_mono_ms());
+}
+
+int64_t ow_runstate_deadline(const ow_runstate *rs)
+{
+    int64_t d = atomic_load(&stop_deadline_ms);
+
+    if (d == 0 && rs->stop != NULL && *rs->stop)
+        d = start_clock(ow_clock_mono_ms());
+    return d;
+}
+
+int ow_runstate_stop_asked(const ow_runstate *rs)
+{
+    return atomic_load(&rs->stopping) || ow_runstate_deadline(rs) > 0;
+}
+
+int64_t ow_runstate_reserve_ms(const ow_runstate *rs)
+{
+    int64_t budget = atomic_load(&stop_budget_ms);
+    int64_t r = budget > 0 ? budget / 4 : 0;
+
+    (void)rs;
+    return r < 2000 ? r : 2000;
+}
+
+int ow_runstate_give_up(const ow_runstate *rs)
+{
+    int64_t d;
+
+    if (atomic_load(&rs->fatal))
+        return 1;
+    d = ow_runstate_deadline(rs);
+    return d > 0 && ow_clock_mono_ms() > d;
 }
 
 void ow_runstate_step(ow_runstate *rs, const char *step)
@@ -61,10 +114,9 @@ void ow_runstate_step(ow_runstate *rs, const char *step)
     OW_LOG(OW_LOG_DEBUG, "stop_step", OW_F_STR("step", step));
 }
 
-void ow_runstate_begin_stop(ow_runstate *rs, int64_t deadline_ms)
+void ow_runstate_begin_stop(ow_runstate *rs)
 {
-    rs->deadline_ms = deadline_ms;
-    atomic_store(&stop_deadline_ms, deadline_ms);
+    rs->deadline_ms = start_clock(ow_clock_mono_ms());
     atomic_store(&rs->stopping, 1);
 }
 

@@ -18,7 +18,16 @@
  * partition goes back to its committed offset, what was in flight is
  * dropped, and the messages are consumed and decided again; the database
  * answers them from the stored responses, byte for byte. A fenced or
- * otherwise fatal producer stops the worker with one log line.
+ * otherwise fatal producer stops the worker with one log line; a fenced
+ * one says whether its transaction had outlived transaction.timeout.ms.
+ *
+ * Every call on the producer is bounded: while a broker hangs, a stop
+ * gives up on a commit or an abort at its deadline. The transaction is
+ * then sealed: nothing more is produced into it and no call is made on the
+ * producer again, so its outputs and offsets stay together whatever the
+ * broker does with it (it commits them if the commit reached the
+ * coordinator, else the next producer with the transactional id aborts
+ * them).
  */
 #ifndef OW_TXN_H
 #define OW_TXN_H
@@ -36,6 +45,14 @@
  * release is to be dropped. */
 typedef void (*ow_txn_epoch_end_fn)(void *opaque);
 
+/* The thread that calls send_offsets_to_transaction (txn.c). */
+typedef struct ow_txn_caller ow_txn_caller;
+
+/* ow_txn_commit's answer when it committed nothing and nothing failed: the
+ * flush did not finish in time (the transaction stays open), or a stop
+ * gave up on the commit (the transaction is sealed). */
+#define OW_TXN_NOT_COMMITTED 1
+
 typedef struct {
     int enabled; /* processing.guarantee = exactly_once_v2 */
     const ow_config *cfg;
@@ -50,6 +67,7 @@ typedef struct {
     pthread_cond_t gate_cv;
     int inside;
     int closing;
+    int sealed; /* a stop gave up on a call: nothing more is produced */
     /* Offsets, per partition: what the ledger noted (the next offset to
      * consume) and what the last commit sent (-1: nothing). */
     pthread_mutex_t mu;
@@ -60,17 +78,30 @@ typedef struct {
     _Atomic int abort_wanted;
     int open; /* a transaction is begun */
     int64_t last_commit_ms;
+    /* When the open transaction got its first output or offsets (0: none
+     * yet): the broker counts its timeout from about then. */
+    _Atomic int64_t opened_ms;
+    int64_t timeout_ms;         /* the producer's transaction.timeout.ms */
+    _Atomic int failure_logged; /* the producer's failure was reported */
+    ow_txn_caller *caller;
 } ow_txn;
 
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
                  ow_txn_epoch_end_fn epoch_end, void *opaque);
 void ow_txn_destroy(ow_txn *tx);
 /* Registers the transactional id (fencing an earlier producer with it and
- * aborting its open transaction) and begins the first transaction. */
+ * aborting its open transaction) and begins the first transaction. A stop
+ * asked for meanwhile ends the wait: nothing is produced then. */
 int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_error *err);
+/* Ends the thread that calls send_offsets_to_transaction. Returns 1 when
+ * the producer may be destroyed, 0 when a call a stop gave up on still
+ * runs on it (the process then exits without destroying the producer). */
+int ow_txn_release(ow_txn *tx);
 
-/* Around producing: waits while the committer holds the gate. */
-void ow_txn_enter(ow_txn *tx);
+/* Around producing: waits while the committer holds the gate. Returns 0,
+ * without entering, when the transaction is sealed: the caller produces
+ * nothing and abandons what it holds. */
+int ow_txn_enter(ow_txn *tx);
 void ow_txn_leave(ow_txn *tx);
 /* Something was produced in the open transaction. */
 void ow_txn_produced(ow_txn *tx);
@@ -79,20 +110,34 @@ void ow_txn_produced(ow_txn *tx);
 void ow_txn_note_offset(ow_txn *tx, int32_t partition, int64_t offset);
 /* A delivery failed inside the transaction: it must be aborted. */
 void ow_txn_want_abort(ow_txn *tx);
+/* The producer's fatal error as its error callback reports it (any
+ * thread): a fenced producer is reported (once) as at a transactional
+ * call, and the worker stops. Returns 0 for another error, which the
+ * caller reports. */
+int ow_txn_producer_failed(ow_txn *tx);
 
 /* 1 when the consumer thread should commit (or abort) now. */
 int ow_txn_due(ow_txn *tx, int64_t now_ms);
-/* Commits the transaction (or aborts it, if it must be), retrying what
- * librdkafka calls retriable until deadline_ms. OW_OK: committed, or
- * nothing to commit, or a flush that could not finish in time (the
- * transaction stays open); OW_ERETRY: aborted and rewound; OW_EFATAL: the
- * worker is stopping (fenced, or a fatal producer error; logged). */
+/* Commits the transaction (or aborts it, if it must be). The producer's
+ * flush waits until deadline_ms, and outside the stop itself no longer
+ * than until a stop is asked for (the stop's own commit flushes again);
+ * the calls that follow are retried while librdkafka calls them
+ * retriable, until a stop gives up on them (at its deadline, less what it
+ * keeps for leaving the group unless this is its own commit). OW_OK:
+ * committed, or nothing to commit; OW_TXN_NOT_COMMITTED: the flush did not
+ * finish (the transaction stays open), or a stop gave up (it is sealed);
+ * OW_ERETRY: aborted and rewound; OW_EFATAL: the worker is stopping
+ * (fenced, or a fatal producer error; logged). */
 int ow_txn_commit(ow_txn *tx, const char *why, int64_t deadline_ms);
 
-/* For a revoke: close the gate, commit, let the caller end the revoked
- * partitions' epochs (ow_txn_forget), open the gate. */
+/* For a revoke: close the gate, end the transaction, let the caller end
+ * the revoked partitions' epochs (ow_txn_forget), open the gate. */
 void ow_txn_close(ow_txn *tx);
 int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
+/* Commits as ow_txn_commit_closed, and aborts the transaction when the
+ * commit could not finish: outputs of partitions that are about to go must
+ * never be committed later without their offsets. */
+int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
 void ow_txn_open(ow_txn *tx);
 /* The partition is no longer ours: nothing of it is sent any more. */
 void ow_txn_forget(ow_txn *tx, int32_t partition);

@@ -146,39 +146,32 @@ static void abandon_outputs(ow_worker *w)
     rd_kafka_flush(w->producer, 100); /* serves the purged reports */
 }
 
-/* The part of the stop's budget kept for committing and leaving the group
- * after the flush: a quarter, at most 2 s. */
-static int64_t leave_reserve_ms(const ow_config *cfg)
-{
-    int64_t r = cfg->shutdown_timeout_ms / 4;
-
-    return r < 2000 ? r : 2000;
-}
-
 /* Stops taking messages, lets lanes finish what they started, flushes
  * results, commits what is acknowledged and leaves the group, all within
  * shutdown.timeout_ms. */
 static void shut_down(ow_worker *w)
 {
+    int64_t reserve = ow_runstate_reserve_ms(&w->rs);
     int64_t left;
 
-    ow_runstate_begin_stop(&w->rs, ow_clock_mono_ms() + w->cfg->shutdown_timeout_ms);
+    /* The deadline counts from the signal, when one asked for the stop. */
+    ow_runstate_begin_stop(&w->rs);
     w->rs.stop_sleep = 1; /* wakes lanes sleeping between database retries */
     ow_runstate_step(&w->rs, "lanes");
     for (size_t i = 0; i < w->n_lanes; i++)
         ow_lane_stop(&w->lanes[i]);
     /* Lanes get what the flush and the leave do not keep. */
     for (size_t i = 0; i < w->n_lanes; i++)
-        ow_lane_join(&w->lanes[i], w->rs.deadline_ms - 2 * leave_reserve_ms(w->cfg));
+        ow_lane_join(&w->lanes[i], w->rs.deadline_ms - 2 * reserve);
     ow_runstate_step(&w->rs, "watches");
     for (unsigned i = 0; w->watches != NULL && i < w->n_dbs; i++)
-        ow_store_watch_stop(w->watches[i], w->rs.deadline_ms - 2 * leave_reserve_ms(w->cfg));
+        ow_store_watch_stop(w->watches[i], w->rs.deadline_ms - 2 * reserve);
     ow_runstate_step(&w->rs, "flush");
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)
         pthread_join(w->poller, NULL);
     w->poller_started = 0;
-    left = w->rs.deadline_ms - leave_reserve_ms(w->cfg) - ow_clock_mono_ms();
+    left = w->rs.deadline_ms - reserve - ow_clock_mono_ms();
     if (w->producer != NULL && w->out_ready && w->cfg->exactly_once) {
         /* The last transaction: what did not make it is consumed again by
          * the next owner, and the next producer with this id aborts it. */
@@ -212,7 +205,9 @@ static void destroy(ow_worker *w)
         rd_kafka_destroy_flags(w->consumer,
                                w->consumer_closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     ow_runstate_step(&w->rs, "destroy: producer");
-    if (w->producer != NULL)
+    /* Not while a call a stop gave up on still runs on it: the process
+     * exits next, and the call with it. */
+    if (ow_txn_release(&w->txn) && w->producer != NULL)
         rd_kafka_destroy(w->producer);
     ow_ledger_destroy(&w->ledger);
     for (size_t i = 0; i < w->n_lanes; i++)
@@ -234,6 +229,11 @@ void ow_worker_stop_status(int64_t *deadline_ms, const char **step)
     ow_runstate_stop_status(deadline_ms, step);
 }
 
+void ow_worker_stop_asked(void)
+{
+    ow_runstate_ask_stop();
+}
+
 int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_error *err)
 {
     ow_worker w;
@@ -243,6 +243,7 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
 
     memset(&w, 0, sizeof(w));
     ow_runstate_init(&w.rs);
+    ow_runstate_arm(&w.rs, stop, cfg->shutdown_timeout_ms);
     w.cfg = cfg;
     ow_job_maker_init(&w.maker, &lim);
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);

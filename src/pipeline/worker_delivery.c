@@ -25,6 +25,10 @@ void ow_worker_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaqu
 {
     ow_worker *w = opaque;
 
+    /* A fenced transactional producer says why, once, as its
+     * transaction's calls would. */
+    if (err == RD_KAFKA_RESP_ERR__FATAL && rk == w->producer && ow_txn_producer_failed(&w->txn))
+        return;
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char why[512];
         /* Without transactions a producer's fatal error loses no more than

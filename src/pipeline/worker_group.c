@@ -287,14 +287,15 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         rd_kafka_pause_partitions(w->consumer, parts);
 }
 
-/* The end of a wait during a revoke: the drain timeout, and at shutdown no
- * later than the stop's deadline. */
+/* The end of a wait during a revoke: the drain timeout, and once a stop
+ * was asked for no later than the stop's deadline. */
 static int64_t revoke_deadline(const ow_worker *w)
 {
     int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
+    int64_t stop = ow_runstate_deadline(&w->rs);
 
-    if (atomic_load(&w->rs.stopping) && w->rs.deadline_ms < deadline)
-        deadline = w->rs.deadline_ms;
+    if (stop > 0 && stop < deadline)
+        deadline = stop;
     return deadline;
 }
 
@@ -340,7 +341,7 @@ static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_l
         end_partitions(w, parts);
         ow_txn_abort_closed(&w->txn, "partitions lost");
     } else {
-        ow_txn_commit_closed(&w->txn, "revoke", revoke_deadline(w));
+        ow_txn_end_closed(&w->txn, "revoke", revoke_deadline(w));
         end_partitions(w, parts);
     }
     ow_txn_open(&w->txn);

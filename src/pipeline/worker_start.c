@@ -52,10 +52,14 @@ static int create_clients(ow_worker *w, ow_error *err)
 }
 
 /* Serves the failed producer's last delivery reports (its outputs, given up,
- * finish their jobs as not done), within 5 s. */
+ * finish their jobs as not done), within 5 s and the stop's deadline. */
 static void retire_producer(ow_worker *w)
 {
     int64_t deadline = ow_clock_mono_ms() + 5000;
+    int64_t stop = ow_runstate_deadline(&w->rs);
+
+    if (stop > 0 && stop < deadline)
+        deadline = stop;
 
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)

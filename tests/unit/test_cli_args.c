@@ -412,6 +412,43 @@ static void test_config_refused_everywhere(void **state)
         check(&cases[i]);
 }
 
+/* An exactly-once configuration whose transactions could never commit
+ * in the producer's transaction.timeout.ms: every subcommand refuses it
+ * with exit status 2, naming the timeout and transaction.interval_ms,
+ * before it connects to anything. */
+static void test_transaction_timeout_refused_everywhere(void **state)
+{
+    static const char conf[] = "processing.guarantee = exactly_once_v2\n"
+                               "worker.replica_id = r1\n"
+                               "transaction.interval_ms = 15000\n"
+                               "kafka.producer.transaction.timeout.ms = 5000\n";
+    static const char want[] = "kafka.producer.transaction.timeout.ms: 5000 ms cannot hold "
+                               "a transaction: transaction.interval_ms 15000 + shutdown.timeout_ms "
+                               "10000 + 1000 for the commit = 26000 ms";
+    static const cli_case cases[] = {
+        {{"run", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+        {{"serve", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+        {{"migrate", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+        {{"lookup", "--user", "1", "--key", "k", "--config", "/dev/stdin", NULL},
+         conf,
+         NULL,
+         2,
+         want},
+        {{"purge", "--older-than", "2d", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+        {{"audit", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+        {{"send", "--user", "1", "--key", "k", "/dev/null", "--config", "/dev/stdin", NULL},
+         conf,
+         NULL,
+         2,
+         want},
+        {{"config", "--print", "--config", "/dev/stdin", NULL}, conf, NULL, 2, want},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        check(&cases[i]);
+}
+
 /* mysql.host = localhost makes the client library use its Unix socket and
  * never the port, as MySQL's own clients do: a failed connection names the
  * socket it tried, not host:port. Nothing listens on either address. */
@@ -601,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_send_args),
         cmocka_unit_test(test_dash_values_and_repeats),
         cmocka_unit_test(test_config_refused_everywhere),
+        cmocka_unit_test(test_transaction_timeout_refused_everywhere),
         cmocka_unit_test(test_connect_names_what_was_tried),
         cmocka_unit_test(test_serve_token_file),
         cmocka_unit_test(test_help_of_every_command),

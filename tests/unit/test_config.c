@@ -276,6 +276,100 @@ static void test_finish_checks(void **state)
     }
 }
 
+/* exactly_once_v2: a transaction stays open up to transaction.interval_ms
+ * plus the longer of a stop's and a revoke's wait for the lanes, plus a
+ * second for its commit; a producer transaction.timeout.ms that cannot
+ * hold that is refused, naming both keys. Where the timeout comes from:
+ * librdkafka's default (60 s), kafka.transaction.timeout.ms or
+ * kafka.producer.transaction.timeout.ms, the last one the producer gets
+ * winning (a file's order, then the environment). */
+static void test_transaction_timeout(void **state)
+{
+    static const char eos[] = "processing.guarantee = exactly_once_v2\nworker.replica_id = r1\n";
+    static const struct {
+        const char *text;  /* after eos, unless it starts with '!' */
+        const char *env;   /* one NAME=value, or NULL */
+        const char *error; /* NULL: accepted */
+    } cases[] = {
+        /* An interval longer than the timeout: every transaction would
+         * time out. */
+        {"transaction.interval_ms = 15000\nkafka.producer.transaction.timeout.ms = 5000\n", NULL,
+         "kafka.producer.transaction.timeout.ms: 5000 ms cannot hold a transaction: "
+         "transaction.interval_ms 15000 + shutdown.timeout_ms 10000 + 1000 for the commit = "
+         "26000 ms; raise it or lower transaction.interval_ms"},
+        /* librdkafka's default, against a long interval or a long drain. */
+        {"transaction.interval_ms = 60000\n", NULL,
+         "kafka.producer.transaction.timeout.ms: 60000 ms (librdkafka's default) cannot hold a "
+         "transaction: transaction.interval_ms 60000 + shutdown.timeout_ms 10000 + 1000 for the "
+         "commit = 71000 ms; raise it or lower transaction.interval_ms"},
+        {"rebalance.drain_timeout_ms = 59000\n", NULL,
+         "kafka.producer.transaction.timeout.ms: 60000 ms (librdkafka's default) cannot hold a "
+         "transaction: transaction.interval_ms 100 + rebalance.drain_timeout_ms 59000 + 1000 for "
+         "the commit = 60100 ms; raise it or lower transaction.interval_ms"},
+        /* The bound itself is refused, one millisecond more is not. */
+        {"kafka.transaction.timeout.ms = 11100\n", NULL,
+         "kafka.transaction.timeout.ms: 11100 ms cannot hold a transaction: "
+         "transaction.interval_ms 100 + shutdown.timeout_ms 10000 + 1000 for the commit = "
+         "11100 ms; raise it or lower transaction.interval_ms"},
+        {"kafka.transaction.timeout.ms = 11101\n", NULL, NULL},
+        /* The producer's last setting counts: the file's order, then the
+         * environment. */
+        {"kafka.transaction.timeout.ms = 90000\nkafka.producer.transaction.timeout.ms = 8000\n",
+         NULL,
+         "kafka.producer.transaction.timeout.ms: 8000 ms cannot hold a transaction: "
+         "transaction.interval_ms 100 + shutdown.timeout_ms 10000 + 1000 for the commit = "
+         "11100 ms; raise it or lower transaction.interval_ms"},
+        {"kafka.producer.transaction.timeout.ms = 8000\n",
+         "ORDER_WORKER_KAFKA_TRANSACTION_TIMEOUT_MS=20000", NULL},
+        {"kafka.producer.transaction.timeout.ms = 30000\n",
+         "ORDER_WORKER_TRANSACTION_INTERVAL_MS=29000",
+         "kafka.producer.transaction.timeout.ms: 30000 ms cannot hold a transaction: "
+         "transaction.interval_ms 29000 + shutdown.timeout_ms 10000 + 1000 for the commit = "
+         "40000 ms; raise it or lower transaction.interval_ms"},
+        /* The consumer's setting is not the producer's. */
+        {"kafka.consumer.transaction.timeout.ms = 5000\n", NULL, NULL},
+        /* What the defaults, the fault runs (scripts/lib.sh's
+         * fault_run_timeouts), scripts/shards.sh and the e2e tests of a
+         * paused worker use. */
+        {"", NULL, NULL},
+        {"shutdown.timeout_ms = 5000\nrebalance.drain_timeout_ms = 2000\n", NULL, NULL},
+        {"shutdown.timeout_ms = 8000\n", NULL, NULL},
+        {"transaction.interval_ms = 2000\nshutdown.timeout_ms = 3000\n"
+         "rebalance.drain_timeout_ms = 2000\nkafka.producer.transaction.timeout.ms = 8000\n",
+         NULL, NULL},
+        /* Without transactions the timeout is not used. */
+        {"!transaction.interval_ms = 15000\nkafka.producer.transaction.timeout.ms = 5000\n", NULL,
+         NULL},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[512], env_var[96];
+        char *env[] = {env_var, NULL};
+        ow_config cfg;
+        ow_error err;
+        int rc;
+
+        if (cases[i].text[0] == '!')
+            snprintf(text, sizeof(text), "%s", cases[i].text + 1);
+        else
+            snprintf(text, sizeof(text), "%s%s", eos, cases[i].text);
+        snprintf(env_var, sizeof(env_var), "%s", cases[i].env != NULL ? cases[i].env : "X=1");
+        assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
+        assert_int_equal(ow_config_load_string(&cfg, text, "f", &err), OW_OK);
+        assert_int_equal(ow_config_load_env(&cfg, env, &err), OW_OK);
+        rc = ow_config_finish(&cfg, &err);
+        if (cases[i].error == NULL && rc != OW_OK)
+            fail_msg("case %zu refused: %s", i, err.msg);
+        if (cases[i].error != NULL) {
+            if (rc != OW_EINVAL)
+                fail_msg("case %zu accepted: %s", i, cases[i].text);
+            assert_string_equal(err.msg, cases[i].error);
+        }
+        ow_config_cleanup(&cfg);
+    }
+}
+
 /* The lists of versions MariaDB Connector/C knows (libmariadb's
  * ma_tls_version_options), with or without blanks after the commas. */
 static void test_tls_versions_accepted(void **state)
@@ -522,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_env_overrides_file),
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_finish_checks),
+        cmocka_unit_test(test_transaction_timeout),
         cmocka_unit_test(test_print_redacts_and_names_sources),
         cmocka_unit_test(test_password_file),
         cmocka_unit_test(test_metrics_addresses),

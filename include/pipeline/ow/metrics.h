@@ -71,6 +71,10 @@ typedef struct {
 #undef OW_COUNTER_FIELD
     _Atomic uint64_t results[OW_CODE_COUNT]; /* by result code */
     _Atomic uint64_t retries[4];             /* by ow_errclass */
+    /* Exactly-once: the producer was fenced and the worker stopped; [0]
+     * its transaction had outlived transaction.timeout.ms, [1] it had
+     * not (another producer with its transactional id started). */
+    _Atomic uint64_t fenced[2];
     _Atomic int64_t inflight_messages;
     _Atomic int64_t inflight_bytes;
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
