@@ -210,3 +210,12 @@ int ow_store_ping(ow_store *s, ow_error *err)
         rc = ow_store_fail(s, mysql_errno(s->db), "ping", err);
     return rc;
 }
+
+int ow_store_server_report_of(ow_store *s, ow_server_report *r, ow_error *err)
+{
+    int rc = ow_store_connect(s, err);
+
+    if (rc == OW_OK)
+        ow_server_assess(&s->server, &s->needs, r);
+    return rc;
+}

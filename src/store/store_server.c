@@ -562,12 +562,3 @@ int ow_store_check_server(ow_store *s, ow_error *err)
         rc = check_schema(s, db, err);
     return rc;
 }
-
-int ow_store_server_report_of(ow_store *s, ow_server_report *r, ow_error *err)
-{
-    int rc = ow_store_connect(s, err);
-
-    if (rc == OW_OK)
-        ow_server_assess(&s->server, &s->needs, r);
-    return rc;
-}
