@@ -1,4 +1,4 @@
--- order-worker schema, migration 002 (issue 12): drops two indexes of
+-- order-worker schema, migration 002: drops two indexes of
 -- `orders` that serve no query and cost every insert.
 --   ix_orders_created: no statement reads orders by creation time; the
 --     purge walks idempotency_requests.ix_requests_created and reaches

@@ -1,4 +1,4 @@
--- order-worker schema, migration 003 (issue 14): the shard map.
+-- order-worker schema, migration 003: the shard map.
 -- Applied by `order-worker migrate`; every statement is safe to run again.
 -- Statements are separated by a line that ends with ';'.
 

@@ -1,4 +1,4 @@
--- ow_bucket(user_id, bucket_count): a user's bucket in SQL (issue 14), the
+-- ow_bucket(user_id, bucket_count): a user's bucket in SQL, the
 -- same FNV-1a 64 over the user id's decimal digits as order-worker computes
 -- (docs/contract.md, "Shard routing"); the shard of a user under N shards is
 -- MOD(ow_bucket(user_id, 4096), N). Used by scripts/reshard.sh to select and

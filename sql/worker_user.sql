@@ -10,7 +10,7 @@
 --       @worker_password='...', @worker_database='orders';
 --       SOURCE sql/worker_user.sql;"
 --
--- TLS (issue 11): set @worker_require to 'SSL' (the account may only log in
+-- TLS: set @worker_require to 'SSL' (the account may only log in
 -- over TLS) or 'X509' (over TLS with a client certificate signed by a CA the
 -- server trusts, i.e. mysql.ssl_cert and mysql.ssl_key); unset or 'NONE'
 -- keeps plaintext allowed. Any other value stops the script. Example:

@@ -2,7 +2,7 @@
  * The operator operations against a real MariaDB, both as functions
  * (ow/store_lookup.h, ow/store_purge.h, ow/store_audit.h) and through the built binary (exit codes, output):
  * lookup found / not found, purge in batches with orders kept, dry run,
- * the purge archive (issue 13: lookup --archive, --max-rate, a purge killed
+ * the purge archive (lookup --archive, --max-rate, a purge killed
  * at random points loses no record from the archive), two purges at once
  * (a chunk stays locked until it is deleted, so every archived copy holds
  * its orders), and an audit in which every check fires, next to a clean
@@ -359,7 +359,7 @@ static void test_purge_cli(void **state)
     ow_store_free(&s);
 }
 
-/* --- purge archive (issue 13) ------------------------------------------------ */
+/* --- purge archive --------------------------------------------------------- */
 
 /* A fresh, empty archive directory under the build tree's temp space. */
 static void archive_dir(char *dir, size_t size, const char *name)
@@ -1236,7 +1236,7 @@ static long long index_count(testdb *t, const char *name)
     return testdb_count(t, sql);
 }
 
-/* Migration 004 (issue 13) on a database with rows from before it: each row
+/* Migration 004 on a database with rows from before it: each row
  * gets the key hash that the worker computes (a retry of a stored key finds
  * its row), the old unique key is gone, and a migrate that stopped after its
  * first statement runs again. */
@@ -1283,7 +1283,7 @@ static void test_migrate_key_hash_on_old_rows(void **state)
     testdb_drop(&old);
 }
 
-/* --- statement errors keep their text (issue 9, defect 7) -------------------- */
+/* --- statement errors keep their text ------------------------------------- */
 
 /* Runs a subcommand against t and checks that it fails (status 1) with a
  * message carrying the server's text. */
