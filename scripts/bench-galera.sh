@@ -19,7 +19,7 @@
 # The three nodes share this machine's cores with the worker and the
 # broker, and replication between them costs no network latency: the
 # ratio says what certification and applying cost here, not what a
-# cluster over a network gives (docs/performance.md, "Knobs").
+# cluster over a network gives (docs/tuning.md, "Knobs").
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -18,7 +18,7 @@
 #                       each lane's micro-batch K commits long)
 #
 # The machine's cores are shared by everything here, so the curve flattens
-# early; docs/performance.md ("Shards") has the model for separate machines.
+# early; docs/tuning.md ("Shards") has the model for separate machines.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -78,7 +78,7 @@ export OW_RUN_DIR="$ROOT/.run/bench"
 
 # MariaDB's default 96 MiB redo log held the checkpoint age at its limit
 # at 3,100 batches/s, and every lane stalled together while InnoDB flushed
-# pages to make room (docs/performance.md, "Knobs"). A production
+# pages to make room (docs/tuning.md, "Knobs"). A production
 # server is sized for its write rate; so is this one, for every mode.
 export OW_MARIADB_REDO_LOG="${OW_MARIADB_REDO_LOG:-1G}"
 

@@ -38,7 +38,7 @@
 #   OW_MARIADB_BUFFER_POOL      innodb_buffer_pool_size (default 512M; the growth
 #                               benchmark uses 256M so that its indexes outgrow it)
 #   OW_MARIADB_REDO_LOG         innodb_log_file_size (default MariaDB's own, 96M;
-#                               scripts/bench.sh uses 1G: docs/performance.md, "Knobs")
+#                               scripts/bench.sh uses 1G: docs/tuning.md, "Knobs")
 #   OW_MARIADB_ARGS             more mariadbd options, space-separated (benchmarks)
 #   OW_KAFKA_DATA_TMPFS=1       the broker's log directory under /dev/shm (benchmarks:
 #                               on one disk its writeback stalled MariaDB's commits)

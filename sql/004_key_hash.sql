@@ -1,9 +1,9 @@
--- order-worker schema, migration 004 (issue 13): the unique key of
+-- order-worker schema, migration 004: the unique key of
 -- idempotency_requests becomes a 16-byte hash of (user_id, key).
 --
 -- Every new key inserts into this index at a random place (keys are random,
 -- like UUIDs), so once the index outgrows the buffer pool nearly every new
--- key reads a leaf from disk (docs/performance.md, "Growth"). The hash holds
+-- key reads a leaf from disk (docs/tuning.md, "Growth"). The hash holds
 -- 16 bytes per entry where (user_id, idempotency_key) held 8 + 1 + the key
 -- (22 for the benchmark's keys, 36 for a UUID's text): measured on 1 M
 -- random keys, 44 MiB against 69 MiB. The row keeps user_id and the key;

@@ -97,11 +97,11 @@ const config_row ow_config_rows[] = {
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
     /* A backlog beyond this waits in the prefetch queue, whose bytes are
      * bounded, rather than as parsed jobs, which cost more memory each
-     * (docs/performance.md, "Memory"). */
+     * (docs/tuning.md, "Memory"). */
     {"inflight.max_messages", CT_INT, 1, 1000000, "4096", 0, ROW_OFF(inflight_max_messages),
      "Messages consumed but not yet acknowledged before partitions are paused."},
     /* It also sizes the prefetch queue, so with the retry cache it sets the
-     * peak RSS at the defaults (docs/performance.md, "Memory"). */
+     * peak RSS at the defaults (docs/tuning.md, "Memory"). */
     {"inflight.max_bytes", CT_INT, 65536, 1073741824, "14680064", 0, ROW_OFF(inflight_max_bytes),
      "Bytes of messages in flight before partitions are paused (bounds memory)."},
     {"retry.backoff_ms", CT_INT, 1, 60000, "100", 0, ROW_OFF(retry_backoff_ms),
@@ -133,7 +133,7 @@ const config_row ow_config_rows[] = {
      "the final commit and leaving the group."},
     /* The retry cache's default keeps a retry storm within the 64 MiB
      * budget beside the prefetch queue; a larger cache took no more work
-     * from the database (docs/performance.md, "Memory"). */
+     * from the database (docs/tuning.md, "Memory"). */
     {"cache.max_bytes", CT_INT, 0, 1073741824, "1048576", 0, ROW_OFF(cache_max_bytes),
      "Bytes of recent outcomes (digest, status, stored response) kept per replica to answer "
      "retries without a database round trip, split among the lanes; 0 disables the cache."},

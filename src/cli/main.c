@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 #ifdef M_ARENA_MAX
     /* glibc gives every thread that allocates its own heap arena; with the
      * lanes and librdkafka's threads that fragments memory
-     * (docs/performance.md, "Memory"). */
+     * (docs/tuning.md, "Memory"). */
     mallopt(M_ARENA_MAX, 2);
 #endif
 #ifdef M_MMAP_THRESHOLD

@@ -97,7 +97,7 @@ static const kafka_setting kafka_settings[] = {
     /* Fewer, fuller fetches under load, and a resumed partition's fetcher
      * comes back within 10 ms instead of librdkafka's 500 ms long poll. A
      * fetch rarely reaches fetch.min.bytes at production rates, so this wait
-     * is part of every batch's latency (docs/performance.md, "Knobs"). */
+     * is part of every batch's latency (docs/tuning.md, "Knobs"). */
     {OW_KAFKA_CONSUMER, ALL, 0, "fetch.wait.max.ms", "10"},
     {OW_KAFKA_CONSUMER, ALL, 0, "fetch.min.bytes", "65536"},
     /* Small responses, so that the queue overshoots its bound by little:
@@ -129,12 +129,12 @@ static const kafka_setting kafka_settings[] = {
      * partition's lingered results wait behind its one request in flight
      * (the idempotence window counts messages, not requests). A longer
      * linger spends less of that CPU but adds its wait to every result's
-     * latency, so latency decides (docs/performance.md, "Knobs"). */
+     * latency, so latency decides (docs/tuning.md, "Knobs"). */
     {OW_KAFKA_PRODUCER, ALL, 0, "linger.ms", "10"},
     {OW_KAFKA_PRODUCER, ALL, 0, "queue.buffering.max.kbytes", "32768"},
     /* Results are JSON that repeats its field names in every order: lz4
      * makes them smaller for less CPU in the worker and the broker than
-     * sending them whole (docs/performance.md, "Knobs"). The Java client and
+     * sending them whole (docs/tuning.md, "Knobs"). The Java client and
      * librdkafka's read lz4 as they are; a consumer without the codec needs
      * kafka.producer.compression.type = none (docs/contract.md). */
     {OW_KAFKA_PRODUCER, ALL, 0, "compression.type", "lz4"},
