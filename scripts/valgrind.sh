@@ -15,7 +15,7 @@ mkdir -p "$LOGS"
 export OW_TEST_LOG_DIR="$LOGS" OW_VALGRIND_TARGET="$BUILD/order-worker"
 export OW_TEST_WORKER_BIN="$ROOT/scripts/valgrind-worker.sh"
 status=0
-"$BUILD/tests/test_e2e" >"$LOGS/test_e2e.out" 2>&1 || status=$?
+"$BUILD/tests/test_mix_e2e" >"$LOGS/test_mix_e2e.out" 2>&1 || status=$?
 n=0 bad=0
 for log in "$LOGS"/valgrind-*.log; do
   [[ -f $log ]] || continue
@@ -26,7 +26,7 @@ printf 'valgrind: %d worker process(es) under memcheck: %s; definitely lost: %s\
   "$( ((bad == 0)) && echo 'no errors' || echo "$bad with errors")" \
   "$(grep -h 'definitely lost:' "$LOGS"/valgrind-*.log | awk '{print $4" "$5}' | sort -u | paste -sd, -)"
 if ((status != 0 || bad != 0 || n == 0)); then
-  tail -30 "$LOGS/test_e2e.out"
+  tail -30 "$LOGS/test_mix_e2e.out"
   echo "valgrind: FAILED (see $LOGS)"
   exit 1
 fi
