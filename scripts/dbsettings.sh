@@ -13,6 +13,7 @@
 #   scripts/dbsettings.sh    (after a build)
 #   OW_DBSETTINGS_FILTER=test_lock_wait_rolls_back_the_batch scripts/dbsettings.sh
 #                            one case (cmocka's filter), the others' groups then pass empty
+#   OW_DBSETTINGS_CTEST=dbsettings.tuned scripts/dbsettings.sh   the ctest entries matching it
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -46,7 +47,8 @@ export OW_TEST_LOG_DIR="$LOGS"
 
 log="$LOGS/ctest-dbsettings.log"
 status=0
-ctest --test-dir "$BUILD" -L '^dbsettings$' --output-on-failure -V >"$log" 2>&1 || status=$?
+ctest --test-dir "$BUILD" -L '^dbsettings$' -R "${OW_DBSETTINGS_CTEST:-.}" --output-on-failure -V \
+  >"$log" 2>&1 || status=$?
 if ((status != 0)); then
   grep -E 'FAILED|ERROR|LINE|fail|Timeout|aborted' "$log" | head -40 || true
   die "cases failed (log: $log)"

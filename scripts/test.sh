@@ -52,6 +52,10 @@
 #                exactly-once replicas as containers under replica kills and stops,
 #                migrate and serve in containers, read_committed checks; needs root
 #
+# scripts/test.sh --only REGEX runs the ctest entries whose names match REGEX
+# (e.g. 'integration\.purge', 'e2e\.hang', 'dbsettings\.tuned'), alone, with
+# the services their tier needs, and nothing else (tests/README.md).
+#
 # OW_TEST_STATIC=0 skips the static checks and the unit tier's chart checks
 # (scripts/debian13.sh sets it for the run inside its root: they ran outside
 # and do not depend on the platform; the root has no Go either).
@@ -59,6 +63,14 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 messages test
+ONLY=""
+while (($# > 0)); do
+  case $1 in
+    --only) [[ $# -ge 2 ]] || die "--only needs a regular expression of test names"; ONLY=$2; shift 2 ;;
+    *) die "unknown argument '$1' (scripts/test.sh [--only REGEX])" ;;
+  esac
+done
+[[ -z $ONLY ]] || OW_TEST_TIERS=none OW_TEST_STATIC=0
 TIERS="${OW_TEST_TIERS:-unit package integration e2e dbsettings contract sanitize valgrind alerts secure debian13 container fuzz chaos eos shards galera}"
 export OW_RUN_DIR="${OW_TEST_RUN_DIR:-$ROOT/.run/test}"
 LOGS="$OW_RUN_DIR/logs"
@@ -123,6 +135,26 @@ if [[ $TIERS != debian13 ]]; then
 fi
 mkdir -p "$LOGS"
 export OW_TEST_LOG_DIR="$LOGS"
+
+# --only: the matching entries and their services, then the exit.
+only_run() {
+  local labels status=0
+  labels="$(ctest --test-dir "$BUILD" --show-only=json-v1 -R "$ONLY" |
+    jq -r '[.tests[].properties[]? | select(.name == "LABELS") | .value[]] | unique | join(" ")')"
+  [[ -n $labels ]] || die "no test matches '$ONLY' (ctest --test-dir $BUILD -N lists them)"
+  say "--only '$ONLY': $(ctest --test-dir "$BUILD" -N -R "$ONLY" | grep -c 'Test *#') test(s), tier(s) $labels"
+  if [[ " $labels " == *" dbsettings "* ]]; then
+    [[ $labels == dbsettings ]] || die "'$ONLY' matches dbsettings entries and others: run them apart"
+    OW_DBSETTINGS_CTEST="$ONLY" "$ROOT/scripts/dbsettings.sh" || status=$?
+    exit "$status"
+  fi
+  if [[ " $labels " == *" integration "* || " $labels " == *" e2e "* ]]; then
+    start_services
+  fi
+  ctest --test-dir "$BUILD" -R "$ONLY" --output-on-failure || status=$?
+  stop_services
+  exit "$status"
+}
 # The e2e tier appends every result and dead letter it reads here;
 # the contract tier validates them.
 CAPTURE="$LOGS/contract-capture.jsonl"
@@ -136,6 +168,8 @@ start_services() {
   say "database: MariaDB $OW_MARIADB_VERSION on 127.0.0.1:$OW_MYSQL_PORT"
   say "broker:   $OW_KAFKA_VERSION ($OW_BROKER_KIND) on $OW_KAFKA_BOOTSTRAP"
 }
+
+[[ -z $ONLY ]] || only_run
 
 ctest_tier() {  # LABEL
   local tier=$1 log="$LOGS/ctest-$1.log" status programs cases passed jobs=1
