@@ -1103,146 +1103,205 @@ static void exactly_once(const args_t *a, const input_t *ins, size_t n, const ki
            recovery[0] != '\0' ? recovery : " none");
 }
 
-int main(int argc, char **argv)
-{
+/* What one verification reads and counts, from the topics to the verdicts. */
+typedef struct {
     args_t a;
-    kit_msgs inputs = {0}, results = {0}, dlq = {0};
+    kit_msgs inputs, results, dlq;
     index_t src, recix;
     input_t *ins;
     record_t *recs;
-    size_t n_recs = 0;
+    size_t n_recs;
     tally_t t;
     ow_audit_report rep;
     MYSQL *db;
-    static char node[256];
+    char node[256];
     vc_target cluster;
-    long long nodes_bad, windows_bad;
-    int64_t ends[256], committed[256], part_lag[256];
-    int parts;
-    long long lag = 0, dlq_bad = 0, valid = 0, behind_lso = 0;
-    eos_timeline tl;
-    int have_tl;
-    char recovery[1024] = "";
+    long long lag, dlq_bad, valid, behind_lso;
+} run_t;
+
+/* The topics, the database (the node it reached serves the audit too),
+ * the audit and the stored records; 0, or -1 with the reason printed. */
+static int load(run_t *r)
+{
+    if (kit_read_topic(r->a.bootstrap, r->a.in, 120000, &r->inputs) != 0 ||
+        read_outputs(&r->a, &r->results, &r->dlq, &r->behind_lso) != 0) {
+        fprintf(stderr, "verify: cannot read the topics\n");
+        return -1;
+    }
+    r->cluster = (vc_target){r->a.host, r->a.port, r->a.user, r->a.password, r->a.database};
+    r->db = vc_connect(&r->cluster, r->node, sizeof(r->node));
+    if (r->db == NULL)
+        return -1;
+    r->a.host = r->node;
+    if (connect_shards(&r->a) != 0 || audit(&r->a, &r->rep) != 0)
+        return -1;
+    r->recs = load_records(r->db, &r->n_recs, &r->recix);
+    return 0;
+}
+
+/* Each input message: valid or not, and where it is, for the outputs that
+ * name it. */
+static void index_inputs(run_t *r)
+{
     const ow_request_limits limits = {1 << 20, 1000};
 
-    parse_args(argc, argv, &a);
-    memset(&t, 0, sizeof(t));
-    if (kit_read_topic(a.bootstrap, a.in, 120000, &inputs) != 0 ||
-        read_outputs(&a, &results, &dlq, &behind_lso) != 0) {
-        fprintf(stderr, "verify: cannot read the topics\n");
-        return 2;
-    }
-    cluster = (vc_target){a.host, a.port, a.user, a.password, a.database};
-    db = vc_connect(&cluster, node, sizeof(node));
-    if (db == NULL)
-        return 2;
-    a.host = node; /* the audit reads the same node */
-    if (connect_shards(&a) != 0 || audit(&a, &rep) != 0)
-        return 2;
-    recs = load_records(db, &n_recs, &recix);
-    ins = calloc(inputs.n + 1, sizeof(*ins));
-    ix_init(&src, inputs.n);
-    for (size_t i = 0; i < inputs.n; i++) {
+    r->ins = calloc(r->inputs.n + 1, sizeof(*r->ins));
+    ix_init(&r->src, r->inputs.n);
+    for (size_t i = 0; i < r->inputs.n; i++) {
         char k[64];
         ow_request req;
         ow_field_errors errs;
-        const kit_msg *m = &inputs.v[i];
+        const kit_msg *m = &r->inputs.v[i];
 
-        ins[i].m = m;
+        r->ins[i].m = m;
         ow_field_errors_init(&errs);
-        ins[i].valid = ow_request_check_key(m->key, m->key_len, &errs) == 0 &&
-                       ow_request_parse(m->value, m->len, &limits, &req, &errs) == 0;
+        r->ins[i].valid = ow_request_check_key(m->key, m->key_len, &errs) == 0 &&
+                          ow_request_parse(m->value, m->len, &limits, &req, &errs) == 0;
         ow_request_cleanup(&req);
-        valid += ins[i].valid;
+        r->valid += r->ins[i].valid;
         snprintf(k, sizeof(k), "%d:%lld", m->partition, (long long)m->offset);
-        *ix_slot(&src, k, 1) = i;
+        *ix_slot(&r->src, k, 1) = i;
     }
-    for (size_t i = 0; i < results.n; i++) {
-        input_t *in = source_of(&results.v[i], &src, ins);
+}
 
-        check_result(db, &results.v[i], in, recs, &recix, &t);
+/* Every result against its input and the stored record; every dead letter
+ * against its input's bytes; then what no output answered. */
+static void check_outputs(run_t *r)
+{
+    for (size_t i = 0; i < r->results.n; i++) {
+        input_t *in = source_of(&r->results.v[i], &r->src, r->ins);
+
+        check_result(r->db, &r->results.v[i], in, r->recs, &r->recix, &r->t);
     }
-    for (size_t i = 0; i < dlq.n; i++) {
-        input_t *in = source_of(&dlq.v[i], &src, ins);
+    for (size_t i = 0; i < r->dlq.n; i++) {
+        input_t *in = source_of(&r->dlq.v[i], &r->src, r->ins);
 
-        if (in == NULL || in->valid || dlq.v[i].len > in->m->len ||
-            memcmp(dlq.v[i].value, in->m->value, dlq.v[i].len) != 0)
-            dlq_bad++;
+        if (in == NULL || in->valid || r->dlq.v[i].len > in->m->len ||
+            memcmp(r->dlq.v[i].value, in->m->value, r->dlq.v[i].len) != 0)
+            r->dlq_bad++;
         else
             in->dlq++;
     }
-    for (size_t i = 0; i < inputs.n; i++) {
-        const input_t *in = &ins[i];
+    for (size_t i = 0; i < r->inputs.n; i++) {
+        const input_t *in = &r->ins[i];
 
         if ((in->m->key_len > 0 && in->results == 0) || (!in->valid && in->dlq == 0))
-            t.lost++;
+            r->t.lost++;
         if (in->mismatched > 0)
-            t.mismatched++;
+            r->t.mismatched++;
     }
-    parts = kit_group_lag(a.bootstrap, a.group, a.in, 256, committed, ends, part_lag);
-    if (parts <= 0)
-        lag = -1;
-    for (int p = 0; lag >= 0 && p < parts; p++)
-        lag += part_lag[p];
+}
 
-    verdict("I1 one request record per (user_id, key)", findings(&rep, OW_AUDIT_DUPLICATE_REQUESTS),
+/* The group's lag over every partition of the input (-1: not known). */
+static void group_lag(run_t *r)
+{
+    int64_t ends[256], committed[256], part_lag[256];
+    int parts = kit_group_lag(r->a.bootstrap, r->a.group, r->a.in, 256, committed, ends, part_lag);
+
+    r->lag = parts <= 0 ? -1 : 0;
+    for (int p = 0; r->lag >= 0 && p < parts; p++)
+        r->lag += part_lag[p];
+}
+
+/* I1-I7 and the order of results, then the figures line. */
+static void report_invariants(const run_t *r)
+{
+    const tally_t *t = &r->t;
+    const ow_audit_report *rep = &r->rep;
+
+    verdict("I1 one request record per (user_id, key)", findings(rep, OW_AUDIT_DUPLICATE_REQUESTS),
             "duplicate keys");
     verdict("I2 no two orders with one (user_id, external_order_no)",
-            findings(&rep, OW_AUDIT_DUPLICATE_ORDERS), "duplicate orders");
+            findings(rep, OW_AUDIT_DUPLICATE_ORDERS), "duplicate orders");
     verdict("I3 every order belongs to a SUCCEEDED request",
-            findings(&rep, OW_AUDIT_ORDERS_WITHOUT_SUCCESS), "orphan or FAILED-owned orders");
-    verdict("I3 results' created orders exist as stated", t.body_orders_bad, "mismatches");
-    verdict("I4 every message has its result / dead letter (lost)", t.lost, "lost");
-    verdict("I4 dead letters are the original bytes of invalid messages", dlq_bad, "bad copies");
-    verdict("I4 committed offsets reach the end of every partition", lag, "messages of lag");
-    verdict("I5 all results of a message are byte-identical", t.mismatched, "non-identical");
-    verdict("I5 every recorded result equals the stored response", t.stored_mismatch, "mismatches");
-    verdict("I6 a reused key never changed its record", t.reuse_bad, "violations");
-    verdict("I7 no record left in a processing state", findings(&rep, OW_AUDIT_NOT_FINAL),
+            findings(rep, OW_AUDIT_ORDERS_WITHOUT_SUCCESS), "orphan or FAILED-owned orders");
+    verdict("I3 results' created orders exist as stated", t->body_orders_bad, "mismatches");
+    verdict("I4 every message has its result / dead letter (lost)", t->lost, "lost");
+    verdict("I4 dead letters are the original bytes of invalid messages", r->dlq_bad, "bad copies");
+    verdict("I4 committed offsets reach the end of every partition", r->lag, "messages of lag");
+    verdict("I5 all results of a message are byte-identical", t->mismatched, "non-identical");
+    verdict("I5 every recorded result equals the stored response", t->stored_mismatch,
+            "mismatches");
+    verdict("I6 a reused key never changed its record", t->reuse_bad, "violations");
+    verdict("I7 no record left in a processing state", findings(rep, OW_AUDIT_NOT_FINAL),
             "stuck records");
-    verdict("per (user, key), results leave in consumption order", order_violations(&results),
+    verdict("per (user, key), results leave in consumption order", order_violations(&r->results),
             "inversions");
     printf("verify: figures: messages_in=%zu valid=%lld results_out=%lld definitive=%lld "
            "replays=%lld in_progress=%lld created=%lld order_conflicts=%lld key_reused=%lld "
            "invalid=%lld dead_letters=%zu records=%zu orders=%lld lost=%lld duplicate_orders=%lld "
            "stuck=%lld non_identical_replays=%lld final_lag=%lld\n",
-           inputs.n, valid, t.results, t.definitive, t.replays, t.in_progress, t.created,
-           t.conflicts, t.reused, t.invalid, dlq.n, n_recs, (long long)rep.orders, t.lost,
-           findings(&rep, OW_AUDIT_DUPLICATE_ORDERS), findings(&rep, OW_AUDIT_NOT_FINAL),
-           t.mismatched + t.stored_mismatch, lag);
-    if (shards.list.n > 0) {
-        verdict("I1-I3 every row is on its user's shard", shards.misplaced, "misplaced rows");
-        printf("verify: shards: %u, request records per shard:", shards.list.n);
-        for (unsigned i = 0; i < shards.list.n; i++)
-            printf(" %u=%lld", i, shards.records[i]);
-        printf("\n");
-        shard_outage(a.faults, &results, &src, ins);
-        long long hang = shard_hang(a.faults, &results);
+           r->inputs.n, r->valid, t->results, t->definitive, t->replays, t->in_progress, t->created,
+           t->conflicts, t->reused, t->invalid, r->dlq.n, r->n_recs, (long long)rep->orders,
+           t->lost, findings(rep, OW_AUDIT_DUPLICATE_ORDERS), findings(rep, OW_AUDIT_NOT_FINAL),
+           t->mismatched + t->stored_mismatch, r->lag);
+}
 
-        if (hang >= 0)
-            verdict("a hung shard holds up only its own users (gap < 3 s)", hang, "violations");
-    }
-    resume_times(a.faults, &results);
-    windows_bad = fault_windows(a.faults, &results, &src, ins, a.failover_max_ms);
-    if (a.failover_max_ms > 0)
+/* With shards: every row on its user's shard, records per shard, and the
+ * shard outage's and hang's figures. */
+static void report_shards(run_t *r)
+{
+    long long hang;
+
+    if (shards.list.n == 0)
+        return;
+    verdict("I1-I3 every row is on its user's shard", shards.misplaced, "misplaced rows");
+    printf("verify: shards: %u, request records per shard:", shards.list.n);
+    for (unsigned i = 0; i < shards.list.n; i++)
+        printf(" %u=%lld", i, shards.records[i]);
+    printf("\n");
+    shard_outage(r->a.faults, &r->results, &r->src, r->ins);
+    hang = shard_hang(r->a.faults, &r->results);
+    if (hang >= 0)
+        verdict("a hung shard holds up only its own users (gap < 3 s)", hang, "violations");
+}
+
+/* The faults file's figures (resumes, failovers), the cluster's nodes
+ * compared, the broker kills' recoveries and, reading committed, the
+ * exactly-once checks. */
+static void report_faults(run_t *r)
+{
+    long long nodes_bad, windows_bad;
+    eos_timeline tl;
+    int have_tl;
+    char recovery[1024] = "";
+
+    resume_times(r->a.faults, &r->results);
+    windows_bad = fault_windows(r->a.faults, &r->results, &r->src, r->ins, r->a.failover_max_ms);
+    if (r->a.failover_max_ms > 0)
         verdict("every fault's failover within the bound and the fault",
                 windows_bad < 0 ? 1 : windows_bad, "slow or missing failovers");
-    nodes_bad = vc_compare_nodes(&cluster, node);
+    nodes_bad = vc_compare_nodes(&r->cluster, r->node);
     if (nodes_bad >= 0)
         verdict("every node of the cluster holds the same rows", nodes_bad,
                 "differing or unsynced nodes");
-    have_tl = a.timeline != NULL && eos_timeline_load(a.timeline, &tl) == 0;
-    eos_recovery(have_tl ? &tl : NULL, &results, a.faults, recovery, sizeof(recovery));
+    have_tl = r->a.timeline != NULL && eos_timeline_load(r->a.timeline, &tl) == 0;
+    eos_recovery(have_tl ? &tl : NULL, &r->results, r->a.faults, recovery, sizeof(recovery));
     if (recovery[0] != '\0')
         printf("verify: broker kills, recovery in ms (kill to the next result / to a result in "
                "every results partition):%s\n",
                recovery);
-    if (a.read_committed)
-        exactly_once(&a, ins, inputs.n, &results, &dlq, t.lost, behind_lso, have_tl ? &tl : NULL,
-                     recovery);
+    if (r->a.read_committed)
+        exactly_once(&r->a, r->ins, r->inputs.n, &r->results, &r->dlq, r->t.lost, r->behind_lso,
+                     have_tl ? &tl : NULL, recovery);
     if (have_tl)
         eos_timeline_free(&tl);
+}
+
+int main(int argc, char **argv)
+{
+    static run_t r;
+
+    parse_args(argc, argv, &r.a);
+    if (load(&r) != 0)
+        return 2;
+    index_inputs(&r);
+    check_outputs(&r);
+    group_lag(&r);
+    report_invariants(&r);
+    report_shards(&r);
+    report_faults(&r);
     printf("verify: %s\n", violations == 0 ? "all invariants hold" : "INVARIANTS VIOLATED");
-    mysql_close(db);
+    mysql_close(r.db);
     return violations == 0 ? 0 : 1;
 }
