@@ -79,11 +79,12 @@ static int check_result_fits(const ow_output *o, ow_error *err)
 }
 
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
-                   ow_ledger *ledger, ow_txn *txn, ow_error *err)
+                   ow_ledger *ledger, ow_publish_gate *gate, ow_txn *txn, ow_error *err)
 {
     int rc;
 
-    *o = (ow_output){.producer = producer, .cfg = cfg, .rs = rs, .ledger = ledger, .txn = txn};
+    *o = (ow_output){
+        .producer = producer, .cfg = cfg, .rs = rs, .ledger = ledger, .gate = gate, .txn = txn};
     pthread_mutex_init(&o->mu, NULL);
     atomic_store(&o->refused_at, SIZE_MAX);
     rc = read_message_max(producer, &o->message_max, err);
@@ -539,12 +540,12 @@ int ow_output_track(ow_output *o, ow_job *job)
 
 int ow_output_enter(ow_output *o)
 {
-    return ow_txn_enter(o->txn);
+    return ow_publish_gate_enter(o->gate);
 }
 
 void ow_output_leave(ow_output *o)
 {
-    ow_txn_leave(o->txn);
+    ow_publish_gate_leave(o->gate);
 }
 
 void ow_output_abandon(ow_output *o, ow_job *job)

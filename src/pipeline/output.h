@@ -33,10 +33,11 @@ typedef struct {
     const ow_config *cfg;
     ow_runstate *rs;
     ow_ledger *ledger;
-    ow_txn *txn;        /* exactly-once: outputs go inside its transaction */
-    ow_sequencer *seq;  /* exactly-once: the order jobs are released in */
-    size_t message_max; /* the producer's message.max.bytes */
-    size_t output_max;  /* key + value bytes one output may carry */
+    ow_publish_gate *gate; /* lanes publish inside it */
+    ow_txn *txn;           /* exactly-once: outputs go inside its transaction */
+    ow_sequencer *seq;     /* exactly-once: the order jobs are released in */
+    size_t message_max;    /* the producer's message.max.bytes */
+    size_t output_max;     /* key + value bytes one output may carry */
     /* Exactly-once: the smallest key + value size a topic refused at
      * delivery (which aborted its transaction); outputs this large are
      * replaced by notices from then on, so the redelivered message does not
@@ -50,7 +51,7 @@ typedef struct {
  * INVALID_INPUT, naming the keys and sizes) a request.max_orders whose
  * largest result would not fit it. */
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
-                   ow_ledger *ledger, ow_txn *txn, ow_error *err);
+                   ow_ledger *ledger, ow_publish_gate *gate, ow_txn *txn, ow_error *err);
 void ow_output_destroy(ow_output *o);
 /* The output topics one check asks about: results and dead letters. */
 #define OW_OUTPUT_TOPICS 2
@@ -72,7 +73,7 @@ rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_j
 /* The consumer thread tracked job: in exactly-once mode it takes its place
  * in its partition's release order. OW_ENOMEM: the worker must stop. */
 int ow_output_track(ow_output *o, ow_job *job);
-/* Around a lane's publication of a batch (the transaction's gate). 0:
+/* Around a lane's publication of a batch (the publish gate). 0:
  * nothing may be produced any more (a stop gave up on the transaction),
  * and ow_output_leave is not called. */
 int ow_output_enter(ow_output *o);

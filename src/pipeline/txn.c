@@ -49,17 +49,16 @@ struct ow_txn_caller {
 };
 
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
-                 ow_txn_epoch_end_fn epoch_end, void *opaque)
+                 ow_publish_gate *gate, ow_txn_epoch_end_fn epoch_end, void *opaque)
 {
     *tx = (ow_txn){.enabled = cfg->exactly_once,
                    .cfg = cfg,
                    .rs = rs,
                    .ledger = ledger,
+                   .gate = gate,
                    .epoch_end = epoch_end,
                    .opaque = opaque,
                    .timeout_ms = DEFAULT_TIMEOUT_MS};
-    pthread_mutex_init(&tx->gate_mu, NULL);
-    pthread_cond_init(&tx->gate_cv, NULL);
     pthread_mutex_init(&tx->mu, NULL);
 }
 
@@ -67,8 +66,6 @@ void ow_txn_destroy(ow_txn *tx)
 {
     free(tx->noted);
     free(tx->committed);
-    pthread_mutex_destroy(&tx->gate_mu);
-    pthread_cond_destroy(&tx->gate_cv);
     pthread_mutex_destroy(&tx->mu);
 }
 
@@ -198,10 +195,7 @@ static int calls_end(const ow_txn *tx)
  * nothing. */
 static void seal(ow_txn *tx, const char *step)
 {
-    pthread_mutex_lock(&tx->gate_mu);
-    tx->sealed = 1;
-    pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
+    ow_publish_gate_seal(tx->gate);
     tx->open = 0;
     /* After a fatal error its own line says why the worker stops. */
     if (!atomic_load(&tx->rs->fatal))
@@ -451,47 +445,6 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
     return OW_OK;
 }
 
-/* --- The gate ------------------------------------------------------------- */
-
-int ow_txn_enter(ow_txn *tx)
-{
-    int sealed;
-
-    pthread_mutex_lock(&tx->gate_mu);
-    while (tx->closing && !tx->sealed)
-        pthread_cond_wait(&tx->gate_cv, &tx->gate_mu);
-    sealed = tx->sealed;
-    if (!sealed)
-        tx->inside++;
-    pthread_mutex_unlock(&tx->gate_mu);
-    return !sealed;
-}
-
-void ow_txn_leave(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    if (--tx->inside == 0)
-        pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
-void ow_txn_close(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    tx->closing = 1;
-    while (tx->inside > 0)
-        pthread_cond_wait(&tx->gate_cv, &tx->gate_mu);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
-void ow_txn_open(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    tx->closing = 0;
-    pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
 /* --- Offsets -------------------------------------------------------------- */
 
 void ow_txn_produced(ow_txn *tx)
@@ -712,7 +665,7 @@ int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
 
     if (!tx->enabled)
         return OW_OK;
-    if (tx->sealed)
+    if (ow_publish_gate_sealed(tx->gate))
         return OW_TXN_NOT_COMMITTED;
     if (!tx->open)
         return OW_EFATAL;
@@ -759,7 +712,7 @@ int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
 {
     int rc = ow_txn_commit_closed(tx, why, deadline_ms);
 
-    if (rc == OW_TXN_NOT_COMMITTED && !tx->sealed)
+    if (rc == OW_TXN_NOT_COMMITTED && !ow_publish_gate_sealed(tx->gate))
         rc = ow_txn_abort_closed(tx, "its commit could not finish in time");
     return rc;
 }
@@ -770,15 +723,15 @@ int ow_txn_commit(ow_txn *tx, const char *why, int64_t deadline_ms)
 
     if (!tx->enabled)
         return OW_OK;
-    ow_txn_close(tx);
+    ow_publish_gate_close(tx->gate);
     rc = ow_txn_commit_closed(tx, why, deadline_ms);
-    ow_txn_open(tx);
+    ow_publish_gate_open(tx->gate);
     return rc;
 }
 
 int ow_txn_due(ow_txn *tx, int64_t now_ms)
 {
-    return tx->enabled && !tx->sealed &&
+    return tx->enabled && !ow_publish_gate_sealed(tx->gate) &&
            (atomic_load(&tx->abort_wanted) ||
             now_ms - tx->last_commit_ms >= tx->cfg->transaction_interval_ms);
 }

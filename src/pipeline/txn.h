@@ -1,13 +1,11 @@
 /*
  * The Kafka transaction of exactly-once mode (txn.c). Private to the
- * pipeline. With processing.guarantee = at_least_once only the gate works
- * (the worker closes it to replace a failed producer); the rest does
- * nothing.
+ * pipeline. With processing.guarantee = at_least_once it does nothing.
  *
- * Outputs are produced only inside a transaction, between ow_txn_enter and
- * ow_txn_leave (a lane's whole publication of a batch). The consumer
- * thread commits: it closes the gate (waiting for every producer to
- * leave), flushes the producer so that the ledger has seen every
+ * Outputs are produced only inside a transaction, inside the publish
+ * gate (publish_gate.h: a lane's whole publication of a batch). The
+ * consumer thread commits: it closes the gate (waiting for every producer
+ * to leave), flushes the producer so that the ledger has seen every
  * acknowledgement, sends the offsets the ledger noted with the group's
  * metadata, commits, begins the next transaction and opens the gate.
  * Outputs and the offsets that cover them are visible together or not at
@@ -37,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "publish_gate.h"
 #include "ow/config.h"
 #include "ow/ledger.h"
 #include "runstate.h"
@@ -60,14 +59,9 @@ typedef struct {
     ow_ledger *ledger;
     rd_kafka_t *producer;
     rd_kafka_t *consumer;
+    ow_publish_gate *gate; /* sealed when a stop gave up on a call: nothing more is produced */
     ow_txn_epoch_end_fn epoch_end;
     void *opaque;
-    /* The gate: producers inside, or the committer closing it. */
-    pthread_mutex_t gate_mu;
-    pthread_cond_t gate_cv;
-    int inside;
-    int closing;
-    int sealed; /* a stop gave up on a call: nothing more is produced */
     /* Offsets, per partition: what the ledger noted (the next offset to
      * consume) and what the last commit sent (-1: nothing). */
     pthread_mutex_t mu;
@@ -87,7 +81,7 @@ typedef struct {
 } ow_txn;
 
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
-                 ow_txn_epoch_end_fn epoch_end, void *opaque);
+                 ow_publish_gate *gate, ow_txn_epoch_end_fn epoch_end, void *opaque);
 void ow_txn_destroy(ow_txn *tx);
 /* Registers the transactional id (fencing an earlier producer with it and
  * aborting its open transaction) and begins the first transaction. A stop
@@ -98,11 +92,6 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
  * runs on it (the process then exits without destroying the producer). */
 int ow_txn_release(ow_txn *tx);
 
-/* Around producing: waits while the committer holds the gate. Returns 0,
- * without entering, when the transaction is sealed: the caller produces
- * nothing and abandons what it holds. */
-int ow_txn_enter(ow_txn *tx);
-void ow_txn_leave(ow_txn *tx);
 /* Something was produced in the open transaction. */
 void ow_txn_produced(ow_txn *tx);
 /* The ledger's store function: the partition's outputs are acknowledged up
@@ -130,15 +119,13 @@ int ow_txn_due(ow_txn *tx, int64_t now_ms);
  * (fenced, or a fatal producer error; logged). */
 int ow_txn_commit(ow_txn *tx, const char *why, int64_t deadline_ms);
 
-/* For a revoke: close the gate, end the transaction, let the caller end
- * the revoked partitions' epochs (ow_txn_forget), open the gate. */
-void ow_txn_close(ow_txn *tx);
+/* For a revoke, with the gate closed: end the transaction, then let the
+ * caller end the revoked partitions' epochs (ow_txn_forget). */
 int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
 /* Commits as ow_txn_commit_closed, and aborts the transaction when the
  * commit could not finish: outputs of partitions that are about to go must
  * never be committed later without their offsets. */
 int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
-void ow_txn_open(ow_txn *tx);
 /* The partition is no longer ours: nothing of it is sent any more. */
 void ow_txn_forget(ow_txn *tx, int32_t partition);
 /* With the gate closed: aborts the transaction and rewinds (partitions

@@ -219,6 +219,7 @@ static void destroy(ow_worker *w)
     if (w->out_ready)
         ow_output_destroy(&w->out);
     ow_txn_destroy(&w->txn);
+    ow_publish_gate_destroy(&w->gate);
     ow_runstate_cleanup(&w->rs);
     /* Last: the producer is gone, so no delivery report ends a job after. */
     ow_job_maker_cleanup(&w->maker);
@@ -248,7 +249,8 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     ow_job_maker_init(&w.maker, &lim);
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
     ow_ledger_init(&w.ledger, ow_worker_store_offset, &w);
-    ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, ow_worker_epoch_end, &w);
+    ow_publish_gate_init(&w.gate);
+    ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, &w.gate, ow_worker_epoch_end, &w);
     rc = ow_worker_start(&w, stop, err);
     if (rc == OW_OK) {
         OW_LOG(OW_LOG_INFO, "worker_started", OW_F_STR("topic", cfg->topic_input),

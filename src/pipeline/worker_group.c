@@ -336,7 +336,7 @@ static void end_partitions(ow_worker *w, const rd_kafka_topic_partition_list_t *
 static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_list_t *parts,
                                   int lost)
 {
-    ow_txn_close(&w->txn);
+    ow_publish_gate_close(&w->gate);
     if (lost) {
         end_partitions(w, parts);
         ow_txn_abort_closed(&w->txn, "partitions lost");
@@ -344,7 +344,7 @@ static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_l
         ow_txn_end_closed(&w->txn, "revoke", revoke_deadline(w));
         end_partitions(w, parts);
     }
-    ow_txn_open(&w->txn);
+    ow_publish_gate_open(&w->gate);
 }
 
 static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)

@@ -25,7 +25,8 @@ typedef struct {
     rd_kafka_t *producer;
     ow_runstate rs;
     ow_ledger ledger;
-    ow_txn txn; /* exactly-once: the open Kafka transaction */
+    ow_publish_gate gate; /* lanes publish inside it */
+    ow_txn txn;           /* exactly-once: the open Kafka transaction */
     ow_output out;
     int out_ready;
     ow_lane_env env;

@@ -81,7 +81,7 @@ void ow_worker_replace_producer(ow_worker *w)
     rd_kafka_error_t *e = NULL;
     ow_error err;
 
-    ow_txn_close(&w->txn);
+    ow_publish_gate_close(&w->gate);
     retire_producer(w);
     /* The old producer's last callbacks may have said so again. */
     atomic_store(&w->producer_failed, 0);
@@ -106,7 +106,7 @@ void ow_worker_replace_producer(ow_worker *w)
         OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", l->cnt));
     }
     rd_kafka_topic_partition_list_destroy(l);
-    ow_txn_open(&w->txn);
+    ow_publish_gate_open(&w->gate);
 }
 
 static int subscribe(ow_worker *w, ow_error *err)
@@ -308,7 +308,8 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc == OW_OK)
         rc = create_clients(w, err);
     if (rc == OW_OK)
-        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->txn, err);
+        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->gate, &w->txn,
+                            err);
     if (rc == OW_OK)
         rc = ow_txn_start(&w->txn, w->producer, w->consumer, err);
     /* A missing ACL stops the worker before it decides anything. The
