@@ -55,11 +55,7 @@ static int create_clients(ow_worker *w, ow_error *err)
  * finish their jobs as not done), within 5 s and the stop's deadline. */
 static void retire_producer(ow_worker *w)
 {
-    int64_t deadline = ow_clock_mono_ms() + 5000;
-    int64_t stop = ow_runstate_deadline(&w->rs);
-
-    if (stop > 0 && stop < deadline)
-        deadline = stop;
+    int64_t deadline = ow_runstate_until(&w->rs, 5000);
 
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)
@@ -72,20 +68,38 @@ static void retire_producer(ow_worker *w)
     w->producer = NULL;
 }
 
+/* A list of offsets being filled from the ledger (an ow_ledger_rewind_fn,
+ * which returns the offset added, -1 for none). */
+typedef struct {
+    const char *topic;
+    rd_kafka_topic_partition_list_t *list;
+} offset_list;
+
+/* A partition goes back to its stored offset, or to where its assignment
+ * began when it stored none. */
+static int64_t add_back_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    offset_list *ol = opaque;
+    int64_t to = stored >= 0 ? stored : first;
+
+    if (to >= 0)
+        rd_kafka_topic_partition_list_add(ol->list, ol->topic, partition)->offset = to;
+    return to;
+}
+
 void ow_worker_replace_producer(ow_worker *w)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
-    /* A partition goes back to its stored offset, or to where its
-     * assignment began. */
-    ow_offset_list back = {w, l, 1};
+    offset_list back = {w->cfg->topic_input, l};
+    ow_publish_gate *gate = ow_delivery_gate(w->delivery);
     rd_kafka_error_t *e = NULL;
     ow_error err;
 
-    ow_publish_gate_close(&w->gate);
+    ow_publish_gate_close(gate);
     retire_producer(w);
     /* The old producer's last callbacks may have said so again. */
     atomic_store(&w->producer_failed, 0);
-    if (ow_ledger_rewind(&w->ledger, ow_worker_add_offset, &back) != OW_OK)
+    if (ow_ledger_rewind(&w->ledger, add_back_offset, &back) != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
     if (l->cnt > 0 && (e = ow_kafka_seek(w->consumer, l, 10000)) != NULL) {
         OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
@@ -98,7 +112,6 @@ void ow_worker_replace_producer(ow_worker *w)
         w->out.producer = NULL;
     } else {
         w->out.producer = w->producer;
-        w->txn.producer = w->producer;
         atomic_store(&w->poller_stop, 0);
         w->poller_started = pthread_create(&w->poller, NULL, ow_worker_poller, w) == 0;
         if (!w->poller_started)
@@ -106,7 +119,7 @@ void ow_worker_replace_producer(ow_worker *w)
         OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", l->cnt));
     }
     rd_kafka_topic_partition_list_destroy(l);
-    ow_publish_gate_open(&w->gate);
+    ow_publish_gate_open(gate);
 }
 
 static int subscribe(ow_worker *w, ow_error *err)
@@ -278,7 +291,7 @@ static int start_lanes(ow_worker *w, ow_error *err)
 {
     size_t per_db = (size_t)w->cfg->worker_lanes;
 
-    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, &w->out, &w->ledger, per_db * w->n_dbs};
+    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, w->delivery, &w->ledger, per_db * w->n_dbs};
     w->lanes = calloc(per_db * w->n_dbs, sizeof(*w->lanes));
     if (w->lanes == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
@@ -308,10 +321,7 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc == OW_OK)
         rc = create_clients(w, err);
     if (rc == OW_OK)
-        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->gate, &w->txn,
-                            err);
-    if (rc == OW_OK)
-        rc = ow_txn_start(&w->txn, w->producer, w->consumer, err);
+        rc = ow_delivery_start(w->delivery, &w->out, w->producer, w->consumer, err);
     /* A missing ACL stops the worker before it decides anything. The
      * consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)
