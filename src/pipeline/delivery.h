@@ -31,10 +31,10 @@
 
 #include "delivery_mode.h"
 #include "job.h"
+#include "ledger.h"
+#include "output.h"
 #include "ow/config.h"
 #include "ow/error.h"
-#include "ow/ledger.h"
-#include "output.h"
 #include "publish_gate.h"
 #include "runstate.h"
 

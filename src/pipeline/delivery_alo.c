@@ -8,8 +8,8 @@
 #include <stdlib.h>
 
 #include "delivery_mode.h"
+#include "metrics.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 
 typedef struct {
     ow_delivery d;

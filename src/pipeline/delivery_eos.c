@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 #include "delivery_mode.h"
+#include "metrics.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "sequencer.h"
 #include "txn.h"
 

@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "ledger.h"
+#include "output.h"
 #include "ow/config.h"
 #include "ow/error.h"
-#include "ow/ledger.h"
-#include "output.h"
 #include "publish_gate.h"
 #include "runstate.h"
 

@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job.h"
+#include "metrics.h"
 #include "ow/digest.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/response.h"
-#include "job.h"
 
 static void describe_errors(ow_job *job, const ow_field_errors *errs)
 {

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ow/ledger.h"
+#include "ledger.h"
 #include "ow/request.h"
 #include "ow/store.h"
 

@@ -21,10 +21,10 @@
 #include <string.h>
 
 #include "lane.h"
+#include "metrics.h"
 #include "ow/admit.h"
-#include "ow/shard.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
+#include "ow/shard.h"
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */

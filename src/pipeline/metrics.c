@@ -1,4 +1,4 @@
-#include "ow/metrics.h"
+#include "metrics.h"
 
 ow_metrics ow_stats;
 

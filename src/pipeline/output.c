@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/response.h"
 
 /* An output refused for its size, waiting for its notice to be produced. */

@@ -36,9 +36,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "publish_gate.h"
+#include "ledger.h"
 #include "ow/config.h"
-#include "ow/ledger.h"
+#include "publish_gate.h"
 #include "runstate.h"
 
 /* The thread that calls send_offsets_to_transaction (txn.c). */

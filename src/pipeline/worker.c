@@ -1,7 +1,7 @@
 /*
  * The consumer thread: its loop (dispatch to lanes, backpressure) and the
  * worker's stop. Which offsets may be stored is the ledger's business
- * (ow/ledger.h), how outputs and offsets reach Kafka the delivery mode's
+ * (ledger.h), how outputs and offsets reach Kafka the delivery mode's
  * (delivery.h), deciding the lanes' (lane.h); starting, the group and the
  * endpoint are in worker_start.c, worker_group.c and worker_status.c.
  */
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
 
 /* --- Consumer thread ----------------------------------------------------- */

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
 
 /* --- Input deleted before it was read ------------------------------------ */

@@ -16,7 +16,7 @@
 
 #include "delivery.h"
 #include "lane.h"
-#include "ow/metrics_http.h"
+#include "metrics_http.h"
 #include "ow/store_watch.h"
 #include "ow/worker.h"
 

@@ -1,8 +1,8 @@
 /* What the worker's HTTP endpoint reports: consumer lag, readiness and
  * the database states (worker_parts.h). */
 
+#include "metrics.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
 
 /* What each database's watch says, into the shard gauges and db_ok; with

@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "lane.h"
+#include "metrics.h"
 #include "ow/digest.h"
 #include "ow/error.h"
-#include "ow/metrics.h"
 #include "ow/shard.h"
 #include "ow/util.h"
 
