@@ -446,12 +446,10 @@ void ow_output_pump(ow_output *o)
  * producer now holds instead. */
 static void release_payload(ow_job *job)
 {
-    int64_t before = (int64_t)job->bytes;
     size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
 
     ow_job_free_payload(job);
-    job->bytes = sizeof(*job) + held;
-    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
+    ow_job_holds(job, sizeof(*job) + held);
 }
 
 /* What a produce call left to do: nothing (produced, acknowledged later),

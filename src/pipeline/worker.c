@@ -40,8 +40,7 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
     if (ow_delivery_track(w->delivery, job, rewound) != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
     OW_COUNT(consumed, 1);
-    atomic_fetch_add(&ow_stats.inflight_messages, 1);
-    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    ow_job_count_in(job, &w->inflight);
     ow_lane_enqueue(&w->lanes[ow_lane_route(w->cfg, w->n_lanes / w->n_dbs, job)], job);
 }
 
@@ -60,7 +59,7 @@ static void set_paused(ow_worker *w, int pause)
     if (pause)
         OW_COUNT(paused, 1);
     OW_LOG(OW_LOG_DEBUG, pause ? "input_paused" : "input_resumed",
-           OW_F_INT("inflight", atomic_load(&ow_stats.inflight_messages)));
+           OW_F_INT("inflight", atomic_load(&w->inflight.messages)));
 }
 
 /* How long the input may stay at the in-flight limit, unpolled, before it
@@ -76,8 +75,8 @@ static void set_paused(ow_worker *w, int pause)
  * resumes it at half. */
 static void backpressure(ow_worker *w)
 {
-    int64_t msgs = atomic_load(&ow_stats.inflight_messages);
-    int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
+    int64_t msgs = atomic_load(&w->inflight.messages);
+    int64_t bytes = atomic_load(&w->inflight.bytes);
     const ow_config *c = w->cfg;
     int full = msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes;
     int64_t now;

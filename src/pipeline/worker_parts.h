@@ -43,6 +43,7 @@ typedef struct {
     int poller_started;
     _Atomic int poller_stop;
     _Atomic int producer_failed; /* the producer failed fatally and is to be replaced */
+    ow_inflight inflight;        /* what backpressure weighs */
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
 
