@@ -141,9 +141,9 @@ static void limits_from_result(rd_kafka_event_t *ev, const char *const *topics, 
 }
 
 /* The topics' max.message.bytes as the broker reports them, in one
- * DescribeConfigs request so that a broker that never answers costs one
- * wait, not one per topic (librdkafka's mock cluster is such a broker: two
- * waits were 20 s of every worker start in integration.mock_faults). */
+ * DescribeConfigs request so that a broker that never answers (librdkafka's
+ * mock cluster is one) costs the worker's start one wait, not one per
+ * topic. */
 static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, topic_limit *t)
 {
     rd_kafka_ConfigResource_t *res[OW_OUTPUT_TOPICS] = {0};

@@ -63,12 +63,12 @@ static void set_paused(ow_worker *w, int pause)
 }
 
 /* How long the input may stay at the in-flight limit, unpolled, before it
- * is paused. A pause discards librdkafka's prefetched messages,
- * and while they are refetched the fetcher can sit out librdkafka 2.0's
- * fixed one-second backoff: replays stalled 0.6-0.8 s after each pause.
- * Not polling for a moment keeps the prefetch, and memory stays bounded by
- * queued.max.messages.kbytes; a longer wait (a database outage) pauses as
- * before, so that rebalance callbacks are served. */
+ * is paused. A pause discards librdkafka's prefetched messages, and while
+ * they are refetched the fetcher can sit out librdkafka 2.0's fixed
+ * one-second backoff, which would stall a worker replaying a backlog after
+ * every pause. Not polling for a moment keeps the prefetch, and memory
+ * stays bounded by queued.max.messages.kbytes; a longer wait (a database
+ * outage) pauses as before, so that rebalance callbacks are served. */
 #define BACKPRESSURE_HOLD_MS 200
 
 /* Pauses the input when too much has been in flight for a while and
@@ -159,9 +159,9 @@ static void destroy(ow_worker *w)
     ow_metrics_http_stop(&w->http);
     /* A member of the group that could not leave it by the deadline is not
      * destroyed: librdkafka's destroy would wait for the coordinator all
-     * the same (6 s more with every broker down, seen in the mock test).
-     * The process exits next; the group drops the member after its session
-     * timeout. A consumer that never subscribed has no group to leave. */
+     * the same, past the deadline while every broker is down. The process
+     * exits next; the group drops the member after its session timeout. A
+     * consumer that never subscribed has no group to leave. */
     ow_runstate_step(&w->rs, "destroy: consumer");
     if (w->consumer != NULL && !w->consumer_unsafe && (w->consumer_closed || !w->subscribed))
         rd_kafka_destroy_flags(w->consumer,

@@ -221,7 +221,7 @@ static void close_consumer(ow_worker *w)
 }
 
 /* Leaves the group. librdkafka 2.0's consumer_close can hang when a
- * cooperative assignment arrives while it closes (librdkafka issue #4527),
+ * cooperative assignment arrives while it closes (librdkafka#4527),
  * so unsubscribe first and serve the rebalance callbacks (which commit and
  * unassign) until the assignment is empty; messages still fetched are
  * dropped unprocessed, their offsets never stored. Everything here ends by
@@ -233,7 +233,7 @@ void ow_worker_leave_group(ow_worker *w)
 
     /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
      * a consumer that joined but never received its first assignment is
-     * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
+     * closed (librdkafka#4312, fixed in 2.3): let the join finish
      * first. Messages that arrive meanwhile are not processed. A worker
      * that failed before subscribing has no join to wait for. */
     ow_runstate_step(&w->rs, "leave: first join");

@@ -202,8 +202,8 @@ static int check_databases(ow_worker *w, ow_error *err)
 }
 
 /* A topic the broker calls unknown for this long is missing: a topic just
- * created can be unknown to a broker for a moment (seen in the end-to-end
- * tests against Kafka 4.1, which create their topics right before). */
+ * created can be unknown to a broker for a moment, until the cluster's
+ * metadata reaches it. */
 #define TOPIC_MISSING_MS 10000
 
 /* Asks the broker for one output topic through the producer, which is what
