@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "metrics.h"
-#include "ow/kafka.h"
 #include "ow/log.h"
 #include "worker_parts.h"
 

@@ -6,6 +6,7 @@
 
 #include "metrics.h"
 #include "ow/kafka.h"
+#include "ow/kafka_conf.h"
 #include "ow/log.h"
 #include "ow/shard.h"
 #include "worker_parts.h"
