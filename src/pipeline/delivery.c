@@ -76,6 +76,11 @@ void ow_delivery_flush(ow_delivery *d, int64_t deadline_ms)
     d->ops->flush(d, deadline_ms);
 }
 
+int ow_delivery_rewind(ow_delivery *d)
+{
+    return d->ops->rewind(d);
+}
+
 /* --- Lanes ----------------------------------------------------------------- */
 
 int ow_delivery_enter(ow_delivery *d)

@@ -81,6 +81,12 @@ void ow_delivery_revoke(ow_delivery *d, const rd_kafka_topic_partition_list_t *p
  * was produced, by deadline_ms; what cannot be is given up and redelivered
  * later. */
 void ow_delivery_flush(ow_delivery *d, int64_t deadline_ms);
+/* With the gate closed, after the producer's outputs in flight were given
+ * up (a replaced producer, OW_PRODUCER_REPLACED): every assigned
+ * partition goes back to where what was delivered ends, in a new epoch of
+ * the ledger, and the consumer with it. Returns how many partitions went
+ * back. */
+int ow_delivery_rewind(ow_delivery *d);
 
 /* --- Lanes ----------------------------------------------------------------- */
 

@@ -9,6 +9,7 @@
 
 #include "delivery_mode.h"
 #include "metrics.h"
+#include "ow/kafka.h"
 #include "ow/log.h"
 
 typedef struct {
@@ -115,20 +116,30 @@ static void alo_committed(ow_delivery *d, rd_kafka_resp_err_t err,
         a->recommits = RECOMMITS;
 }
 
-/* A list of the stored offsets being filled from the ledger. */
+/* A list of offsets being filled from the ledger (an ow_ledger_rewind_fn,
+ * which returns the offset added, -1 for none): each partition's stored
+ * offset, or with or_first, where its assignment began when it stored
+ * none. */
 typedef struct {
     const char *topic;
     rd_kafka_topic_partition_list_t *list;
-} stored_list;
+    int or_first;
+} offset_list;
 
-/* ow_ledger_each_fn's shape: a partition's stored offset, if it has one. */
+static int64_t add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
+{
+    const offset_list *ol = opaque;
+    int64_t to = stored >= 0 || !ol->or_first ? stored : first;
+
+    if (to >= 0)
+        rd_kafka_topic_partition_list_add(ol->list, ol->topic, partition)->offset = to;
+    return to;
+}
+
+/* ow_ledger_each_fn's shape. */
 static void add_stored_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
 {
-    stored_list *sl = opaque;
-
-    (void)first;
-    if (stored >= 0)
-        rd_kafka_topic_partition_list_add(sl->list, sl->topic, partition)->offset = stored;
+    add_offset(opaque, partition, stored, first);
 }
 
 /* After a failed periodic commit: the stored offsets of the assigned
@@ -147,7 +158,7 @@ static void add_stored_offset(void *opaque, int32_t partition, int64_t stored, i
 static void alo_tick(ow_delivery *d)
 {
     alo_delivery *a = (alo_delivery *)d;
-    stored_list sl;
+    offset_list ol;
     int64_t now;
 
     if (a->recommits == 0)
@@ -158,12 +169,12 @@ static void alo_tick(ow_delivery *d)
         return;
     a->recommits--;
     a->recommit_at_ms = now + d->cfg->commit_interval_ms;
-    sl = (stored_list){d->cfg->topic_input, rd_kafka_topic_partition_list_new(8)};
-    ow_ledger_each_assigned(d->ledger, add_stored_offset, &sl);
+    ol = (offset_list){d->cfg->topic_input, rd_kafka_topic_partition_list_new(8), 0};
+    ow_ledger_each_assigned(d->ledger, add_stored_offset, &ol);
     /* Its answer comes to alo_committed. */
-    if (sl.list->cnt > 0)
-        rd_kafka_commit(d->consumer, sl.list, 1);
-    rd_kafka_topic_partition_list_destroy(sl.list);
+    if (ol.list->cnt > 0)
+        rd_kafka_commit(d->consumer, ol.list, 1);
+    rd_kafka_topic_partition_list_destroy(ol.list);
 }
 
 typedef struct {
@@ -234,6 +245,26 @@ static void alo_flush(ow_delivery *d, int64_t deadline_ms)
     ow_output_flush(d->out, (int)(left > 0 ? left : 0));
 }
 
+/* The producer was replaced and what it held given up: a partition goes
+ * back to its stored offset, or to where its assignment began. */
+static int alo_rewind(ow_delivery *d)
+{
+    offset_list back = {d->cfg->topic_input, rd_kafka_topic_partition_list_new(16), 1};
+    rd_kafka_error_t *e = NULL;
+    int n;
+
+    if (ow_ledger_rewind(d->ledger, add_offset, &back) != OW_OK)
+        ow_runstate_set_fatal(d->rs, "out of memory");
+    if (back.list->cnt > 0 && (e = ow_kafka_seek(d->consumer, back.list, 10000)) != NULL) {
+        OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
+        rd_kafka_error_destroy(e);
+        ow_runstate_set_fatal(d->rs, "the input could not be rewound after a producer failed");
+    }
+    n = back.list->cnt;
+    rd_kafka_topic_partition_list_destroy(back.list);
+    return n;
+}
+
 /* --- The producer's callbacks ---------------------------------------------- */
 
 /* A producer that failed fatally fails what it still held: the worker
@@ -269,6 +300,7 @@ static const ow_delivery_ops alo_ops = {
     .commit = alo_commit,
     .revoke = alo_revoke,
     .flush = alo_flush,
+    .rewind = alo_rewind,
     .delivered = alo_delivered,
     .committed = alo_committed,
     .producer_failed = alo_producer_failed,

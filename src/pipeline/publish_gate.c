@@ -60,13 +60,3 @@ void ow_publish_gate_seal(ow_publish_gate *g)
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
 }
-
-int ow_publish_gate_sealed(ow_publish_gate *g)
-{
-    int sealed;
-
-    pthread_mutex_lock(&g->mu);
-    sealed = g->sealed;
-    pthread_mutex_unlock(&g->mu);
-    return sealed;
-}

@@ -40,7 +40,5 @@ void ow_publish_gate_close(ow_publish_gate *g);
 void ow_publish_gate_open(ow_publish_gate *g);
 /* Seals the gate for good and wakes the lanes waiting at it. */
 void ow_publish_gate_seal(ow_publish_gate *g);
-/* 1 once sealed. */
-int ow_publish_gate_sealed(ow_publish_gate *g);
 
 #endif

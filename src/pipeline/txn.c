@@ -189,6 +189,7 @@ static int calls_end(const ow_txn *tx)
 static void seal(ow_txn *tx, const char *step)
 {
     ow_publish_gate_seal(tx->gate);
+    tx->sealed = 1;
     tx->open = 0;
     /* After a fatal error its own line says why the worker stops. */
     if (!atomic_load(&tx->rs->fatal))
@@ -652,7 +653,7 @@ int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
     txn_outcome o = TXN_OK;
     int gave_up = 0;
 
-    if (ow_publish_gate_sealed(tx->gate))
+    if (tx->sealed)
         return OW_TXN_NOT_COMMITTED;
     if (!tx->open)
         return OW_EFATAL;
@@ -699,14 +700,13 @@ int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
 {
     int rc = ow_txn_commit_closed(tx, why, deadline_ms);
 
-    if (rc == OW_TXN_NOT_COMMITTED && !ow_publish_gate_sealed(tx->gate))
+    if (rc == OW_TXN_NOT_COMMITTED && !tx->sealed)
         rc = ow_txn_abort_closed(tx, "its commit could not finish in time");
     return rc;
 }
 
 int ow_txn_due(ow_txn *tx, int64_t now_ms)
 {
-    return !ow_publish_gate_sealed(tx->gate) &&
-           (atomic_load(&tx->abort_wanted) ||
-            now_ms - tx->last_commit_ms >= tx->cfg->transaction_interval_ms);
+    return !tx->sealed && (atomic_load(&tx->abort_wanted) ||
+                           now_ms - tx->last_commit_ms >= tx->cfg->transaction_interval_ms);
 }

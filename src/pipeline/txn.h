@@ -55,7 +55,8 @@ typedef struct {
     ow_ledger *ledger;
     rd_kafka_t *producer;
     rd_kafka_t *consumer;
-    ow_publish_gate *gate; /* sealed when a stop gave up on a call: nothing more is produced */
+    ow_publish_gate *gate; /* sealed with the transaction */
+    int sealed;            /* a stop gave up on a call: nothing more is produced */
     /* Offsets, per partition: what the ledger noted (the next offset to
      * consume) and what the last commit sent (-1: nothing). */
     pthread_mutex_t mu;

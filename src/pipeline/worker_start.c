@@ -69,44 +69,17 @@ static void retire_producer(ow_worker *w)
     w->producer = NULL;
 }
 
-/* A list of offsets being filled from the ledger (an ow_ledger_rewind_fn,
- * which returns the offset added, -1 for none). */
-typedef struct {
-    const char *topic;
-    rd_kafka_topic_partition_list_t *list;
-} offset_list;
-
-/* A partition goes back to its stored offset, or to where its assignment
- * began when it stored none. */
-static int64_t add_back_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
-{
-    offset_list *ol = opaque;
-    int64_t to = stored >= 0 ? stored : first;
-
-    if (to >= 0)
-        rd_kafka_topic_partition_list_add(ol->list, ol->topic, partition)->offset = to;
-    return to;
-}
-
 void ow_worker_replace_producer(ow_worker *w)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
-    offset_list back = {w->cfg->topic_input, l};
     ow_publish_gate *gate = ow_delivery_gate(w->delivery);
-    rd_kafka_error_t *e = NULL;
+    int rewound;
     ow_error err;
 
     ow_publish_gate_close(gate);
     retire_producer(w);
     /* The old producer's last callbacks may have said so again. */
     atomic_store(&w->producer_failed, 0);
-    if (ow_ledger_rewind(&w->ledger, add_back_offset, &back) != OW_OK)
-        ow_runstate_set_fatal(&w->rs, "out of memory");
-    if (l->cnt > 0 && (e = ow_kafka_seek(w->consumer, l, 10000)) != NULL) {
-        OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
-        rd_kafka_error_destroy(e);
-        ow_runstate_set_fatal(&w->rs, "the input could not be rewound after a producer failed");
-    }
+    rewound = ow_delivery_rewind(w->delivery);
     if (new_client(w, OW_KAFKA_PRODUCER, &w->producer, &err) != OW_OK) {
         OW_LOG(OW_LOG_ERROR, "producer_failed", OW_F_STR("error", err.msg));
         ow_runstate_set_fatal(&w->rs, "the producer could not be replaced");
@@ -117,9 +90,8 @@ void ow_worker_replace_producer(ow_worker *w)
         w->poller_started = pthread_create(&w->poller, NULL, ow_worker_poller, w) == 0;
         if (!w->poller_started)
             ow_runstate_set_fatal(&w->rs, "cannot start the delivery poller");
-        OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", l->cnt));
+        OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", rewound));
     }
-    rd_kafka_topic_partition_list_destroy(l);
     ow_publish_gate_open(gate);
 }
 
