@@ -1,10 +1,12 @@
 /*
  * The worker's parts (worker*.c), private to them: the consumer thread's
  * loop and stop (worker.c), the start and its checks (worker_start.c), the
- * group: offsets, commits, rebalances and leaving (worker_group.c), the
+ * group: rebalances, passed-over input and leaving (worker_group.c), the
  * delivery poller (worker_delivery.c) and what the HTTP endpoint reports
  * (worker_status.c). Calls go from worker.c down to the others, and from
- * worker_start.c to group, delivery and status; none calls back up.
+ * worker_start.c to group, delivery and status; none calls back up. How
+ * outputs and offsets reach Kafka is the delivery mode's (delivery.h),
+ * which every part calls and which calls none of them.
  */
 #ifndef OW_WORKER_PARTS_H
 #define OW_WORKER_PARTS_H
@@ -96,8 +98,8 @@ int ow_worker_start_http(ow_worker *w, ow_error *err);
 int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err);
 /* Replaces a producer that failed fatally, where the delivery says so
  * (ow_delivery_producer_failed): its outputs in flight are given up, every
- * partition goes back to its stored offset, and a new producer takes
- * over. Consumer thread. */
+ * partition goes back to where what was delivered ends
+ * (ow_delivery_rewind), and a new producer takes over. Consumer thread. */
 void ow_worker_replace_producer(ow_worker *w);
 
 #endif
