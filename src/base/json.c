@@ -1,5 +1,6 @@
 /*
- * Strict, bounded JSON parser (RFC 8259); see include/base/ow/json.h.
+ * Strict, bounded JSON parser (RFC 8259), and the JSON string writer at the
+ * end; see include/base/ow/json.h.
  *
  * The parser is a loop over an explicit stack of open containers, so the
  * C stack depth is constant whatever the input.  The container stack grows
@@ -1110,4 +1111,38 @@ int ow_json_number_is_integer(const ow_json_node *n)
         return 0;
     return memchr(n->str, '.', n->len) == NULL && memchr(n->str, 'e', n->len) == NULL &&
            memchr(n->str, 'E', n->len) == NULL;
+}
+
+/* --- Writing ------------------------------------------------------------- */
+
+int ow_json_write_string(ow_buf *out, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p;
+
+    /* Room for the worst case, every byte escaped to six, so that the loop
+     * writes without a check per byte. */
+    if (len > (SIZE_MAX - 3) / 6 || ow_buf_reserve(out, 6 * len + 2) != OW_OK)
+        return OW_ENOMEM;
+    p = out->data + out->len;
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+        } else if (c < 0x20) {
+            memcpy(p, "\\u00", 4);
+            p[4] = hex[c >> 4];
+            p[5] = hex[c & 0xf];
+            p += 6;
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    *p++ = '"';
+    *p = '\0';
+    out->len = (size_t)(p - out->data);
+    return OW_OK;
 }

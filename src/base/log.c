@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "ow/digest.h"
-#include "ow/response.h"
+#include "ow/json.h"
 #include "ow/util.h"
 
 _Atomic int ow_log_threshold = OW_LOG_INFO;

@@ -6,6 +6,7 @@
 
 #include "ow/digest.h"
 #include "ow/error.h"
+#include "ow/json.h"
 
 /* Each code's name, status and, for the bodies built with write_head, its
  * message. */
@@ -35,38 +36,6 @@ const char *ow_result_code_name(ow_result_code code)
 int ow_result_code_status(ow_result_code code)
 {
     return code < OW_CODE_COUNT ? codes[code].status : 500;
-}
-
-int ow_json_write_string(ow_buf *out, const char *s, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *p;
-
-    /* Room for the worst case, every byte escaped to six, so that the loop
-     * writes without a check per byte. */
-    if (len > (SIZE_MAX - 3) / 6 || ow_buf_reserve(out, 6 * len + 2) != OW_OK)
-        return OW_ENOMEM;
-    p = out->data + out->len;
-    *p++ = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c == '"' || c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)c;
-        } else if (c < 0x20) {
-            memcpy(p, "\\u00", 4);
-            p[4] = hex[c >> 4];
-            p[5] = hex[c & 0xf];
-            p += 6;
-        } else {
-            *p++ = (char)c;
-        }
-    }
-    *p++ = '"';
-    *p = '\0';
-    out->len = (size_t)(p - out->data);
-    return OW_OK;
 }
 
 /* {"status":N,"code":"X"[,"message":"..."],"user_id":U,"idempotency_key":"K","request_digest":"D" */

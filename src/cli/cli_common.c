@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ow/kafka.h"
+#include "ow/kafka_conf.h"
 #include "ow/log.h"
 
 extern char **environ;

@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "ow/json.h"
 #include "ow/kafka.h"
+#include "ow/kafka_conf.h"
 
 #define SEND_KEY_MAX 4096
 #define SEND_TIMEOUT_DEFAULT_MS 30000

@@ -44,7 +44,7 @@ static void install_signals(void)
 
 /* The last resort of a stop: every wait of the worker's stop is bounded by
  * its deadline (shutdown.timeout_ms), but a library call that never
- * returns (seen once: librdkafka after the revoke of a first assignment)
+ * returns (librdkafka's, after the revoke of a first assignment, say)
  * would hold the process. The watchdog ends it WATCHDOG_GRACE_MS after the
  * deadline with exit status 1 and a stop_overrun line naming the step.
  * The deadline counts from the signal, which the watchdog passes on as

@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job.h"
+#include "metrics.h"
 #include "ow/digest.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/response.h"
-#include "job.h"
 
 static void describe_errors(ow_job *job, const ow_field_errors *errs)
 {
@@ -287,13 +287,31 @@ void ow_job_free(ow_job *job)
         free(job);
 }
 
-/* Takes a finished job off the in-flight counts and frees it. */
+void ow_job_count_in(ow_job *job, ow_inflight *budget)
+{
+    job->inflight = budget;
+    atomic_fetch_add(&budget->messages, 1);
+    atomic_fetch_add(&budget->bytes, (int64_t)job->bytes);
+}
+
+void ow_job_holds(ow_job *job, size_t bytes)
+{
+    int64_t before = (int64_t)job->bytes;
+
+    job->bytes = bytes;
+    if (job->inflight != NULL)
+        atomic_fetch_add(&job->inflight->bytes, (int64_t)bytes - before);
+}
+
+/* Takes a finished job off the in-flight budget and frees it. */
 static void release(ow_job *job, int done)
 {
     if (!done)
         OW_COUNT(dropped, 1);
-    atomic_fetch_sub(&ow_stats.inflight_messages, 1);
-    atomic_fetch_sub(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    if (job->inflight != NULL) {
+        atomic_fetch_sub(&job->inflight->messages, 1);
+        atomic_fetch_sub(&job->inflight->bytes, (int64_t)job->bytes);
+    }
     ow_job_free(job);
 }
 

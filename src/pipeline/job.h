@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ow/ledger.h"
+#include "ledger.h"
 #include "ow/request.h"
 #include "ow/store.h"
 
@@ -37,13 +37,25 @@ typedef struct {
 
 struct ow_job_maker;
 
+/* The in-flight budget (inflight.max_messages, inflight.max_bytes): the
+ * messages between their dispatch and their last acknowledgement, and the
+ * bytes they hold. A job counts in when the consumer thread dispatches it
+ * (ow_job_count_in) and out when it ends; backpressure reads the budget
+ * (worker.c), and the endpoint reports it. Control state, not a metric:
+ * it lives with the worker, not in ow_stats. */
+typedef struct {
+    _Atomic int64_t messages;
+    _Atomic int64_t bytes;
+} ow_inflight;
+
 /* One consumed message from dispatch until its outputs are acknowledged. */
 typedef struct ow_job {
     struct ow_job *next;          /* lane queue; its maker's spares once ended */
     struct ow_job_maker *maker;   /* where it goes when it ends; NULL: freed */
     ow_ticket t;                  /* partition, epoch, offset, acknowledgements */
     int64_t timestamp_ms;         /* the message's timestamp, for end-to-end latency */
-    size_t bytes;                 /* counted against inflight.max_bytes */
+    size_t bytes;                 /* what it holds, counted against inflight.max_bytes */
+    ow_inflight *inflight;        /* the budget it counts against; NULL before dispatch */
     char *key;                    /* raw key bytes, NULL when the message had none */
     char key_buf[OW_KEY_MAX + 1]; /* key points here when the key fits */
     size_t key_len;               /* the whole key's length */
@@ -138,9 +150,15 @@ int ow_job_refuse_too_large(ow_job *job);
 /* Security events: logs idempotency_key_reused at warn with the
  * user, the masked key and both digests' first 8 hex digits, and counts it. */
 void ow_job_log_key_reused(const ow_job *job);
+/* The consumer thread dispatched job: it counts against budget until it
+ * ends. */
+void ow_job_count_in(ow_job *job, ow_inflight *budget);
+/* The job now holds bytes (the producer copied its outputs, and its
+ * payload was freed): its count in the budget follows. */
+void ow_job_holds(ow_job *job, size_t bytes);
 /* Settles one of what the job's ticket waits for (ow_ledger_settle): its
  * holder's release, or an output's acknowledgement. The last one takes it
- * off the in-flight counts and frees it. */
+ * off the in-flight budget and frees it. */
 void ow_job_settle(ow_ledger *l, ow_job *job, int ok);
 
 #endif

@@ -21,10 +21,10 @@
 #include <string.h>
 
 #include "lane.h"
+#include "metrics.h"
 #include "ow/admit.h"
-#include "ow/shard.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
+#include "ow/shard.h"
 
 #define SCAN_FACTOR 4         /* jobs looked at per batch, times batch.max_messages */
 #define BATCH_MAX_ORDERS 4096 /* orders per transaction */
@@ -328,24 +328,24 @@ static void requeue_front(ow_lane *l, ow_job *first, ow_job *last, size_t n)
     pthread_mutex_unlock(&l->mu);
 }
 
-/* A batch's outputs go out inside one pass through the transaction's gate
- * (exactly-once), so that a commit never splits a batch. */
+/* A batch's outputs go out inside one pass through the publish gate, so
+ * that a commit never splits a batch. */
 static void publish_batch(ow_lane *l, batch *b, int decided)
 {
     ow_job *rq_first = NULL, *rq_last = NULL;
     size_t rq_n = 0;
 
-    if (!ow_output_enter(l->env->out)) {
+    if (!ow_delivery_enter(l->env->delivery)) {
         /* A stop gave up on the transaction: the batch is redelivered. */
         for (size_t i = 0; i < b->n; i++)
-            ow_output_abandon(l->env->out, b->jobs[i]);
+            ow_delivery_abandon(l->env->delivery, b->jobs[i]);
         return;
     }
     for (size_t i = 0; i < b->n; i++) {
         ow_job *job = b->jobs[i];
 
         if (!decided || job->dropped || (job->valid && job->item.decision == OW_DECISION_NONE)) {
-            ow_output_abandon(l->env->out, job);
+            ow_delivery_abandon(l->env->delivery, job);
             continue;
         }
         if (job->valid && job->item.decision == OW_DECISION_TOO_LARGE &&
@@ -353,10 +353,10 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             ow_runstate_set_fatal(l->env->rs, "out of memory");
         if (job->valid && job->item.decision == OW_DECISION_IN_PROGRESS) {
             /* Tell the sender, then retry; the offset stays uncommitted. */
-            ow_output_in_progress(l->env->out, job);
+            ow_delivery_in_progress(l->env->delivery, job);
             /* A revoked partition's next owner retries it instead. */
             if (ow_ledger_stale(l->env->ledger, &job->t)) {
-                ow_output_abandon(l->env->out, job);
+                ow_delivery_abandon(l->env->delivery, job);
                 continue;
             }
             job->in_progress_rounds++;
@@ -381,9 +381,9 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
                                            : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
                OW_F_INT("replayed", job->valid && job->item.replayed),
                OW_F_STR("error", job->valid ? NULL : job->first_error));
-        ow_output_publish(l->env->out, job);
+        ow_delivery_publish(l->env->delivery, job);
     }
-    ow_output_leave(l->env->out);
+    ow_delivery_leave(l->env->delivery);
     requeue_front(l, rq_first, rq_last, rq_n);
 }
 
@@ -415,12 +415,12 @@ static void run_batch(ow_lane *l, batch *b)
 /* --- Thread -------------------------------------------------------------- */
 
 /* Gives up a list of jobs (linked by next) without outputs. */
-static void finish_list(ow_output *out, ow_job *job)
+static void finish_list(ow_delivery *d, ow_job *job)
 {
     while (job != NULL) {
         ow_job *next = job->next;
 
-        ow_output_abandon(out, job);
+        ow_delivery_abandon(d, job);
         job = next;
     }
 }
@@ -467,7 +467,7 @@ static void *lane_main(void *arg)
         }
         wake = take_batch(l, &b, &stale);
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->env->out, stale);
+        finish_list(l->env->delivery, stale);
         if (b.n > 0) {
             run_batch(l, &b);
             wake = 0;
@@ -485,7 +485,7 @@ static void *lane_main(void *arg)
         l->exited = 1;
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
-        finish_list(l->env->out, rest);
+        finish_list(l->env->delivery, rest);
     }
     batch_free(&b);
     return NULL;
@@ -557,7 +557,7 @@ void ow_lane_drop_stale(ow_lane *l)
     pthread_mutex_lock(&l->mu);
     dropped = unlink_stale(l);
     pthread_mutex_unlock(&l->mu);
-    finish_list(l->env->out, dropped);
+    finish_list(l->env->delivery, dropped);
 }
 
 void ow_lane_stop(ow_lane *l)

@@ -14,7 +14,7 @@
 #include "ow/admit.h"
 #include "ow/idgen.h"
 #include "ow/store_watch.h"
-#include "output.h"
+#include "delivery.h"
 #include "job.h"
 #include "runstate.h"
 
@@ -22,7 +22,7 @@ typedef struct {
     const ow_config *cfg;
     ow_runstate *rs;
     ow_idgen *ids;
-    ow_output *out;
+    ow_delivery *delivery; /* where decided jobs go */
     ow_ledger *ledger;
     size_t n_lanes; /* of the whole worker, over every database */
 } ow_lane_env;

@@ -7,7 +7,7 @@
  */
 #include "lane_cache.h"
 
-#include "ow/metrics.h"
+#include "metrics.h"
 
 ow_cache *ow_lane_cache_new(const ow_config *cfg, size_t n_lanes, int *failed)
 {

@@ -1,6 +1,6 @@
-/* The partition ledger (ow/ledger.h): epochs, tickets, acknowledgements and
+/* The partition ledger (ledger.h): epochs, tickets, acknowledgements and
  * the contiguous done watermark, under one lock. */
-#include "ow/ledger.h"
+#include "ledger.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "ow/metrics.h"
+#include "metrics.h"
 
 ow_metrics ow_stats;
 
@@ -122,15 +122,6 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
             "order_worker_kafka_producer_fenced_total{cause=\"replica_id\"} %llu\n",
             (unsigned long long)atomic_load(&ow_stats.fenced[0]),
             (unsigned long long)atomic_load(&ow_stats.fenced[1]));
-    if (rc == OW_OK)
-        rc = ow_buf_appendf(
-            out,
-            "# HELP order_worker_inflight_messages Messages consumed and not yet acknowledged.\n"
-            "# TYPE order_worker_inflight_messages gauge\norder_worker_inflight_messages %lld\n"
-            "# HELP order_worker_inflight_bytes Bytes of messages in flight.\n"
-            "# TYPE order_worker_inflight_bytes gauge\norder_worker_inflight_bytes %lld\n",
-            (long long)atomic_load(&ow_stats.inflight_messages),
-            (long long)atomic_load(&ow_stats.inflight_bytes));
     if (rc == OW_OK)
         rc = render_histogram(out, "order_worker_db_transaction_seconds",
                               "Time to decide one micro-batch in the database, retries included.",

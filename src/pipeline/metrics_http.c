@@ -1,4 +1,4 @@
-#include "ow/metrics_http.h"
+#include "metrics_http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -8,7 +8,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
-#include "ow/metrics.h"
+#include "metrics.h"
 
 struct ow_metrics_http {
     struct MHD_Daemon *daemon;

@@ -1,4 +1,4 @@
-#include "ow/offsets.h"
+#include "offsets.h"
 
 #include <stdlib.h>
 #include <string.h>

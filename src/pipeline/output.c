@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/response.h"
 
 /* An output refused for its size, waiting for its notice to be produced. */
@@ -79,21 +79,18 @@ static int check_result_fits(const ow_output *o, ow_error *err)
 }
 
 int ow_output_init(ow_output *o, rd_kafka_t *producer, const ow_config *cfg, ow_runstate *rs,
-                   ow_ledger *ledger, ow_txn *txn, ow_error *err)
+                   ow_ledger *ledger, const ow_output_rules *rules, ow_error *err)
 {
     int rc;
 
-    *o = (ow_output){.producer = producer, .cfg = cfg, .rs = rs, .ledger = ledger, .txn = txn};
+    *o = (ow_output){.producer = producer, .cfg = cfg, .rs = rs, .ledger = ledger, .rules = *rules};
     pthread_mutex_init(&o->mu, NULL);
     atomic_store(&o->refused_at, SIZE_MAX);
     rc = read_message_max(producer, &o->message_max, err);
     if (rc != OW_OK)
         return rc;
     o->output_max = o->message_max - OW_OUTPUT_RESERVE;
-    rc = check_result_fits(o, err);
-    if (rc == OW_OK && cfg->exactly_once && (o->seq = ow_sequencer_new()) == NULL)
-        rc = ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
-    return rc;
+    return check_result_fits(o, err);
 }
 
 /* What the broker said about one output topic's size limit. */
@@ -144,9 +141,9 @@ static void limits_from_result(rd_kafka_event_t *ev, const char *const *topics, 
 }
 
 /* The topics' max.message.bytes as the broker reports them, in one
- * DescribeConfigs request so that a broker that never answers costs one
- * wait, not one per topic (librdkafka's mock cluster is such a broker: two
- * waits were 20 s of every worker start in integration.mock_faults). */
+ * DescribeConfigs request so that a broker that never answers (librdkafka's
+ * mock cluster is one) costs the worker's start one wait, not one per
+ * topic. */
 static void topic_limits(rd_kafka_t *rk, const char *const *topics, size_t n, topic_limit *t)
 {
     rd_kafka_ConfigResource_t *res[OW_OUTPUT_TOPICS] = {0};
@@ -205,7 +202,6 @@ int ow_output_check_topics(ow_output *o, const char *const *keys, const char *co
 
 void ow_output_destroy(ow_output *o)
 {
-    ow_sequencer_free(&o->seq);
     while (o->notices != NULL) {
         ow_notice *n = o->notices;
 
@@ -228,14 +224,21 @@ static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_j
 
 /* Whether a refused produce call stops the worker. A producer that failed
  * fatally refuses calls at once, possibly before its error callback asks
- * for a replacement; without transactions it is replaced and the job
+ * for a replacement; where it is replaced (producer_replaced) the job is
  * redone, so only that case is not fatal. A full queue at shutdown is not
  * either: the job is redelivered. */
 static int produce_fatal(const ow_output *o, rd_kafka_resp_err_t e)
 {
     if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         return 0;
-    return e != RD_KAFKA_RESP_ERR__FATAL || o->cfg->exactly_once;
+    return e != RD_KAFKA_RESP_ERR__FATAL || !o->rules.producer_replaced;
+}
+
+/* An output is about to be handed to the producer. */
+static void producing(const ow_output *o)
+{
+    if (o->rules.producing != NULL)
+        o->rules.producing(o->rules.opaque);
 }
 
 /* Produces one output of job, of the given kind, waiting while the local
@@ -256,7 +259,7 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
         rd_kafka_headers_destroy(h);
         return OW_EINVAL;
     }
-    ow_txn_produced(o->txn);
+    producing(o);
     for (;;) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
             o->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(job->key, job->out_key_len),
@@ -328,15 +331,15 @@ static int publish_dead_letter(ow_output *o, ow_job *job)
 static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n);
 static void notice_failed(ow_output *o, ow_notice *n, rd_kafka_resp_err_t e);
 
-/* In exactly-once mode a notice is produced at once, on the lane's thread
- * and inside the transaction, before any later job of its partition is
- * released; a queued one could land in a later transaction than the jobs
- * after it. */
+/* A notice produced at once, on the lane's thread (notices_at_once): in a
+ * transaction it must go in before any later job of its partition is
+ * released, and a queued one could land in a later transaction than the
+ * jobs after it. */
 static void produce_notice_now(ow_output *o, ow_notice *n)
 {
     rd_kafka_resp_err_t e;
 
-    ow_txn_produced(o->txn);
+    producing(o);
     while ((e = produce_notice(o, n)) == RD_KAFKA_RESP_ERR__QUEUE_FULL &&
            !ow_runstate_give_up(o->rs))
         ow_sleep_ms(5, NULL);
@@ -347,8 +350,8 @@ static void produce_notice_now(ow_output *o, ow_notice *n)
 
 /* Puts a notice in place of an output of job that was refused for its
  * size, and settles that output: the job now waits for the notice's
- * acknowledgement instead. The notice is queued for the poller, or in
- * exactly-once mode produced now. */
+ * acknowledgement instead. The notice is queued for the poller, or
+ * produced now (notices_at_once). */
 static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_t bytes,
                               const char *reason)
 {
@@ -368,7 +371,7 @@ static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_
     n->bytes = bytes;
     snprintf(n->reason, sizeof(n->reason), "%s", reason);
     ow_ledger_produced(&job->t);
-    if (o->seq != NULL) {
+    if (o->rules.notices_at_once) {
         produce_notice_now(o, n);
     } else {
         pthread_mutex_lock(&o->mu);
@@ -443,12 +446,10 @@ void ow_output_pump(ow_output *o)
  * producer now holds instead. */
 static void release_payload(ow_job *job)
 {
-    int64_t before = (int64_t)job->bytes;
     size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
 
     ow_job_free_payload(job);
-    job->bytes = sizeof(*job) + held;
-    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes - before);
+    ow_job_holds(job, sizeof(*job) + held);
 }
 
 /* What a produce call left to do: nothing (produced, acknowledged later),
@@ -464,7 +465,7 @@ static int produced(ow_output *o, ow_job *job, int rc, const char *what, size_t 
 
 /* The lane hands the job over with its hold, which is released last, so
  * that a quick delivery report cannot end the job while it is produced. */
-static void publish_now(ow_output *o, ow_job *job)
+void ow_output_publish(ow_output *o, ow_job *job)
 {
     int ok;
 
@@ -489,84 +490,6 @@ static void publish_now(ow_output *o, ow_job *job)
         ow_output_pump(o);
 }
 
-/* Jobs that will never be published end not done. */
-static void settle_dropped(ow_output *o, ow_job *drop)
-{
-    while (drop != NULL) {
-        ow_job *next = drop->seq_next;
-
-        drop->seq_next = NULL;
-        ow_job_settle(o->ledger, drop, 0);
-        drop = next;
-    }
-}
-
-void ow_output_publish(ow_output *o, ow_job *job)
-{
-    ow_job *release = NULL, *drop = NULL;
-
-    if (o->seq == NULL) {
-        publish_now(o, job);
-        return;
-    }
-    ow_sequencer_ready(o->seq, job, &release, &drop);
-    settle_dropped(o, drop);
-    while (release != NULL) {
-        int32_t partition = release->t.partition;
-
-        while (release != NULL) {
-            ow_job *next = release->seq_next;
-
-            release->seq_next = NULL;
-            publish_now(o, release);
-            release = next;
-        }
-        ow_sequencer_next(o->seq, partition, &release);
-    }
-}
-
-int ow_output_track(ow_output *o, ow_job *job)
-{
-    ow_job *drop = NULL;
-    int rc;
-
-    if (o->seq == NULL)
-        return OW_OK;
-    rc = ow_sequencer_append(o->seq, job, &drop);
-    settle_dropped(o, drop);
-    return rc;
-}
-
-int ow_output_enter(ow_output *o)
-{
-    return ow_txn_enter(o->txn);
-}
-
-void ow_output_leave(ow_output *o)
-{
-    ow_txn_leave(o->txn);
-}
-
-void ow_output_abandon(ow_output *o, ow_job *job)
-{
-    ow_job *drop = NULL;
-
-    if (o->seq != NULL)
-        ow_sequencer_abandon(o->seq, job, &drop);
-    settle_dropped(o, drop);
-    ow_job_settle(o->ledger, job, 0);
-}
-
-void ow_output_close(ow_output *o, int32_t partition)
-{
-    ow_job *drop = NULL;
-
-    if (o->seq == NULL)
-        return;
-    ow_sequencer_close(o->seq, partition, &drop);
-    settle_dropped(o, drop);
-}
-
 void ow_output_in_progress(ow_output *o, ow_job *job)
 {
     /* An interim answer refused for its size is not replaced: the
@@ -574,6 +497,22 @@ void ow_output_in_progress(ow_output *o, ow_job *job)
     if (publish_result(o, job, OW_OUT_INTERIM, job->item.body.data, job->item.body.len, 0) ==
         OW_EINVAL)
         ow_job_settle(o->ledger, job, 1);
+}
+
+void ow_output_flush(ow_output *o, int timeout_ms)
+{
+    ow_output_pump(o);
+    if (rd_kafka_flush(o->producer, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    /* The broker did not acknowledge everything in time (it is
+     * unreachable). What is left is given up: its delivery reports, purged
+     * rather than acknowledged, finish its jobs as not done, so no offset
+     * moves past them, the next owner redelivers them, and no job outlives
+     * the worker. */
+    OW_LOG(OW_LOG_WARN, "flush_incomplete",
+           OW_F_INT("unacknowledged", rd_kafka_outq_len(o->producer)));
+    rd_kafka_purge(o->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(o->producer, 100); /* serves the purged reports */
 }
 
 /* --- Delivery reports (the producer's poller thread) --------------------- */
@@ -601,12 +540,14 @@ static void count_delivered(ow_output_kind kind, const ow_job *job)
     }
 }
 
-/* Exactly-once: an output the broker refused fails its transaction, which
- * is aborted and its messages consumed again. One refused for its size
- * lowers the size from which outputs are replaced by notices, so that the
- * same result does not abort every transaction after. */
-static void transaction_delivery_failed(ow_output *o, const rd_kafka_message_t *m,
-                                        const ow_job *job)
+int ow_output_purged(const rd_kafka_message_t *m)
+{
+    return m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+}
+
+/* Lowers the size from which outputs are replaced by notices, so that the
+ * same result does not fail every transaction after. */
+void ow_output_refused(ow_output *o, const rd_kafka_message_t *m)
 {
     size_t bytes = m->len + m->key_len;
     size_t was = atomic_load(&o->refused_at);
@@ -615,12 +556,6 @@ static void transaction_delivery_failed(ow_output *o, const rd_kafka_message_t *
         while (bytes < was && !atomic_compare_exchange_weak(&o->refused_at, &was, bytes))
             ;
     }
-    if (!ow_ledger_current(o->ledger, &job->t))
-        return; /* from an epoch already over: its transaction is gone */
-    OW_LOG(OW_LOG_WARN, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
-           OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_INT("partition", job->t.partition),
-           OW_F_INT("offset", job->t.offset), OW_F_STR("then", "the transaction is aborted"));
-    ow_txn_want_abort(o->txn);
 }
 
 void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m)
@@ -638,11 +573,9 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
     ow_job *job = ow_job_of_tag(tag);
     const char *topic = rd_kafka_topic_name(m->rkt);
 
-    if (m->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || m->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+    if (ow_output_purged(m)) {
         /* Purged at shutdown or by an abort: the job ends not done. */
         OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));
-    } else if (o->seq != NULL && m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        transaction_delivery_failed(o, m, job);
     } else if (size_refused(m->err) && m->len > 0 &&
                (tag->kind == OW_OUT_RESULT || tag->kind == OW_OUT_DEAD_LETTER)) {
         /* A topic whose limit is below the producer's refused it: a notice

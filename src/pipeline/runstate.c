@@ -83,6 +83,16 @@ int64_t ow_runstate_deadline(const ow_runstate *rs)
     return d;
 }
 
+int64_t ow_runstate_until(const ow_runstate *rs, int64_t ms)
+{
+    int64_t deadline = ow_clock_mono_ms() + ms;
+    int64_t stop = ow_runstate_deadline(rs);
+
+    if (stop > 0 && stop < deadline)
+        deadline = stop;
+    return deadline;
+}
+
 int ow_runstate_stop_asked(const ow_runstate *rs)
 {
     return atomic_load(&rs->stopping) || ow_runstate_deadline(rs) > 0;

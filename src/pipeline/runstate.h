@@ -56,6 +56,9 @@ void ow_runstate_ask_stop(void);
 /* The stop's deadline (monotonic ms), or 0 while no stop was asked for or
  * begun. Starts the clock when it finds the stop flag set. */
 int64_t ow_runstate_deadline(const ow_runstate *rs);
+/* The end of a wait of ms: ms from now, or the stop's deadline when a stop
+ * was asked for and its deadline comes first. */
+int64_t ow_runstate_until(const ow_runstate *rs, int64_t ms);
 /* 1 once a stop was asked for or begun. */
 int ow_runstate_stop_asked(const ow_runstate *rs);
 /* What the stop keeps, after the wait for the lanes and the flush of

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/util.h"
 
 /* How long a first init_transactions may take: it waits for the
@@ -49,17 +49,10 @@ struct ow_txn_caller {
 };
 
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
-                 ow_txn_epoch_end_fn epoch_end, void *opaque)
+                 ow_publish_gate *gate)
 {
-    *tx = (ow_txn){.enabled = cfg->exactly_once,
-                   .cfg = cfg,
-                   .rs = rs,
-                   .ledger = ledger,
-                   .epoch_end = epoch_end,
-                   .opaque = opaque,
-                   .timeout_ms = DEFAULT_TIMEOUT_MS};
-    pthread_mutex_init(&tx->gate_mu, NULL);
-    pthread_cond_init(&tx->gate_cv, NULL);
+    *tx = (ow_txn){
+        .cfg = cfg, .rs = rs, .ledger = ledger, .gate = gate, .timeout_ms = DEFAULT_TIMEOUT_MS};
     pthread_mutex_init(&tx->mu, NULL);
 }
 
@@ -67,8 +60,6 @@ void ow_txn_destroy(ow_txn *tx)
 {
     free(tx->noted);
     free(tx->committed);
-    pthread_mutex_destroy(&tx->gate_mu);
-    pthread_cond_destroy(&tx->gate_cv);
     pthread_mutex_destroy(&tx->mu);
 }
 
@@ -142,8 +133,7 @@ static void report_fatal(ow_txn *tx, const char *step, const char *error)
 
 int ow_txn_producer_failed(ow_txn *tx)
 {
-    if (!tx->enabled || tx->producer == NULL ||
-        !is_fencing(rd_kafka_fatal_error(tx->producer, NULL, 0)))
+    if (tx->producer == NULL || !is_fencing(rd_kafka_fatal_error(tx->producer, NULL, 0)))
         return 0;
     report_fatal(tx, "producer request", NULL);
     return 1;
@@ -198,10 +188,8 @@ static int calls_end(const ow_txn *tx)
  * nothing. */
 static void seal(ow_txn *tx, const char *step)
 {
-    pthread_mutex_lock(&tx->gate_mu);
+    ow_publish_gate_seal(tx->gate);
     tx->sealed = 1;
-    pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
     tx->open = 0;
     /* After a fatal error its own line says why the worker stops. */
     if (!atomic_load(&tx->rs->fatal))
@@ -371,7 +359,7 @@ static txn_outcome call_resumable(ow_txn *tx, txn_call_fn fn, const char *step, 
     }
 }
 
-static int begin(ow_txn *tx)
+int ow_txn_begin(ow_txn *tx)
 {
     txn_outcome o = outcome_of(tx, rd_kafka_begin_transaction(tx->producer), "begin");
 
@@ -436,67 +424,24 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
 
     tx->producer = producer;
     tx->consumer = consumer;
-    if (!tx->enabled)
-        return OW_OK;
     tx->timeout_ms = producer_timeout_ms(producer);
     if (caller_start(tx) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "cannot start the transaction's caller");
     rc = init_transactions(tx, err);
     if (rc <= 0)
         return rc < 0 ? rc : OW_OK;
-    if (begin(tx) != OW_OK)
+    if (ow_txn_begin(tx) != OW_OK)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "kafka: cannot begin a transaction");
     OW_LOG(OW_LOG_INFO, "transactions_started", OW_F_STR("replica_id", tx->cfg->worker_replica_id),
            OW_F_INT("interval_ms", tx->cfg->transaction_interval_ms));
     return OW_OK;
 }
 
-/* --- The gate ------------------------------------------------------------- */
-
-int ow_txn_enter(ow_txn *tx)
-{
-    int sealed;
-
-    pthread_mutex_lock(&tx->gate_mu);
-    while (tx->closing && !tx->sealed)
-        pthread_cond_wait(&tx->gate_cv, &tx->gate_mu);
-    sealed = tx->sealed;
-    if (!sealed)
-        tx->inside++;
-    pthread_mutex_unlock(&tx->gate_mu);
-    return !sealed;
-}
-
-void ow_txn_leave(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    if (--tx->inside == 0)
-        pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
-void ow_txn_close(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    tx->closing = 1;
-    while (tx->inside > 0)
-        pthread_cond_wait(&tx->gate_cv, &tx->gate_mu);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
-void ow_txn_open(ow_txn *tx)
-{
-    pthread_mutex_lock(&tx->gate_mu);
-    tx->closing = 0;
-    pthread_cond_broadcast(&tx->gate_cv);
-    pthread_mutex_unlock(&tx->gate_mu);
-}
-
 /* --- Offsets -------------------------------------------------------------- */
 
 void ow_txn_produced(ow_txn *tx)
 {
-    if (tx->enabled && atomic_exchange(&tx->produced, 1) == 0)
+    if (atomic_exchange(&tx->produced, 1) == 0)
         atomic_store(&tx->opened_ms, ow_clock_mono_ms());
 }
 
@@ -604,7 +549,7 @@ static int64_t add_rewind(void *opaque, int32_t partition, int64_t stored, int64
 }
 
 /* Every assigned partition back to its committed offset: a new epoch in the
- * ledger (what is in flight is stale), nothing waiting for release, the
+ * ledger (what is in flight is stale), the offsets noted forgotten, the
  * consumer repositioned. */
 static void rewind_all(ow_txn *tx)
 {
@@ -629,8 +574,6 @@ static void rewind_all(ow_txn *tx)
     for (size_t i = 0; i < tx->n_parts; i++)
         tx->noted[i] = tx->committed[i];
     pthread_mutex_unlock(&tx->mu);
-    if (tx->epoch_end != NULL)
-        tx->epoch_end(tx->opaque);
     e = l->cnt > 0 ? ow_kafka_seek(tx->consumer, l, 10000) : NULL;
     if (e != NULL) {
         OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
@@ -648,7 +591,7 @@ int ow_txn_abort_closed(ow_txn *tx, const char *why)
     txn_outcome o;
     int gave_up = 0;
 
-    if (!tx->enabled || !tx->open)
+    if (!tx->open)
         return OW_OK;
     o = call_resumable(tx, rd_kafka_abort_transaction, "abort", &gave_up);
     atomic_store(&tx->abort_wanted, 0);
@@ -662,7 +605,7 @@ int ow_txn_abort_closed(ow_txn *tx, const char *why)
     OW_COUNT(kafka_txn_aborts, 1);
     OW_LOG(OW_LOG_WARN, "txn_aborted", OW_F_STR("why", why));
     rewind_all(tx);
-    return begin(tx) == OW_OK ? OW_ERETRY : OW_EFATAL;
+    return OW_ERETRY;
 }
 
 /* --- Commit ------------------------------------------------------------- */
@@ -710,8 +653,6 @@ int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
     txn_outcome o = TXN_OK;
     int gave_up = 0;
 
-    if (!tx->enabled)
-        return OW_OK;
     if (tx->sealed)
         return OW_TXN_NOT_COMMITTED;
     if (!tx->open)
@@ -752,7 +693,7 @@ int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
     }
     if (o != TXN_OK)
         return OW_EFATAL;
-    return begin(tx);
+    return ow_txn_begin(tx);
 }
 
 int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
@@ -764,21 +705,8 @@ int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
     return rc;
 }
 
-int ow_txn_commit(ow_txn *tx, const char *why, int64_t deadline_ms)
-{
-    int rc;
-
-    if (!tx->enabled)
-        return OW_OK;
-    ow_txn_close(tx);
-    rc = ow_txn_commit_closed(tx, why, deadline_ms);
-    ow_txn_open(tx);
-    return rc;
-}
-
 int ow_txn_due(ow_txn *tx, int64_t now_ms)
 {
-    return tx->enabled && !tx->sealed &&
-           (atomic_load(&tx->abort_wanted) ||
-            now_ms - tx->last_commit_ms >= tx->cfg->transaction_interval_ms);
+    return !tx->sealed && (atomic_load(&tx->abort_wanted) ||
+                           now_ms - tx->last_commit_ms >= tx->cfg->transaction_interval_ms);
 }

@@ -1,13 +1,11 @@
 /*
  * The Kafka transaction of exactly-once mode (txn.c). Private to the
- * pipeline. With processing.guarantee = at_least_once only the gate works
- * (the worker closes it to replace a failed producer); the rest does
- * nothing.
+ * pipeline: only exactly-once delivery (delivery_eos.c) uses it.
  *
- * Outputs are produced only inside a transaction, between ow_txn_enter and
- * ow_txn_leave (a lane's whole publication of a batch). The consumer
- * thread commits: it closes the gate (waiting for every producer to
- * leave), flushes the producer so that the ledger has seen every
+ * Outputs are produced only inside a transaction, inside the publish
+ * gate (publish_gate.h: a lane's whole publication of a batch). The
+ * consumer thread commits: it closes the gate (waiting for every producer
+ * to leave), flushes the producer so that the ledger has seen every
  * acknowledgement, sends the offsets the ledger noted with the group's
  * metadata, commits, begins the next transaction and opens the gate.
  * Outputs and the offsets that cover them are visible together or not at
@@ -16,8 +14,9 @@
  * When a transaction cannot commit (a delivery failed, the coordinator
  * says it must be aborted, partitions were lost), it is aborted: every
  * partition goes back to its committed offset, what was in flight is
- * dropped, and the messages are consumed and decided again; the database
- * answers them from the stored responses, byte for byte. A fenced or
+ * dropped (the caller drops what waits for release, then begins the next
+ * transaction), and the messages are consumed and decided again; the
+ * database answers them from the stored responses, byte for byte. A fenced or
  * otherwise fatal producer stops the worker with one log line; a fenced
  * one says whether its transaction had outlived transaction.timeout.ms.
  *
@@ -37,37 +36,27 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "ledger.h"
 #include "ow/config.h"
-#include "ow/ledger.h"
+#include "publish_gate.h"
 #include "runstate.h"
-
-/* Called when every partition's epoch ended (an abort): what waits for
- * release is to be dropped. */
-typedef void (*ow_txn_epoch_end_fn)(void *opaque);
 
 /* The thread that calls send_offsets_to_transaction (txn.c). */
 typedef struct ow_txn_caller ow_txn_caller;
 
-/* ow_txn_commit's answer when it committed nothing and nothing failed: the
+/* ow_txn_commit_closed's answer when it committed nothing and nothing failed: the
  * flush did not finish in time (the transaction stays open), or a stop
  * gave up on the commit (the transaction is sealed). */
 #define OW_TXN_NOT_COMMITTED 1
 
 typedef struct {
-    int enabled; /* processing.guarantee = exactly_once_v2 */
     const ow_config *cfg;
     ow_runstate *rs;
     ow_ledger *ledger;
     rd_kafka_t *producer;
     rd_kafka_t *consumer;
-    ow_txn_epoch_end_fn epoch_end;
-    void *opaque;
-    /* The gate: producers inside, or the committer closing it. */
-    pthread_mutex_t gate_mu;
-    pthread_cond_t gate_cv;
-    int inside;
-    int closing;
-    int sealed; /* a stop gave up on a call: nothing more is produced */
+    ow_publish_gate *gate; /* sealed with the transaction */
+    int sealed;            /* a stop gave up on a call: nothing more is produced */
     /* Offsets, per partition: what the ledger noted (the next offset to
      * consume) and what the last commit sent (-1: nothing). */
     pthread_mutex_t mu;
@@ -87,7 +76,7 @@ typedef struct {
 } ow_txn;
 
 void ow_txn_init(ow_txn *tx, const ow_config *cfg, ow_runstate *rs, ow_ledger *ledger,
-                 ow_txn_epoch_end_fn epoch_end, void *opaque);
+                 ow_publish_gate *gate);
 void ow_txn_destroy(ow_txn *tx);
 /* Registers the transactional id (fencing an earlier producer with it and
  * aborting its open transaction) and begins the first transaction. A stop
@@ -98,11 +87,6 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
  * runs on it (the process then exits without destroying the producer). */
 int ow_txn_release(ow_txn *tx);
 
-/* Around producing: waits while the committer holds the gate. Returns 0,
- * without entering, when the transaction is sealed: the caller produces
- * nothing and abandons what it holds. */
-int ow_txn_enter(ow_txn *tx);
-void ow_txn_leave(ow_txn *tx);
 /* Something was produced in the open transaction. */
 void ow_txn_produced(ow_txn *tx);
 /* The ledger's store function: the partition's outputs are acknowledged up
@@ -118,31 +102,37 @@ int ow_txn_producer_failed(ow_txn *tx);
 
 /* 1 when the consumer thread should commit (or abort) now. */
 int ow_txn_due(ow_txn *tx, int64_t now_ms);
-/* Commits the transaction (or aborts it, if it must be). The producer's
- * flush waits until deadline_ms, and outside the stop itself no longer
- * than until a stop is asked for (the stop's own commit flushes again);
- * the calls that follow are retried while librdkafka calls them
- * retriable, until a stop gives up on them (at its deadline, less what it
- * keeps for leaving the group unless this is its own commit). OW_OK:
- * committed, or nothing to commit; OW_TXN_NOT_COMMITTED: the flush did not
- * finish (the transaction stays open), or a stop gave up (it is sealed);
- * OW_ERETRY: aborted and rewound; OW_EFATAL: the worker is stopping
- * (fenced, or a fatal producer error; logged). */
-int ow_txn_commit(ow_txn *tx, const char *why, int64_t deadline_ms);
 
-/* For a revoke: close the gate, end the transaction, let the caller end
- * the revoked partitions' epochs (ow_txn_forget), open the gate. */
-void ow_txn_close(ow_txn *tx);
+/* The calls below are made with the publish gate closed, on the consumer
+ * thread. */
+
+/* Commits the transaction (or aborts it, if it must be), and begins the
+ * next. The producer's flush waits until deadline_ms, and outside the stop
+ * itself no longer than until a stop is asked for (the stop's own commit
+ * flushes again); the calls that follow are retried while librdkafka calls
+ * them retriable, until a stop gives up on them (at its deadline, less
+ * what it keeps for leaving the group unless this is its own commit).
+ * OW_OK: committed, or nothing to commit; OW_TXN_NOT_COMMITTED: the flush
+ * did not finish (the transaction stays open), or a stop gave up (it is
+ * sealed); OW_ERETRY: aborted and rewound, and no transaction is open (see
+ * ow_txn_abort_closed); OW_EFATAL: the worker is stopping (fenced, or a
+ * fatal producer error; logged). */
 int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
 /* Commits as ow_txn_commit_closed, and aborts the transaction when the
  * commit could not finish: outputs of partitions that are about to go must
  * never be committed later without their offsets. */
 int ow_txn_end_closed(ow_txn *tx, const char *why, int64_t deadline_ms);
-void ow_txn_open(ow_txn *tx);
 /* The partition is no longer ours: nothing of it is sent any more. */
 void ow_txn_forget(ow_txn *tx, int32_t partition);
-/* With the gate closed: aborts the transaction and rewinds (partitions
- * lost, or a rewound input). */
+/* Aborts the transaction (partitions lost, or a rewound input) and
+ * rewinds: every assigned partition gets a new epoch in the ledger and the
+ * consumer goes back to its committed offset. OW_ERETRY then: no
+ * transaction is open, and the caller drops what waits for release before
+ * it begins the next (ow_txn_begin), so that nothing of the aborted epochs
+ * is produced into it. OW_OK when none was open; OW_TXN_NOT_COMMITTED when
+ * a stop gave up on the abort (sealed); OW_EFATAL. */
 int ow_txn_abort_closed(ow_txn *tx, const char *why);
+/* Begins the next transaction: OW_OK, or OW_EFATAL (logged). */
+int ow_txn_begin(ow_txn *tx);
 
 #endif

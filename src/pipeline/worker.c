@@ -1,18 +1,17 @@
 /*
  * The consumer thread: its loop (dispatch to lanes, backpressure) and the
  * worker's stop. Which offsets may be stored is the ledger's business
- * (ow/ledger.h), producing and acknowledging outputs the output stage's
- * (output.h), deciding the lanes' (lane.h); starting, the
- * group and the endpoint are in worker_start.c, worker_group.c and
- * worker_status.c.
+ * (ledger.h), how outputs and offsets reach Kafka the delivery mode's
+ * (delivery.h), deciding the lanes' (lane.h); starting, the group and the
+ * endpoint are in worker_start.c, worker_group.c and worker_status.c.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
 
 /* --- Consumer thread ----------------------------------------------------- */
@@ -38,15 +37,10 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
         ow_job_free(job);
         return;
     }
-    /* An input that went back by itself (an offset reset) may be decided
-     * again: what the open transaction holds of it must not commit. */
-    if (rewound && w->cfg->exactly_once)
-        ow_txn_want_abort(&w->txn);
-    if (ow_output_track(&w->out, job) != OW_OK)
+    if (ow_delivery_track(w->delivery, job, rewound) != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
     OW_COUNT(consumed, 1);
-    atomic_fetch_add(&ow_stats.inflight_messages, 1);
-    atomic_fetch_add(&ow_stats.inflight_bytes, (int64_t)job->bytes);
+    ow_job_count_in(job, &w->inflight);
     ow_lane_enqueue(&w->lanes[ow_lane_route(w->cfg, w->n_lanes / w->n_dbs, job)], job);
 }
 
@@ -65,24 +59,24 @@ static void set_paused(ow_worker *w, int pause)
     if (pause)
         OW_COUNT(paused, 1);
     OW_LOG(OW_LOG_DEBUG, pause ? "input_paused" : "input_resumed",
-           OW_F_INT("inflight", atomic_load(&ow_stats.inflight_messages)));
+           OW_F_INT("inflight", atomic_load(&w->inflight.messages)));
 }
 
 /* How long the input may stay at the in-flight limit, unpolled, before it
- * is paused. A pause discards librdkafka's prefetched messages,
- * and while they are refetched the fetcher can sit out librdkafka 2.0's
- * fixed one-second backoff: replays stalled 0.6-0.8 s after each pause.
- * Not polling for a moment keeps the prefetch, and memory stays bounded by
- * queued.max.messages.kbytes; a longer wait (a database outage) pauses as
- * before, so that rebalance callbacks are served. */
+ * is paused. A pause discards librdkafka's prefetched messages, and while
+ * they are refetched the fetcher can sit out librdkafka 2.0's fixed
+ * one-second backoff, which would stall a worker replaying a backlog after
+ * every pause. Not polling for a moment keeps the prefetch, and memory
+ * stays bounded by queued.max.messages.kbytes; a longer wait (a database
+ * outage) pauses as before, so that rebalance callbacks are served. */
 #define BACKPRESSURE_HOLD_MS 200
 
 /* Pauses the input when too much has been in flight for a while and
  * resumes it at half. */
 static void backpressure(ow_worker *w)
 {
-    int64_t msgs = atomic_load(&ow_stats.inflight_messages);
-    int64_t bytes = atomic_load(&ow_stats.inflight_bytes);
+    int64_t msgs = atomic_load(&w->inflight.messages);
+    int64_t bytes = atomic_load(&w->inflight.bytes);
     const ow_config *c = w->cfg;
     int full = msgs >= c->inflight_max_messages || bytes >= c->inflight_max_bytes;
     int64_t now;
@@ -122,30 +116,6 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
     rd_kafka_message_destroy(m);
 }
 
-/* How long a transaction commit waits for the producer's flush before it
- * leaves the transaction open for the next interval. */
-#define TXN_FLUSH_WAIT_MS 5000
-
-/* The consumer's poll wait: short enough for the transaction interval. */
-static int poll_ms(const ow_config *cfg)
-{
-    if (cfg->exactly_once && cfg->transaction_interval_ms < 100)
-        return (int)cfg->transaction_interval_ms;
-    return 100;
-}
-
-/* Gives up the outputs that the shutdown flush could not deliver (their
- * broker is unreachable). Their delivery reports, purged rather than
- * acknowledged, finish their jobs as not done: no offset moves past them,
- * the next owner redelivers them, and no job outlives the worker. */
-static void abandon_outputs(ow_worker *w)
-{
-    OW_LOG(OW_LOG_WARN, "flush_incomplete",
-           OW_F_INT("unacknowledged", rd_kafka_outq_len(w->producer)));
-    rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_flush(w->producer, 100); /* serves the purged reports */
-}
-
 /* Stops taking messages, lets lanes finish what they started, flushes
  * results, commits what is acknowledged and leaves the group, all within
  * shutdown.timeout_ms. */
@@ -172,21 +142,13 @@ static void shut_down(ow_worker *w)
         pthread_join(w->poller, NULL);
     w->poller_started = 0;
     left = w->rs.deadline_ms - reserve - ow_clock_mono_ms();
-    if (w->producer != NULL && w->out_ready && w->cfg->exactly_once) {
-        /* The last transaction: what did not make it is consumed again by
-         * the next owner, and the next producer with this id aborts it. */
-        ow_runstate_step(&w->rs, "commit transaction");
-        ow_txn_commit(&w->txn, "shutdown", ow_clock_mono_ms() + (left > 0 ? left : 0));
-    } else if (w->producer != NULL && w->out_ready) {
-        ow_output_pump(&w->out);
-        if (rd_kafka_flush(w->producer, (int)(left > 0 ? left : 0)) != RD_KAFKA_RESP_ERR_NO_ERROR)
-            abandon_outputs(w);
-    }
+    if (w->producer != NULL && w->out_ready)
+        ow_delivery_flush(w->delivery, ow_clock_mono_ms() + (left > 0 ? left : 0));
     if (w->consumer != NULL) {
         /* Half of what is left, so that leaving the group has the rest. */
         left = w->rs.deadline_ms - ow_clock_mono_ms();
         ow_runstate_step(&w->rs, "commit");
-        ow_worker_commit(w, "shutdown", ow_clock_mono_ms() + (left > 0 ? left / 2 : 0));
+        ow_delivery_commit(w->delivery, "shutdown", ow_clock_mono_ms() + (left > 0 ? left / 2 : 0));
         ow_worker_leave_group(w);
     }
 }
@@ -197,9 +159,9 @@ static void destroy(ow_worker *w)
     ow_metrics_http_stop(&w->http);
     /* A member of the group that could not leave it by the deadline is not
      * destroyed: librdkafka's destroy would wait for the coordinator all
-     * the same (6 s more with every broker down, seen in the mock test).
-     * The process exits next; the group drops the member after its session
-     * timeout. A consumer that never subscribed has no group to leave. */
+     * the same, past the deadline while every broker is down. The process
+     * exits next; the group drops the member after its session timeout. A
+     * consumer that never subscribed has no group to leave. */
     ow_runstate_step(&w->rs, "destroy: consumer");
     if (w->consumer != NULL && !w->consumer_unsafe && (w->consumer_closed || !w->subscribed))
         rd_kafka_destroy_flags(w->consumer,
@@ -207,7 +169,7 @@ static void destroy(ow_worker *w)
     ow_runstate_step(&w->rs, "destroy: producer");
     /* Not while a call a stop gave up on still runs on it: the process
      * exits next, and the call with it. */
-    if (ow_txn_release(&w->txn) && w->producer != NULL)
+    if (ow_delivery_release(w->delivery) && w->producer != NULL)
         rd_kafka_destroy(w->producer);
     ow_ledger_destroy(&w->ledger);
     for (size_t i = 0; i < w->n_lanes; i++)
@@ -218,7 +180,7 @@ static void destroy(ow_worker *w)
     free(w->watches);
     if (w->out_ready)
         ow_output_destroy(&w->out);
-    ow_txn_destroy(&w->txn);
+    ow_delivery_free(&w->delivery);
     ow_runstate_cleanup(&w->rs);
     /* Last: the producer is gone, so no delivery report ends a job after. */
     ow_job_maker_cleanup(&w->maker);
@@ -247,9 +209,10 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     w.cfg = cfg;
     ow_job_maker_init(&w.maker, &lim);
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
-    ow_ledger_init(&w.ledger, ow_worker_store_offset, &w);
-    ow_txn_init(&w.txn, cfg, &w.rs, &w.ledger, ow_worker_epoch_end, &w);
-    rc = ow_worker_start(&w, stop, err);
+    w.delivery = ow_delivery_new(cfg, &w.rs, &w.ledger);
+    ow_ledger_init(&w.ledger, ow_delivery_store_offset, w.delivery);
+    rc = w.delivery != NULL ? ow_worker_start(&w, stop, err)
+                            : ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
     if (rc == OW_OK) {
         OW_LOG(OW_LOG_INFO, "worker_started", OW_F_STR("topic", cfg->topic_input),
                OW_F_STR("group", cfg->kafka_group_id), OW_F_INT("lanes", cfg->worker_lanes),
@@ -262,20 +225,18 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
 
             if (atomic_load(&w.producer_failed))
                 ow_worker_replace_producer(&w);
-            if (cfg->exactly_once && ow_txn_due(&w.txn, ow_clock_mono_ms()))
-                ow_txn_commit(&w.txn, "interval", ow_clock_mono_ms() + TXN_FLUSH_WAIT_MS);
+            ow_delivery_tick(w.delivery);
 
             if (w.full_since_ms != 0) { /* at the limit: wait, do not take more */
                 ow_sleep_ms(1, NULL);
                 backpressure(&w);
                 continue;
             }
-            m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : poll_ms(cfg));
+            m = rd_kafka_consumer_poll(w.consumer, w.paused ? 5 : ow_delivery_poll_ms(w.delivery));
 
             if (m != NULL)
                 on_consumer_message(&w, m);
             backpressure(&w);
-            ow_worker_recommit(&w);
         }
     }
     OW_LOG(OW_LOG_INFO, "worker_stopping", OW_F_INT("fatal", atomic_load(&w.rs.fatal)));

@@ -1,6 +1,7 @@
 /* The producer's callbacks and the delivery poller thread
- * (worker_parts.h). Delivery reports arrive here; the ledger stores
- * offsets from this thread (rd_kafka_offsets_store is thread-safe). */
+ * (worker_parts.h). Delivery reports arrive here and go to the delivery
+ * mode; the ledger stores offsets from this thread
+ * (rd_kafka_offsets_store is thread-safe). */
 
 #include "ow/kafka.h"
 #include "ow/log.h"
@@ -12,29 +13,23 @@ void ow_worker_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op
 {
     ow_worker *w = opaque;
 
-    /* A producer that failed fatally fails what it still held; the worker
-     * replaces it and redoes those messages (at_least_once). */
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && !w->cfg->exactly_once &&
-        rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        ow_output_given_up(&w->out, m);
-    else
-        ow_output_delivered(&w->out, m);
+    ow_delivery_delivered(w->delivery, rk, m);
 }
 
 void ow_worker_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     ow_worker *w = opaque;
 
-    /* A fenced transactional producer says why, once, as its
-     * transaction's calls would. */
-    if (err == RD_KAFKA_RESP_ERR__FATAL && rk == w->producer && ow_txn_producer_failed(&w->txn))
-        return;
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char why[512];
-        /* Without transactions a producer's fatal error loses no more than
-         * its unacknowledged outputs, which are redone: replace it. */
-        int replace = rk == w->producer && !w->cfg->exactly_once;
+        /* The delivery mode says whether the producer is replaced, and may
+         * have said why it stops (a fenced transactional producer). */
+        ow_producer_fate fate =
+            rk == w->producer ? ow_delivery_producer_failed(w->delivery) : OW_PRODUCER_STOPS;
+        int replace = fate == OW_PRODUCER_REPLACED;
 
+        if (fate == OW_PRODUCER_REPORTED)
+            return;
         rd_kafka_fatal_error(rk, why, sizeof(why));
         OW_LOG(OW_LOG_ERROR, "kafka_fatal", OW_F_STR("client", rd_kafka_name(rk)),
                OW_F_STR("error", why),

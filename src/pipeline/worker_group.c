@@ -1,38 +1,12 @@
-/* The worker in its consumer group: offsets, commits, rebalances and
- * leaving the group (worker_parts.h). */
+/* The worker in its consumer group: rebalances, input passed over, and
+ * leaving the group (worker_parts.h). Offsets and commits are the
+ * delivery mode's (delivery.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ow/kafka.h"
+#include "metrics.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
-
-/* --- Offsets ------------------------------------------------------------ */
-
-/* The ledger's store function: called with the ledger's lock held when a
- * partition's done watermark moves. */
-void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset)
-{
-    ow_worker *w = opaque;
-    rd_kafka_topic_partition_list_t *l;
-    rd_kafka_resp_err_t e;
-
-    if (w->cfg->exactly_once) {
-        ow_txn_note_offset(&w->txn, partition, offset);
-        OW_COUNT(offsets_stored, 1);
-        return;
-    }
-    l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, w->cfg->topic_input, partition)->offset = offset;
-    e = rd_kafka_offsets_store(w->consumer, l);
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && l->elems[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        OW_COUNT(offsets_stored, 1);
-    else
-        OW_LOG(OW_LOG_DEBUG, "offset_store_skipped", OW_F_INT("partition", partition),
-               OW_F_INT("offset", offset), OW_F_STR("error", rd_kafka_err2str(e)));
-    rd_kafka_topic_partition_list_destroy(l);
-}
 
 /* --- Input deleted before it was read ------------------------------------ */
 
@@ -117,151 +91,13 @@ void ow_worker_reached_end(ow_worker *w, int32_t partition, int64_t end)
         ow_worker_check_skipped(w, partition, end, &seen);
 }
 
-/* Every commit's result, periodic or explicit. */
-static int count_commit(rd_kafka_resp_err_t err, const rd_kafka_topic_partition_list_t *offsets,
-                        const char *when)
-{
-    if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
-        return 1; /* nothing was stored since the last commit */
-    for (int i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && offsets != NULL && i < offsets->cnt; i++)
-        err = offsets->elems[i].err;
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        OW_COUNT(commits, 1);
-        return 1;
-    }
-    OW_COUNT(commit_failures, 1);
-    OW_LOG(OW_LOG_WARN, "commit_failed", OW_F_STR("when", when),
-           OW_F_STR("error", rd_kafka_err2str(err)));
-    return 0;
-}
-
-/* How many commits after a failed one name the stored offsets: usually
- * enough to outlast a retried request still on its way. A failure while
- * they go (theirs included: their answers come here too) does not add to
- * them; one after the last starts three more, so a long outage costs at
- * most one named commit per interval beside the client's own. */
-#define RECOMMITS 3
-
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                   rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
     ow_worker *w = opaque;
 
     (void)rk;
-    if (!count_commit(err, offsets, "periodic") && w->recommits == 0)
-        w->recommits = RECOMMITS;
-}
-
-int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
-{
-    const ow_offset_list *ol = opaque;
-    int64_t to = stored >= 0 || !ol->or_first ? stored : first;
-
-    if (to >= 0)
-        rd_kafka_topic_partition_list_add(ol->list, ol->w->cfg->topic_input, partition)->offset =
-            to;
-    return to;
-}
-
-/* ow_ledger_each_fn's shape. */
-static void add_stored_offset(void *opaque, int32_t partition, int64_t stored, int64_t first)
-{
-    ow_worker_add_offset(opaque, partition, stored, first);
-}
-
-/* The client's periodic commit sends only the partitions whose stored
- * offset it believes uncommitted. While the group coordinator moves, a
- * retried commit request can cross a newer one, and the client can then
- * believe committed what the coordinator holds older: a partition that
- * receives nothing more would keep that older offset (its lag never
- * reaching zero, its messages redelivered after a restart). Naming the
- * offsets sends them whatever the client believes. The client's own
- * periodic commit waits for a settled group; this one stays clear of a
- * rebalance callback by an interval, the nearest sign of one it has. */
-void ow_worker_recommit(ow_worker *w)
-{
-    ow_offset_list ol;
-    int64_t now;
-
-    if (w->recommits == 0 || w->cfg->exactly_once)
-        return;
-    now = ow_clock_mono_ms();
-    if (now < w->recommit_at_ms || now < w->rebalanced_ms + w->cfg->commit_interval_ms ||
-        rd_kafka_assignment_lost(w->consumer))
-        return;
-    w->recommits--;
-    w->recommit_at_ms = now + w->cfg->commit_interval_ms;
-    ol = (ow_offset_list){w, rd_kafka_topic_partition_list_new(8), 0};
-    ow_ledger_each_assigned(&w->ledger, add_stored_offset, &ol);
-    /* Its answer comes to ow_worker_on_periodic_commit. */
-    if (ol.list->cnt > 0)
-        rd_kafka_commit(w->consumer, ol.list, 1);
-    rd_kafka_topic_partition_list_destroy(ol.list);
-}
-
-typedef struct {
-    const char *when;
-    int answered;
-} commit_wait;
-
-static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
-{
-    commit_wait *cw = opaque;
-
-    (void)rk;
-    count_commit(err, offsets, cw->when);
-    cw->answered = 1;
-}
-
-/* Commits the stored offsets, waiting for the answer until deadline_ms at
- * most: with the group coordinator away a synchronous commit would wait
- * for its own 45 s timeout. What is not committed is
- * redelivered later, which the contract allows. */
-void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms)
-{
-    rd_kafka_queue_t *q;
-    commit_wait *cw;
-    rd_kafka_resp_err_t e;
-
-    if (w->cfg->exactly_once) {
-        ow_txn_commit(&w->txn, why, deadline_ms);
-        return;
-    }
-    q = rd_kafka_queue_new(w->consumer);
-    cw = calloc(1, sizeof(*cw));
-    if (q == NULL || cw == NULL) {
-        if (q != NULL)
-            rd_kafka_queue_destroy(q);
-        free(cw);
-        return;
-    }
-    cw->when = why;
-    e = rd_kafka_commit_queue(w->consumer, NULL, q, on_commit, cw);
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        count_commit(e, NULL, why);
-        cw->answered = 1;
-    }
-    while (!cw->answered && ow_clock_mono_ms() < deadline_ms) {
-        int64_t left = deadline_ms - ow_clock_mono_ms();
-
-        rd_kafka_queue_poll_callback(q, (int)(left < 100 ? (left > 0 ? left : 0) : 100));
-    }
-    if (!cw->answered)
-        OW_LOG(OW_LOG_WARN, "commit_unanswered", OW_F_STR("when", why),
-               OW_F_STR("error", "no answer from the group coordinator in time; what is not "
-                                 "committed is redelivered"));
-    rd_kafka_queue_destroy(q);
-    /* An answer that comes after the queue is gone is dropped with it; the
-     * callback never runs, so cw may go now. */
-    free(cw);
-}
-
-void ow_worker_epoch_end(void *opaque)
-{
-    ow_worker *w = opaque;
-
-    ow_output_close(&w->out, -1);
+    ow_delivery_committed(w->delivery, err, offsets);
 }
 
 /* --- Rebalance (consumer thread, inside consumer_poll) ------------------- */
@@ -287,25 +123,15 @@ static void assign_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         rd_kafka_pause_partitions(w->consumer, parts);
 }
 
-/* The end of a wait during a revoke: the drain timeout, and once a stop
- * was asked for no later than the stop's deadline. */
-static int64_t revoke_deadline(const ow_worker *w)
-{
-    int64_t deadline = ow_clock_mono_ms() + w->cfg->rebalance_drain_timeout_ms;
-    int64_t stop = ow_runstate_deadline(&w->rs);
-
-    if (stop > 0 && stop < deadline)
-        deadline = stop;
-    return deadline;
-}
-
 /* Waits (bounded) until the revoked partitions have nothing in flight, so
  * that what was already decided gets acknowledged and committed here rather
  * than redone by the next owner. */
 static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
     int64_t start = ow_clock_mono_ms();
-    int64_t deadline = revoke_deadline(w);
+    /* The drain timeout, and once a stop was asked for no later than the
+     * stop's deadline. */
+    int64_t deadline = ow_runstate_until(&w->rs, w->cfg->rebalance_drain_timeout_ms);
     int32_t *ids = calloc((size_t)parts->cnt + 1, sizeof(*ids));
 
     if (ids == NULL)
@@ -316,35 +142,6 @@ static void drain(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
         OW_LOG(OW_LOG_WARN, "revoke_drain_timeout",
                OW_F_INT("timeout_ms", deadline > start ? deadline - start : 0));
     free(ids);
-}
-
-/* The revoked partitions' epochs end: nothing of them is tracked, sent or
- * released any more. */
-static void end_partitions(ow_worker *w, const rd_kafka_topic_partition_list_t *parts)
-{
-    for (int i = 0; i < parts->cnt; i++) {
-        ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
-        ow_txn_forget(&w->txn, parts->elems[i].partition);
-        ow_output_close(&w->out, parts->elems[i].partition);
-    }
-}
-
-/* Exactly-once: the transaction commits what the revoked partitions
- * produced with their offsets before they go, with the gate closed so that
- * nothing of theirs is produced after; lost partitions may already belong
- * to another member, so their transaction is aborted instead. */
-static void revoke_in_transaction(ow_worker *w, const rd_kafka_topic_partition_list_t *parts,
-                                  int lost)
-{
-    ow_txn_close(&w->txn);
-    if (lost) {
-        end_partitions(w, parts);
-        ow_txn_abort_closed(&w->txn, "partitions lost");
-    } else {
-        ow_txn_end_closed(&w->txn, "revoke", revoke_deadline(w));
-        end_partitions(w, parts);
-    }
-    ow_txn_open(&w->txn);
 }
 
 static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *parts)
@@ -358,16 +155,7 @@ static void revoke_partitions(ow_worker *w, rd_kafka_topic_partition_list_t *par
         ow_lane_drop_stale(&w->lanes[k]);
     if (!lost)
         drain(w, parts);
-    if (w->cfg->exactly_once) {
-        revoke_in_transaction(w, parts, lost);
-    } else {
-        /* A lost assignment may already belong to another member: commit
-         * nothing. */
-        if (!lost)
-            ow_worker_commit(w, "revoke", revoke_deadline(w));
-        for (int i = 0; i < parts->cnt; i++)
-            ow_ledger_revoke_end(&w->ledger, parts->elems[i].partition);
-    }
+    ow_delivery_revoke(w->delivery, parts, lost);
     atomic_fetch_sub(&w->assigned, parts->cnt);
     e = rd_kafka_incremental_unassign(w->consumer, parts);
     if (e != NULL) {
@@ -385,7 +173,7 @@ void ow_worker_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     (void)rk;
     OW_COUNT(rebalances, 1);
-    w->rebalanced_ms = ow_clock_mono_ms();
+    ow_delivery_rebalanced(w->delivery);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         assign_partitions(w, parts);
         OW_LOG(OW_LOG_INFO, "partitions_assigned", OW_F_INT("count", parts->cnt),
@@ -432,7 +220,7 @@ static void close_consumer(ow_worker *w)
 }
 
 /* Leaves the group. librdkafka 2.0's consumer_close can hang when a
- * cooperative assignment arrives while it closes (librdkafka issue #4527),
+ * cooperative assignment arrives while it closes (librdkafka#4527),
  * so unsubscribe first and serve the rebalance callbacks (which commit and
  * unassign) until the assignment is empty; messages still fetched are
  * dropped unprocessed, their offsets never stored. Everything here ends by
@@ -444,7 +232,7 @@ void ow_worker_leave_group(ow_worker *w)
 
     /* librdkafka 2.0's cooperative-sticky assignor aborts the process when
      * a consumer that joined but never received its first assignment is
-     * closed (librdkafka issue #4312, fixed in 2.3): let the join finish
+     * closed (librdkafka#4312, fixed in 2.3): let the join finish
      * first. Messages that arrive meanwhile are not processed. A worker
      * that failed before subscribing has no join to wait for. */
     ow_runstate_step(&w->rs, "leave: first join");

@@ -1,10 +1,12 @@
 /*
  * The worker's parts (worker*.c), private to them: the consumer thread's
  * loop and stop (worker.c), the start and its checks (worker_start.c), the
- * group: offsets, commits, rebalances and leaving (worker_group.c), the
+ * group: rebalances, passed-over input and leaving (worker_group.c), the
  * delivery poller (worker_delivery.c) and what the HTTP endpoint reports
  * (worker_status.c). Calls go from worker.c down to the others, and from
- * worker_start.c to group, delivery and status; none calls back up.
+ * worker_start.c to group, delivery and status; none calls back up. How
+ * outputs and offsets reach Kafka is the delivery mode's (delivery.h),
+ * which every part calls and which calls none of them.
  */
 #ifndef OW_WORKER_PARTS_H
 #define OW_WORKER_PARTS_H
@@ -14,8 +16,9 @@
 #include <signal.h>
 #include <stdatomic.h>
 
+#include "delivery.h"
 #include "lane.h"
-#include "ow/metrics_http.h"
+#include "metrics_http.h"
 #include "ow/store_watch.h"
 #include "ow/worker.h"
 
@@ -25,7 +28,7 @@ typedef struct {
     rd_kafka_t *producer;
     ow_runstate rs;
     ow_ledger ledger;
-    ow_txn txn; /* exactly-once: the open Kafka transaction */
+    ow_delivery *delivery; /* the processing guarantee's */
     ow_output out;
     int out_ready;
     ow_lane_env env;
@@ -41,15 +44,10 @@ typedef struct {
     pthread_t poller;
     int poller_started;
     _Atomic int poller_stop;
-    _Atomic int producer_failed; /* at_least_once: the producer failed fatally, replace it */
+    _Atomic int producer_failed; /* the producer failed fatally and is to be replaced */
+    ow_inflight inflight;        /* what backpressure weighs */
     int paused;
     int64_t full_since_ms; /* in flight at the limit since then, unpaused; 0 = not */
-    /* at_least_once: commits still to name the stored offsets themselves
-     * after a failed periodic one (ow_worker_recommit), when the next may
-     * go, and the last rebalance callback. */
-    int recommits;
-    int64_t recommit_at_ms;
-    int64_t rebalanced_ms;
 
     int subscribed;
     _Atomic int ever_assigned; /* the first assignment (possibly empty) arrived */
@@ -63,33 +61,11 @@ typedef struct {
     ow_metrics_http *http;
 } ow_worker;
 
-/* worker_group.c: offsets, commits, rebalances, leaving the group. */
-/* The transaction's end of every epoch (an abort): jobs waiting for release
- * are dropped. */
-void ow_worker_epoch_end(void *opaque);
-/* The ledger's store function: called with the ledger's lock held when a
- * partition's done watermark moves. */
-void ow_worker_store_offset(void *opaque, int32_t partition, int64_t offset);
+/* worker_group.c: rebalances, passed-over input, leaving the group. */
+/* The consumer's offset_commit_cb: its own commits' answers go to the
+ * delivery. */
 void ow_worker_on_periodic_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                   rd_kafka_topic_partition_list_t *offsets, void *opaque);
-/* Commits the stored offsets (exactly-once: the transaction), waiting for
- * the answer until deadline_ms at most. */
-void ow_worker_commit(ow_worker *w, const char *why, int64_t deadline_ms);
-/* A list of offsets being filled from the ledger (an ow_ledger_rewind_fn,
- * which returns the offset added, -1 for none): each partition's stored
- * offset, or with or_first, where its assignment began when it stored
- * none. */
-typedef struct {
-    const ow_worker *w;
-    rd_kafka_topic_partition_list_t *list;
-    int or_first;
-} ow_offset_list;
-int64_t ow_worker_add_offset(void *opaque, int32_t partition, int64_t stored, int64_t first);
-/* After a failed periodic commit: the stored offsets of the assigned
- * partitions, committed by name, once every commit.interval_ms, up to
- * three times, never within an interval of a rebalance callback. Poll
- * thread. */
-void ow_worker_recommit(ow_worker *w);
 /* Whether the input passed over offsets the broker had deleted before
  * they were read (retention, DeleteRecords): at is the offset of a
  * message, or the end of the partition, and seen what the ledger expected
@@ -120,10 +96,10 @@ int ow_worker_start_http(ow_worker *w, ow_error *err);
 /* worker_start.c: clients, watches, lanes, the poller, the endpoint, the
  * checks, the subscription. */
 int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *err);
-/* at_least_once: replaces a producer that failed fatally (librdkafka 2.0's
- * idempotent producer can, after a partition leader change): its outputs
- * in flight are given up, every partition goes back to its stored offset,
- * and a new producer takes over. Consumer thread. */
+/* Replaces a producer that failed fatally, where the delivery says so
+ * (ow_delivery_producer_failed): its outputs in flight are given up, every
+ * partition goes back to where what was delivered ends
+ * (ow_delivery_rewind), and a new producer takes over. Consumer thread. */
 void ow_worker_replace_producer(ow_worker *w);
 
 #endif

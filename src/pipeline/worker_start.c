@@ -4,9 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ow/kafka.h"
+#include "ow/kafka_conf.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "ow/shard.h"
 #include "worker_parts.h"
 
@@ -55,11 +56,7 @@ static int create_clients(ow_worker *w, ow_error *err)
  * finish their jobs as not done), within 5 s and the stop's deadline. */
 static void retire_producer(ow_worker *w)
 {
-    int64_t deadline = ow_clock_mono_ms() + 5000;
-    int64_t stop = ow_runstate_deadline(&w->rs);
-
-    if (stop > 0 && stop < deadline)
-        deadline = stop;
+    int64_t deadline = ow_runstate_until(&w->rs, 5000);
 
     atomic_store(&w->poller_stop, 1);
     if (w->poller_started)
@@ -74,39 +71,28 @@ static void retire_producer(ow_worker *w)
 
 void ow_worker_replace_producer(ow_worker *w)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
-    /* A partition goes back to its stored offset, or to where its
-     * assignment began. */
-    ow_offset_list back = {w, l, 1};
-    rd_kafka_error_t *e = NULL;
+    ow_publish_gate *gate = ow_delivery_gate(w->delivery);
+    int rewound;
     ow_error err;
 
-    ow_txn_close(&w->txn);
+    ow_publish_gate_close(gate);
     retire_producer(w);
     /* The old producer's last callbacks may have said so again. */
     atomic_store(&w->producer_failed, 0);
-    if (ow_ledger_rewind(&w->ledger, ow_worker_add_offset, &back) != OW_OK)
-        ow_runstate_set_fatal(&w->rs, "out of memory");
-    if (l->cnt > 0 && (e = ow_kafka_seek(w->consumer, l, 10000)) != NULL) {
-        OW_LOG(OW_LOG_ERROR, "rewind_failed", OW_F_STR("error", rd_kafka_error_string(e)));
-        rd_kafka_error_destroy(e);
-        ow_runstate_set_fatal(&w->rs, "the input could not be rewound after a producer failed");
-    }
+    rewound = ow_delivery_rewind(w->delivery);
     if (new_client(w, OW_KAFKA_PRODUCER, &w->producer, &err) != OW_OK) {
         OW_LOG(OW_LOG_ERROR, "producer_failed", OW_F_STR("error", err.msg));
         ow_runstate_set_fatal(&w->rs, "the producer could not be replaced");
         w->out.producer = NULL;
     } else {
         w->out.producer = w->producer;
-        w->txn.producer = w->producer;
         atomic_store(&w->poller_stop, 0);
         w->poller_started = pthread_create(&w->poller, NULL, ow_worker_poller, w) == 0;
         if (!w->poller_started)
             ow_runstate_set_fatal(&w->rs, "cannot start the delivery poller");
-        OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", l->cnt));
+        OW_LOG(OW_LOG_WARN, "producer_replaced", OW_F_INT("partitions_rewound", rewound));
     }
-    rd_kafka_topic_partition_list_destroy(l);
-    ow_txn_open(&w->txn);
+    ow_publish_gate_open(gate);
 }
 
 static int subscribe(ow_worker *w, ow_error *err)
@@ -189,8 +175,8 @@ static int check_databases(ow_worker *w, ow_error *err)
 }
 
 /* A topic the broker calls unknown for this long is missing: a topic just
- * created can be unknown to a broker for a moment (seen in the end-to-end
- * tests against Kafka 4.1, which create their topics right before). */
+ * created can be unknown to a broker for a moment, until the cluster's
+ * metadata reaches it. */
 #define TOPIC_MISSING_MS 10000
 
 /* Asks the broker for one output topic through the producer, which is what
@@ -278,7 +264,7 @@ static int start_lanes(ow_worker *w, ow_error *err)
 {
     size_t per_db = (size_t)w->cfg->worker_lanes;
 
-    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, &w->out, &w->ledger, per_db * w->n_dbs};
+    w->env = (ow_lane_env){w->cfg, &w->rs, &w->ids, w->delivery, &w->ledger, per_db * w->n_dbs};
     w->lanes = calloc(per_db * w->n_dbs, sizeof(*w->lanes));
     if (w->lanes == NULL)
         return ow_error_set(err, OW_ERRCLASS_FATAL, 0, "out of memory");
@@ -308,9 +294,7 @@ int ow_worker_start(ow_worker *w, const volatile sig_atomic_t *stop, ow_error *e
     if (rc == OW_OK)
         rc = create_clients(w, err);
     if (rc == OW_OK)
-        rc = ow_output_init(&w->out, w->producer, w->cfg, &w->rs, &w->ledger, &w->txn, err);
-    if (rc == OW_OK)
-        rc = ow_txn_start(&w->txn, w->producer, w->consumer, err);
+        rc = ow_delivery_start(w->delivery, &w->out, w->producer, w->consumer, err);
     /* A missing ACL stops the worker before it decides anything. The
      * consumer asks: its metadata requests never auto-create a topic. */
     if (rc == OW_OK)

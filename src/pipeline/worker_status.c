@@ -1,8 +1,8 @@
 /* What the worker's HTTP endpoint reports: consumer lag, readiness and
  * the database states (worker_parts.h). */
 
+#include "metrics.h"
 #include "ow/log.h"
-#include "ow/metrics.h"
 #include "worker_parts.h"
 
 /* What each database's watch says, into the shard gauges and db_ok; with
@@ -83,9 +83,16 @@ static void metrics_extra(ow_buf *out, void *opaque)
                    "was answered.\n"
                    "# TYPE order_worker_broker_up gauge\norder_worker_broker_up %d\n"
                    "# HELP order_worker_input_paused 1 while backpressure pauses the input.\n"
-                   "# TYPE order_worker_input_paused gauge\norder_worker_input_paused %d\n",
+                   "# TYPE order_worker_input_paused gauge\norder_worker_input_paused %d\n"
+                   "# HELP order_worker_inflight_messages Messages consumed and not yet "
+                   "acknowledged.\n"
+                   "# TYPE order_worker_inflight_messages gauge\norder_worker_inflight_messages "
+                   "%lld\n"
+                   "# HELP order_worker_inflight_bytes Bytes of messages in flight.\n"
+                   "# TYPE order_worker_inflight_bytes gauge\norder_worker_inflight_bytes %lld\n",
                    atomic_load(&w->assigned), atomic_load(&w->rs.db_ok), atomic_load(&w->broker_ok),
-                   w->paused);
+                   w->paused, (long long)atomic_load(&w->inflight.messages),
+                   (long long)atomic_load(&w->inflight.bytes));
 }
 
 static int ready(ow_buf *why, void *opaque)

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "serve_reply.h"
+#include "ow/json.h"
 #include "ow/log.h"
-#include "ow/response.h"
 #include "ow/util.h"
 
 static serve_reply reply_new(unsigned status, const char *body, size_t len)

@@ -177,8 +177,8 @@ int ow_store_tls_connect_failed(ow_store *s, unsigned e, ow_error *err)
      * client's side of the handshake; a rejected one (expired, revoked,
      * another CA) may then show as a connection lost while "sending
      * authentication information", which is also what a server restart
-     * looks like. Seen in the secure tier: three in a row is the
-     * certificate, not an outage. */
+     * looks like. One such loss may be an outage; three in a row are
+     * taken for the certificate. */
     if (e == CR_SERVER_LOST && set(s->tls.cert) &&
         strstr(mysql_error(s->db), "authentication") != NULL) {
         if (atomic_fetch_add(&handshake_losses, 1) + 1 >= 3)

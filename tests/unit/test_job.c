@@ -2,7 +2,8 @@
  * the maker that made it and is made again from the same memory, reset;
  * none is lost or handed out twice when several threads end jobs at once;
  * the maker keeps at most MAKER_KEEP (1024) ended jobs; a key is copied into
- * the job when it fits and onto the heap when it does not. */
+ * the job when it fits and onto the heap when it does not; the in-flight
+ * budget counts a job from its dispatch to its end, and no other. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "job.h"
+#include "ledger.h"
 
 static const char value[] = "{\"user_id\":7,\"orders\":[{\"external_order_no\":\"A-1\","
                             "\"amount\":\"19.90\"}]}";
@@ -232,6 +234,81 @@ static void test_concurrent_ends(void **state)
     ow_job_maker_cleanup(&mk);
 }
 
+/* Tracks job in l (partition 0, the given offset): the caller holds it. */
+static void track(ow_ledger *l, ow_job *job, int64_t offset)
+{
+    ow_ledger_seen seen;
+
+    assert_int_equal(ow_ledger_track(l, 0, offset, &job->t, &seen), OW_OK);
+}
+
+static void *settle_job(void *arg)
+{
+    ow_job **jl = arg;
+
+    ow_job_settle((ow_ledger *)jl[0], jl[1], 1);
+    return NULL;
+}
+
+/* A dispatched job counts in the budget with its bytes until it ends, on
+ * whichever thread; its bytes follow what it holds; a job never dispatched
+ * counts nowhere, and a job made again from an ended one's memory starts
+ * outside the budget. */
+static void test_inflight_budget(void **state)
+{
+    ow_inflight budget = {0};
+    ow_job_maker mk;
+    ow_ledger l;
+    ow_job *a, *b, *c, *d;
+    void *jl[2];
+    pthread_t t;
+    int64_t a_bytes;
+
+    (void)state;
+    maker_init(&mk);
+    ow_ledger_init(&l, NULL, NULL);
+    assert_int_equal(ow_ledger_assign(&l, 0), OW_OK);
+    a = make(&mk, "key-a", 5);
+    b = make(&mk, "key-b", 5);
+    c = make(&mk, "key-c", 5);
+    track(&l, a, 1);
+    track(&l, b, 2);
+    track(&l, c, 3);
+    assert_true(a->bytes > 0);
+    ow_job_count_in(a, &budget);
+    ow_job_count_in(b, &budget);
+    assert_int_equal(atomic_load(&budget.messages), 2);
+    assert_int_equal(atomic_load(&budget.bytes), (int64_t)(a->bytes + b->bytes));
+    /* The producer copied a's outputs: it holds less now. */
+    ow_job_holds(a, 100);
+    assert_int_equal(atomic_load(&budget.bytes), (int64_t)(100 + b->bytes));
+    /* c was never dispatched: its end leaves the budget alone. */
+    ow_job_settle(&l, c, 1);
+    assert_int_equal(atomic_load(&budget.messages), 2);
+    a_bytes = (int64_t)a->bytes;
+    ow_job_settle(&l, a, 1);
+    assert_int_equal(atomic_load(&budget.messages), 1);
+    assert_int_equal(atomic_load(&budget.bytes), (int64_t)b->bytes);
+    assert_int_equal(a_bytes, 100);
+    jl[0] = &l;
+    jl[1] = b;
+    assert_int_equal(pthread_create(&t, NULL, settle_job, jl), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&budget.messages), 0);
+    assert_int_equal(atomic_load(&budget.bytes), 0);
+    /* Made again from an ended job's memory: outside the budget until it
+     * is dispatched itself. */
+    d = make(&mk, "key-d", 5);
+    assert_true(d == a || d == b || d == c);
+    assert_null(d->inflight);
+    track(&l, d, 4);
+    ow_job_settle(&l, d, 1);
+    assert_int_equal(atomic_load(&budget.messages), 0);
+    assert_int_equal(atomic_load(&budget.bytes), 0);
+    ow_ledger_destroy(&l);
+    ow_job_maker_cleanup(&mk);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_keeps_at_most),
         cmocka_unit_test(test_concurrent_ends),
+        cmocka_unit_test(test_inflight_budget),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

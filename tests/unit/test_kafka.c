@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "ow/kafka.h"
+#include "ow/kafka_conf.h"
 
 static const char *get(rd_kafka_conf_t *c, const char *name, char *buf, size_t sz)
 {

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
+#include "ledger.h"
 #include "ow/error.h"
-#include "ow/ledger.h"
 #include "ow/util.h"
 
 /* What the ledger stored, per partition (last offset, and how often). */

@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
+#include "offsets.h"
 #include "ow/error.h"
-#include "ow/offsets.h"
 
 typedef struct {
     const char *name;

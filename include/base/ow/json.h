@@ -1,5 +1,7 @@
 /*
- * Strict, bounded JSON parser (RFC 8259) that keeps number lexemes as text.
+ * Strict, bounded JSON parser (RFC 8259) that keeps number lexemes as text,
+ * and the one writer of JSON strings (result bodies, log lines, the query
+ * service's replies).
  *
  * Numbers are never converted: NUMBER nodes carry the exact bytes of the
  * input so that money amounts such as "19.90" survive unchanged.  The parser
@@ -11,6 +13,8 @@
 #define OW_JSON_H
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ow/util.h"
 
 typedef enum {
     OW_JSON_NULL = 0,
@@ -82,4 +86,8 @@ void ow_json_free(ow_json_doc **doc);                     /* NULL-safe; sets *do
 const ow_json_node *ow_json_member(const ow_json_node *obj, const char *name);
 /* For NUMBER nodes: 1 if the lexeme has no fraction and no exponent part. */
 int ow_json_number_is_integer(const ow_json_node *n);
+
+/* Appends s as a JSON string (quotes included); bytes >= 0x80 are copied as
+ * they are, so s must be valid UTF-8. OW_ENOMEM. */
+int ow_json_write_string(ow_buf *out, const char *s, size_t len);
 #endif

@@ -69,8 +69,4 @@ int ow_response_invalid(const char *key, size_t key_len, int has_user, int64_t u
  * fit the result topic's message limit. */
 int ow_response_max_len(size_t max_orders, size_t *len);
 
-/* Appends s as a JSON string (quotes included); bytes >= 0x80 are copied as
- * they are, so s must be valid UTF-8. */
-int ow_json_write_string(ow_buf *out, const char *s, size_t len);
-
 #endif

@@ -1,11 +1,11 @@
 /*
- * librdkafka configuration for the worker's consumer and producer, and small
- * helpers shared by the worker and the operator tools.
- *
- * Fixed by order-worker (and refused in the config file): the consumer
- * stores offsets only when told (enable.auto.offset.store=false) and the
- * producer is idempotent with acks=all. Everything under kafka.* passes
- * through, applied before the fixed settings.
+ * Kafka client calls that carry a rule of their own, for any layer above
+ * (kafka.c): reading and writing headers, telling a refusal (TLS, SASL, an
+ * ACL) from an outage, the topics' ACL check, a seek bounded alike on
+ * every librdkafka version. Which settings the clients get is
+ * ow/kafka_conf.h's. The calls of a layer's own protocol stay in that
+ * layer: the worker's poll loop, rebalances, produce calls, commits and
+ * transactions in the pipeline, send's in the cli.
  */
 #ifndef OW_KAFKA_H
 #define OW_KAFKA_H
@@ -13,21 +13,8 @@
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
 
-#include "ow/config.h"
 #include "ow/error.h"
 
-typedef enum { OW_KAFKA_CONSUMER, OW_KAFKA_PRODUCER } ow_kafka_role;
-
-/* A new configuration (owned by the caller until handed to rd_kafka_new). */
-rd_kafka_conf_t *ow_kafka_conf_new(const ow_config *cfg, ow_kafka_role role, ow_error *err);
-
-/* Checks every kafka.* property (name and value) against librdkafka on a
- * scratch configuration, so that a typo fails every subcommand at start
- * with "file:line: kafka.name: reason" rather than `run` later. */
-int ow_kafka_check_config(const ow_config *cfg, ow_error *err);
-
-/* Sets one property, turning librdkafka's complaint into an error. */
-int ow_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, ow_error *err);
 /* 1 when err means Kafka refused the worker (a TLS or SASL
  * failure, a missing ACL), which retrying cannot fix; logs kafka_refused
  * once per process. 0 for any other error. */

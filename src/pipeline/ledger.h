@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ow/offsets.h"
+#include "offsets.h"
 
 /* One tracked message. Embedded in the pipeline's job. Its counters are
  * the ledger's: only ow_ledger_* functions touch them. */

@@ -75,8 +75,6 @@ typedef struct {
      * its transaction had outlived transaction.timeout.ms, [1] it had
      * not (another producer with its transactional id started). */
     _Atomic uint64_t fenced[2];
-    _Atomic int64_t inflight_messages;
-    _Atomic int64_t inflight_bytes;
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
     ow_histogram e2e_latency; /* message timestamp to result acknowledged */
     /* User shards; n_shards is 0 without mysql.shards, and then
