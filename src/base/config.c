@@ -36,7 +36,7 @@ const config_row ow_config_rows[] = {
     {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
      "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
-     "Database user (needs SELECT, INSERT, UPDATE; DELETE for purge)."},
+     "Database user (needs SELECT, INSERT, UPDATE, DELETE: sql/worker_user.sql)."},
     {"mysql.password", CT_STRING, 0, 0, "", 1, ROW_OFF(mysql_password),
      "Database password. Prefer mysql.password_file or the environment."},
     {"mysql.password_file", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_password_file),

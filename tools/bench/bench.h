@@ -240,7 +240,7 @@ typedef struct bm_db bm_db;
 bm_db *bm_db_connect(const bm_env *e, const char *database);
 void bm_db_close(bm_db **db);
 /* A fresh database migrated by `order-worker migrate` (as root), on which
- * the worker user may SELECT, INSERT and UPDATE. */
+ * the worker user may SELECT, INSERT, UPDATE and DELETE. */
 int bm_db_create(const bm_env *e, const char *name);
 /* Grants the worker user what it needs on an existing database. */
 int bm_db_grant(const bm_env *e, const char *name);

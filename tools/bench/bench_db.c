@@ -96,8 +96,8 @@ int bm_db_grant(const bm_env *e, const char *name)
     int rc = db != NULL ? 0 : -1;
 
     if (rc == 0) {
-        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
-                 e->worker_user);
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE, DELETE ON `%s`.* TO '%s'@'%%'",
+                 name, e->worker_user);
         rc = exec(db, sql);
     }
     bm_db_close(&db);
@@ -117,8 +117,8 @@ int bm_db_create(const bm_env *e, const char *name)
     if (rc == 0)
         rc = migrate(e, name);
     if (rc == 0) {
-        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
-                 e->worker_user);
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE, DELETE ON `%s`.* TO '%s'@'%%'",
+                 name, e->worker_user);
         rc = exec(db, sql);
     }
     bm_db_close(&db);
