@@ -77,7 +77,7 @@ typedef struct {
     size_t rows, cols; /* bulk: 0 when the binds are one per parameter */
 } ow_params;
 
-/* An order that already exists, as read by the locking read. */
+/* An order that already existed, as read after its insert was skipped. */
 typedef struct {
     long long id;
     char order_no[OW_ORDER_NO_MAX + 1];
