@@ -141,6 +141,19 @@ static size_t order_bytes(const void *ctx, size_t r)
     return ORDER_ROW_FIXED + slot_order(p, &p->s->scratch.slots[r])->ext_len;
 }
 
+/* An INSERT ... RETURNING whose error (a deadlock, a lock wait) came after
+ * its result set began: the error is kept, then the statement is reset.
+ * Connector/C leaves such a statement waiting for rows that will never
+ * come, and its next execution would read the network until the read
+ * timeout; the reset returns it to the prepared state (one round trip). */
+static int returned_failed(ow_store *s, MYSQL_STMT *st, ow_error *err)
+{
+    int rc = ow_store_fail_stmt(s, st, "insert orders", err);
+
+    mysql_stmt_reset(st);
+    return rc;
+}
+
 /* The ids RETURNING gave back: those orders went in. */
 static int mark_returned(void *ctx, MYSQL_STMT *st, ow_error *err)
 {
@@ -148,12 +161,11 @@ static int mark_returned(void *ctx, MYSQL_STMT *st, ow_error *err)
     MYSQL_BIND res;
     ow_mybool nul = 0;
     long long id = 0;
-    unsigned e;
     int frc;
 
     ow_result_int(&res, &id, &nul);
     if (mysql_stmt_bind_result(st, &res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(p->s, st, "insert orders", err);
+        return returned_failed(p->s, st, err);
     for (;;) {
         ow_order_slot *o;
 
@@ -164,10 +176,10 @@ static int mark_returned(void *ctx, MYSQL_STMT *st, ow_error *err)
         if (o != NULL && !nul)
             o->inserted = 1;
     }
-    /* Freeing the result clears the statement's error: read it first. */
-    e = frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
+    if (frc != MYSQL_NO_DATA)
+        return returned_failed(p->s, st, err);
     mysql_stmt_free_result(st);
-    return frc == MYSQL_NO_DATA ? OW_OK : ow_store_fail(p->s, e, "insert orders", err);
+    return OW_OK;
 }
 
 /* Without RETURNING: the part's order ids that hold the order this
