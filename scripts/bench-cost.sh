@@ -4,7 +4,10 @@
 # scripts/bench.sh does, and stops them again.
 #
 # CPU per batch of the worker, MariaDB (mariadbd) and the broker (the Kafka
-# JVM), in three phases of N batches each (100,000; --quick: 5,000):
+# JVM), and what MariaDB did per batch (statements, batches per commit, redo
+# bytes from Innodb_os_log_written, index entries added: each table's new
+# rows times its indexes), in three phases of N batches each (100,000;
+# --quick: 5,000):
 #   decide  every batch new (no retries, reused keys, clashes or invalid
 #           messages): each one decided in a transaction
 #   replay  a cold worker in a new consumer group re-reads the decide phase's
@@ -12,10 +15,11 @@
 #           (ow-bench --replay)
 #   tuned   the default run of scripts/bench.sh: the worker's defaults on the
 #           benchmark's mix (10 % retries, 1 % reused keys, 1 % clashes)
-# ow-bench writes the figures to cost.csv in each phase's directory: the
-# worker's user + sys time over its whole life (wait4: its start and stop
-# are in it, spread over the phase's batches), mariadbd's and the broker's
-# from /proc/PID/stat between the worker's start and the last input done.
+# ow-bench writes the figures to cost.csv and dbwork.csv in each phase's
+# directory: the worker's user + sys time over its whole life (wait4: its
+# start and stop are in it, spread over the phase's batches), mariadbd's
+# and the broker's from /proc/PID/stat, and the server's global counters,
+# between the worker's start and the last input done.
 # The machine may be shared: the load average is printed beside them.
 #
 # Instructions per message of the worker's in-process path: ow-path
@@ -202,6 +206,20 @@ us() {
     die "no CPU figure for $3 in run $2 (see $1/bench.txt)"
 }
 
+# db_work PHASE_DIR RUN: what MariaDB did per batch in the run (dbwork.csv):
+# statements (prepared executions and text statements), the batches one
+# commit carried, redo bytes, and the index entries the run added.
+db_work() {
+  awk -F, -v run="$2" '
+    function per(v, d) { return v < 0 || b <= 0 ? "-" : sprintf(d, v / b) }
+    $1 == run { b = $2; s = $3; c = $4; r = $5; x = $6 }
+    END {
+      commit = (c > 0 && b > 0) ? sprintf("%.1f", b / c) : "-"
+      printf "cost: %-7s %12s %15s %14s %15s", run, per(s, "%.3f"), commit, per(r, "%.0f"),
+        per(x, "%.2f")
+    }' "$1/dbwork.csv"
+}
+
 if ((CPU)); then
   services_up=1
   services start all >&2
@@ -226,6 +244,7 @@ if ((CPU)); then
   phase "$OUT/tuned" -n "$N" --no-naive --no-serial --no-db-limit
 
   table="$(printf 'cost: %-7s %8s %16s %18s %16s' phase batches "worker us/batch" "mariadbd us/batch" "broker us/batch")"
+  work="$(printf 'cost: %-7s %12s %15s %14s %15s' phase "statements/b" "batches/commit" "redo bytes/b" "index entries/b")"
   for p in decide:replay replay:replay tuned:tuned; do
     run=${p%%:*} dir=$OUT/${p#*:}
     batches=$(awk -F, -v run="$run" '$1 == run && $3 == "worker" { print $2 }' "$dir/cost.csv")
@@ -233,9 +252,11 @@ if ((CPU)); then
     m=$(us "$dir" "$run" mariadbd)
     k=$(us "$dir" "$run" kafka)
     table+=$'\n'"$(printf 'cost: %-7s %8s %16s %18s %16s' "$run" "$batches" "$w" "$m" "$k")"
+    work+=$'\n'"$(db_work "$dir" "$run")"
   done
   {
     echo "$table"
+    echo "$work"
     echo "cost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; details in $OUT/{replay,tuned}/bench.txt"
   } | tee -a "$OUT/cost.txt"
   A=$(us "$OUT/replay" decide worker)

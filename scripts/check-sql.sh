@@ -102,7 +102,7 @@ if [[ ${1:-} == --self-test ]]; then
       's/rc = ow_store_prepare(s, "SET SESSION innodb_lock_wait_timeout = ?", \&st, err);/rc = ow_store_prepare(s, text, \&st, err);/' \
       's/rc = ow_buf_appends(b, shape->tuple);/rc = ow_buf_appendf(b, "(%s)", key);/' \
       's/int rc = ow_buf_appends(b, shape->head);/int rc = ow_buf_appends(b, key);/' \
-      's/    "(?,?)", ") FOR UPDATE"};/    key, ") FOR UPDATE"};/' \
+      's/    "(?,?,?,?,?,?,?,?)", " RETURNING id"};/    key, " RETURNING id"};/' \
       's/ow_buf_appends(\&sql, d->rows) == OW_OK \&\& ow_buf_appends(\&sql, " LIMIT ?")/ow_buf_appends(\&sql, key) == OW_OK \&\& ow_buf_appends(\&sql, " LIMIT ?")/' \
       's/"DELETE FROM idempotency_requests WHERE id IN (", "?", ")"};/head, "?", ")"};/' \
       's/rc = ow_store_prepare(s, sql_cutoff, \&st, err);/rc = ow_store_prepare(s, user_text, \&st, err);/' ; do

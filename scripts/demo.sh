@@ -43,7 +43,7 @@ CONF="$RUN/order-worker.conf"
 # migrate needs CREATE: run it as the administrator, overriding two keys.
 ORDER_WORKER_MYSQL_USER=root ORDER_WORKER_MYSQL_PASSWORD_FILE='' "$BIN" migrate --config "$CONF"
 worker_user "$OW_MYSQL_PORT" $DB "$PASSWORD" order_worker
-echo "user order_worker may: SELECT, INSERT, UPDATE (and DELETE on requests, for purge)"
+echo "user order_worker may: SELECT, INSERT, UPDATE, DELETE on the two tables (sql/worker_user.sql)"
 for t in order-batches:6 order-batch-results:6 order-batches.dlq:1; do
   "$KIT" create-topic "$OW_KAFKA_BOOTSTRAP" "${t%:*}" "${t#*:}"
 done

@@ -1,8 +1,9 @@
 -- Creates (or updates) the database user the worker runs as, with only the
--- privileges it needs: SELECT, INSERT and UPDATE on the two tables, and
--- DELETE on idempotency_requests for `order-worker purge` (retention);
--- SELECT on ow_shard_map and ow_schema_migrations (every connection reads them
--- as it connects).
+-- privileges it needs: SELECT, INSERT, UPDATE and DELETE on the two tables
+-- (DELETE on idempotency_requests for `order-worker purge`, retention; on
+-- orders for the deciding transaction, which takes back the new orders of a
+-- request that conflicts); SELECT on ow_shard_map and ow_schema_migrations
+-- (every connection reads them as it connects).
 -- Run it as an administrator after `order-worker migrate`, with three
 -- session variables set, for example:
 --
@@ -47,7 +48,7 @@ PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;
 
-SET @ow_sql = CONCAT('GRANT SELECT, INSERT, UPDATE ON ', @ow_db, '.orders TO ', @ow_account);
+SET @ow_sql = CONCAT('GRANT SELECT, INSERT, UPDATE, DELETE ON ', @ow_db, '.orders TO ', @ow_account);
 PREPARE ow_stmt FROM @ow_sql;
 EXECUTE ow_stmt;
 DEALLOCATE PREPARE ow_stmt;

@@ -343,9 +343,10 @@ static int parse_env_opt(options *o, const char *k, const char *v)
         e->mysql_root_user = v;
     else if (strcmp(k, "--mysql-password") == 0)
         e->mysql_root_password = v;
-    else if (strcmp(k, "--database") == 0)
+    else if (strcmp(k, "--database") == 0) {
         e->database = v;
-    else if (strcmp(k, "--worker") == 0)
+        e->preloaded = 1;
+    } else if (strcmp(k, "--worker") == 0)
         e->worker_bin = v;
     else if (strcmp(k, "--out") == 0)
         e->out_dir = v;

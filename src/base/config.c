@@ -36,7 +36,7 @@ const config_row ow_config_rows[] = {
     {"mysql.port", CT_INT, 1, 65535, "3306", 0, ROW_OFF(mysql_port),
      "MySQL/MariaDB TCP port (not used with mysql.host = localhost)."},
     {"mysql.user", CT_STRING, 0, 0, "order_worker", 0, ROW_OFF(mysql_user),
-     "Database user (needs SELECT, INSERT, UPDATE; DELETE for purge)."},
+     "Database user (needs SELECT, INSERT, UPDATE, DELETE: sql/worker_user.sql)."},
     {"mysql.password", CT_STRING, 0, 0, "", 1, ROW_OFF(mysql_password),
      "Database password. Prefer mysql.password_file or the environment."},
     {"mysql.password_file", CT_STRING, 0, 0, "", 0, ROW_OFF(mysql_password_file),
@@ -91,8 +91,10 @@ const config_row ow_config_rows[] = {
     {"worker.lanes", CT_INT, 1, 64, "4", 0, ROW_OFF(worker_lanes),
      "Lanes per database (per shard with mysql.shards), each with its own connection; every "
      "message of one user's key goes through the same lane."},
-    {"batch.max_messages", CT_INT, 1, 1000, "64", 0, ROW_OFF(batch_max_messages),
-     "Most messages decided in one database transaction (1 = one transaction per message)."},
+    {"batch.max_messages", CT_INT, 1, 1000, "256", 0, ROW_OFF(batch_max_messages),
+     "Most messages decided in one database transaction (1 = one transaction per message); a "
+     "lane takes what its queue holds up to this, so transactions this large come only from a "
+     "backlog."},
     {"batch.max_wait_ms", CT_INT, 0, 1000, "2", 0, ROW_OFF(batch_max_wait_ms),
      "How long a lane waits to fill a micro-batch before it runs a smaller one."},
     /* A backlog beyond this waits in the prefetch queue, whose bytes are

@@ -191,6 +191,7 @@ static void serve_needs(const ow_config *cfg, ow_store_params *p)
     p->needs.connections = (unsigned)cfg->api_threads;
     p->needs.connections_key = "api.threads";
     p->needs.writes = 0;
+    p->needs.decides = 0;
 }
 
 static int serve(const ow_config *cfg, const char *token, size_t token_len,

@@ -20,6 +20,7 @@ ow_store *ow_cli_shard_store_new(const ow_config *cfg, unsigned shard, ow_idgen 
     p.needs.connections = 1;
     p.needs.connections_key = "the command's one connection";
     p.needs.writes = writes;
+    p.needs.decides = 0;
     ow_idgen_init(ids, 0, ow_clock_wall_ms);
     return ow_store_new(&p, ids);
 }

@@ -293,9 +293,9 @@ static int backoff(ow_lane *l, unsigned attempt, const ow_error *err)
 
 /* Decides the batch's valid jobs, retrying transient failures until they
  * succeed, the worker stops, or a fatal error. Which failures are
- * transient, and how a retry runs (one message at a time after a race),
- * is the store's business: the lane only backs off. Returns 0 when
- * decided. */
+ * transient, and how a retry runs (in halves after a deadlock, one message
+ * at a time after a lock wait), is the store's business: the lane only
+ * backs off. Returns 0 when decided. */
 static int decide(ow_lane *l, batch *b, size_t *nv)
 {
     int64_t t0 = ow_clock_mono_us();

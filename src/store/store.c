@@ -32,6 +32,7 @@ void ow_store_params_from_config(const ow_config *cfg, ow_store_params *p)
                                  .max_orders = (size_t)cfg->request_max_orders,
                                  .lock_wait_s = (unsigned)cfg->request_in_progress_wait_s,
                                  .writes = 1,
+                                 .decides = 1,
                                  .connections_key = "worker.lanes"};
     p->db_index = 0;
     /* ow_config_finish checked the name. */
@@ -88,10 +89,11 @@ ow_store *ow_store_new(const ow_store_params *p, ow_idgen *ids)
     s->needs = p->needs;
     s->db_index = p->db_index;
     /* What one connection may cache: the deciding transaction's shapes
-     * (4 and the known-key read) or the lookups' (2), in every row bucket,
-     * and one statement prepared for the moment. */
+     * and the known-key read, or the lookups', in every row bucket, and
+     * one statement prepared for the moment. */
     if (s->needs.statements == 0)
-        s->needs.statements = (s->needs.writes ? 5 : 2) * OW_STMT_BUCKETS + 1;
+        s->needs.statements =
+            (s->needs.writes ? OW_STMT_WRITER_SHAPES : OW_STMT_READER_SHAPES) * OW_STMT_BUCKETS + 1;
     if (s->needs.connections_key == NULL)
         s->needs.connections_key = "the connections";
     s->ids = ids;
@@ -121,6 +123,9 @@ void ow_store_free(ow_store **store)
     free(s->scratch.ref_start);
     free(s->scratch.conflicts);
     free(s->scratch.picks);
+    free(s->scratch.slots);
+    free(s->scratch.ids);
+    ow_htab_free(&s->scratch.by_id);
     ow_buf_cleanup(&s->scratch.blob);
     for (unsigned i = 0; s->nodes != NULL && i < s->n_nodes; i++)
         free(s->nodes[i]);
@@ -543,6 +548,133 @@ int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned lo
     out->len = len;
     out->data[len] = '\0';
     return OW_OK;
+}
+
+/* --- Rows of one shape: bulk or multi-row ---------------------------------- */
+
+void ow_store_learn_features(ow_store *s)
+{
+    const char *info = mysql_get_server_info(s->db);
+    unsigned long version = mysql_get_server_version(s->db);
+    int mariadb = info != NULL && strstr(info, "MariaDB") != NULL;
+
+    s->returning = !s->plain_sql && mariadb && version >= 100500;
+    s->bulk = 0;
+#if OW_HAVE_BULK
+    {
+        unsigned long caps = 0;
+
+        /* The server's MariaDB capabilities, stored shifted down by 32: a
+         * proxy that speaks as MySQL announces none, and gets multi-row
+         * statements. */
+        if (!s->plain_sql &&
+            mariadb_get_infov(s->db, MARIADB_CONNECTION_EXTENDED_SERVER_CAPABILITIES, &caps) == 0)
+            s->bulk = (caps & (MARIADB_CLIENT_STMT_BULK_OPERATIONS >> 32)) != 0;
+    }
+#endif
+}
+
+/* Reads what an executed statement returned (RETURNING), or counts the
+ * rows it wrote. */
+static int statement_done(MYSQL_STMT *st, const ow_rows *rows, size_t *affected, ow_error *err)
+{
+    if (rows->returned != NULL && mysql_stmt_field_count(st) > 0)
+        return rows->returned(rows->ctx, st, err);
+    *affected += (size_t)mysql_stmt_affected_rows(st);
+    return OW_OK;
+}
+
+static size_t rows_bytes(const ow_rows *rows, size_t first, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t r = first; r < first + n; r++)
+        bytes += rows->bytes(rows->ctx, r);
+    return bytes;
+}
+
+/* The rows of one multi-row statement of 2^bucket rows from first. */
+static int send_multi_row(ow_store *s, const ow_rows *rows, size_t first, unsigned bucket,
+                          size_t *affected, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    int rc = ow_store_stmt(s, rows->shape, bucket, &st, err);
+
+    for (size_t r = first; rc == OW_OK && r < first + ((size_t)1 << bucket); r++)
+        rows->bind(rows->ctx, r, &s->params);
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, &s->params, rows->what, err);
+    return rc == OW_OK ? statement_done(st, rows, affected, err) : rc;
+}
+
+#if OW_HAVE_BULK
+/* rows [first, first + n) as one bulk execution of the one-row statement. */
+static int send_bulk(ow_store *s, const ow_rows *rows, size_t first, size_t n, size_t *affected,
+                     ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    unsigned int size = (unsigned int)n, none = 0;
+    int rc = ow_store_stmt(s, rows->shape, 0, &st, err);
+
+    if (rc == OW_OK && ow_params_bulk(&s->params, n, rows->cols) != OW_OK)
+        rc = ow_store_oom(err);
+    for (size_t r = first; rc == OW_OK && r < first + n; r++)
+        rows->bind(rows->ctx, r, &s->params);
+    if (rc == OW_OK && mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &size) != 0)
+        rc = ow_store_fail_stmt(s, st, rows->what, err);
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, &s->params, rows->what, err);
+    if (rc == OW_OK)
+        rc = statement_done(st, rows, affected, err);
+    /* The cached statement may run with single values again. */
+    if (st != NULL)
+        mysql_stmt_attr_set(st, STMT_ATTR_ARRAY_SIZE, &none);
+    return rc;
+}
+#endif
+
+/* How many rows from first one statement takes: bulk, as many as fit the
+ * budget; else the largest power of two that fits. At least one. */
+static size_t chunk_rows(const ow_store *s, const ow_rows *rows, size_t first, size_t budget,
+                         unsigned *bucket, size_t *bytes)
+{
+    size_t left = rows->rows - first, n;
+
+    if (s->bulk) {
+        *bytes = rows->bytes(rows->ctx, first);
+        for (n = 1; n < left && *bytes + rows->bytes(rows->ctx, first + n) <= budget; n++)
+            *bytes += rows->bytes(rows->ctx, first + n);
+        return n;
+    }
+    *bucket = ow_store_bucket_floor(left);
+    *bytes = rows_bytes(rows, first, (size_t)1 << *bucket);
+    while (*bucket > 0 && *bytes > budget)
+        *bytes = rows_bytes(rows, first, (size_t)1 << --*bucket);
+    return (size_t)1 << *bucket;
+}
+
+int ow_store_send_rows(ow_store *s, const ow_rows *rows, size_t *affected, ow_error *err)
+{
+    size_t budget = ow_store_packet_budget(s);
+    int rc = OW_OK;
+
+    *affected = 0;
+    for (size_t done = 0; rc == OW_OK && done < rows->rows;) {
+        unsigned bucket = 0;
+        size_t bytes = 0;
+        size_t n = chunk_rows(s, rows, done, budget, &bucket, &bytes);
+
+#if OW_HAVE_BULK
+        if (s->bulk)
+            rc = send_bulk(s, rows, done, n, affected, err);
+        else
+#endif
+            rc = send_multi_row(s, rows, done, bucket, affected, err);
+        if (rc != OW_OK)
+            ow_store_statement_refused(s, bytes, err);
+        done += n;
+    }
+    return rc;
 }
 
 int ow_store_execute(ow_store *s, MYSQL_STMT *st, ow_params *p, const char *what, ow_error *err)

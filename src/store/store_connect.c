@@ -102,6 +102,8 @@ static int open_session(ow_store *s, ow_error *err)
         rc = session_setup(s, err);
     if (rc == OW_OK)
         rc = ow_store_read_server(s, err);
+    if (rc == OW_OK)
+        ow_store_learn_features(s);
     if (rc == OW_OK && s->check_server)
         rc = ow_store_check_server(s, err);
     if (rc == OW_OK && s->map_check != OW_MAP_UNCHECKED)

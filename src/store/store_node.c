@@ -11,7 +11,7 @@
  * caller tries the next node.
  *
  * On a ready Galera node the session sets wsrep_sync_wait = 1: each read
- * (the known-key read, the locking read of the orders, a lookup) first
+ * (the known-key read, the read of the orders that existed, a lookup) first
  * waits until the node has applied every write set the cluster ordered
  * before it, so a decision committed through another node is seen, not
  * missed. Writes are checked by certification in any case

@@ -26,12 +26,254 @@ int ow_orders_prepare(ow_store *s, ow_store_item *items, size_t n, ow_error *err
         total += items[i].req->n_orders;
         items[i].decision = OW_DECISION_NONE;
     }
-    if (ow_grow((void **)&sc->refs, &sc->refs_cap, total, sizeof(*sc->refs)) != OW_OK)
+    if (ow_grow((void **)&sc->refs, &sc->refs_cap, total, sizeof(*sc->refs)) != OW_OK ||
+        ow_grow((void **)&sc->slots, &sc->slots_cap, total, sizeof(*sc->slots)) != OW_OK ||
+        ow_grow((void **)&sc->ids, &sc->ids_cap, total, sizeof(*sc->ids)) != OW_OK)
         return ow_store_oom(err);
     return OW_OK;
 }
 
-/* --- The orders that exist ------------------------------------------------ */
+static ow_order_ref *slot_ref(const ow_decide_part *p, const ow_order_slot *o)
+{
+    return &p->s->scratch.refs[p->s->scratch.ref_start[o->item] + o->order];
+}
+
+static const ow_order_item *slot_order(const ow_decide_part *p, const ow_order_slot *o)
+{
+    return &p->items[o->item].req->orders[o->order];
+}
+
+static uint64_t id_hash(int64_t id)
+{
+    return (uint64_t)id * 0x9e3779b97f4a7c15ULL;
+}
+
+/* The part's slot that holds order id, or NULL. */
+static ow_order_slot *slot_of_id(const ow_decide_part *p, int64_t id)
+{
+    const ow_scratch *sc = &p->s->scratch;
+    ow_htab_walk w = OW_HTAB_START;
+    uintptr_t i;
+
+    while (ow_htab_next(&sc->by_id, id_hash(id), &w, &i))
+        if (slot_ref(p, &sc->slots[i])->order_id == id)
+            return &sc->slots[i];
+    return NULL;
+}
+
+/* --- Step 1: every order new ------------------------------------------------ */
+
+int ow_orders_draw(ow_decide_part *p, ow_error *err)
+{
+    ow_scratch *sc = &p->s->scratch;
+
+    sc->n_slots = 0;
+    ow_htab_clear(&sc->by_id);
+    for (size_t i = p->first; i < p->first + p->count; i++) {
+        ow_store_item *it = &p->items[i];
+        ow_order_ref *refs = &sc->refs[sc->ref_start[i]];
+
+        for (size_t j = 0; j < it->req->n_orders; j++) {
+            refs[j].order_id = ow_idgen_next(p->s->ids);
+            ow_order_no_format(refs[j].order_id, refs[j].order_no);
+            refs[j].existing = 0;
+            sc->slots[sc->n_slots] = (ow_order_slot){i, j, 0};
+            if (ow_htab_put(&sc->by_id, id_hash(refs[j].order_id), sc->n_slots) != OW_OK)
+                return ow_store_oom(err);
+            sc->n_slots++;
+        }
+        it->request_id = ow_idgen_next(p->s->ids);
+        it->decision = OW_DECISION_NONE;
+        it->ours = 0;
+        it->replayed = 0;
+        ow_buf_reset(&it->body);
+    }
+    return OW_OK;
+}
+
+/* --- Step 2: insert them, and learn which went in -------------------------- */
+
+/* Cached per row bucket by the connection (ow_store_stmt). The RETURNING
+ * form (MariaDB) names the rows that went in; an order that already exists
+ * (or that a concurrent transaction created while this one waited on its
+ * unique key) is skipped, and so is a row whose id another process drew. */
+static const ow_sql_shape insert_orders_returning_sql = {
+    OW_SLOT_DECIDE + 3,
+    "INSERT IGNORE INTO orders (id, order_no, user_id, external_order_no, amount, product_id, "
+    "quantity, request_id) VALUES ",
+    "(?,?,?,?,?,?,?,?)", " RETURNING id"};
+
+static const ow_sql_shape insert_orders_sql = {
+    OW_SLOT_DECIDE + 4,
+    "INSERT IGNORE INTO orders (id, order_no, user_id, external_order_no, amount, product_id, "
+    "quantity, request_id) VALUES ",
+    "(?,?,?,?,?,?,?,?)", ""};
+
+static void bind_order(void *ctx, size_t r, ow_params *params)
+{
+    const ow_decide_part *p = ctx;
+    const ow_order_slot *o = &p->s->scratch.slots[r];
+    const ow_order_ref *ref = slot_ref(p, o);
+    const ow_order_item *it = slot_order(p, o);
+    const ow_store_item *item = &p->items[o->item];
+
+    ow_param_int(params, ref->order_id);
+    ow_param_bytes(params, ref->order_no, strlen(ref->order_no));
+    ow_param_int(params, item->req->user_id);
+    ow_param_bytes(params, it->external_order_no, it->ext_len);
+    ow_param_amount(params, it->amount_cents);
+    if (it->product_id > 0)
+        ow_param_int(params, it->product_id);
+    else
+        ow_param_null(params);
+    ow_param_int(params, it->quantity);
+    ow_param_int(params, item->request_id);
+}
+
+/* An order's row in its statement: the fixed columns, its texts, and for
+ * each of its 8 parameters a length prefix and a type. */
+#define ORDER_ROW_FIXED (5 * 8 + OW_ORDER_NO_MAX + OW_AMOUNT_TEXT_MAX + 8 * 11)
+
+static size_t order_bytes(const void *ctx, size_t r)
+{
+    const ow_decide_part *p = ctx;
+
+    return ORDER_ROW_FIXED + slot_order(p, &p->s->scratch.slots[r])->ext_len;
+}
+
+/* An INSERT ... RETURNING whose error (a deadlock, a lock wait) came after
+ * its result set began: the error is kept, then the statement is reset.
+ * Connector/C leaves such a statement waiting for rows that will never
+ * come, and its next execution would read the network until the read
+ * timeout; the reset returns it to the prepared state (one round trip). */
+static int returned_failed(ow_store *s, MYSQL_STMT *st, ow_error *err)
+{
+    int rc = ow_store_fail_stmt(s, st, "insert orders", err);
+
+    mysql_stmt_reset(st);
+    return rc;
+}
+
+/* The ids RETURNING gave back: those orders went in. */
+static int mark_returned(void *ctx, MYSQL_STMT *st, ow_error *err)
+{
+    ow_decide_part *p = ctx;
+    MYSQL_BIND res;
+    ow_mybool nul = 0;
+    long long id = 0;
+    int frc;
+
+    ow_result_int(&res, &id, &nul);
+    if (mysql_stmt_bind_result(st, &res) != 0 || mysql_stmt_store_result(st) != 0)
+        return returned_failed(p->s, st, err);
+    for (;;) {
+        ow_order_slot *o;
+
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0)
+            break;
+        o = slot_of_id(p, id);
+        if (o != NULL && !nul)
+            o->inserted = 1;
+    }
+    if (frc != MYSQL_NO_DATA)
+        return returned_failed(p->s, st, err);
+    mysql_stmt_free_result(st);
+    return OW_OK;
+}
+
+/* Without RETURNING: the part's order ids that hold the order this
+ * transaction gave them went in (a row with one of our ids and another
+ * order is another process's, whose id collided with ours). */
+static const ow_sql_shape inserted_orders_sql = {
+    OW_SLOT_DECIDE + 5, "SELECT id, user_id, external_order_no FROM orders WHERE id IN (", "?",
+    ")"};
+
+static int mark_read_back(ow_decide_part *p, MYSQL_STMT *st, ow_error *err)
+{
+    MYSQL_BIND res[3];
+    ow_mybool nul[3];
+    long long id = 0, user_id = 0;
+    char ext[OW_EXT_NO_MAX + 1];
+    unsigned long ext_len = 0;
+    unsigned e;
+    int frc;
+
+    ow_result_int(&res[0], &id, &nul[0]);
+    ow_result_int(&res[1], &user_id, &nul[1]);
+    ow_result_bytes(&res[2], ext, sizeof(ext), &ext_len, &nul[2]);
+    if (mysql_stmt_bind_result(st, res) != 0 || mysql_stmt_store_result(st) != 0)
+        return ow_store_fail_stmt(p->s, st, "read orders back", err);
+    for (;;) {
+        ow_order_slot *o;
+        const ow_order_item *it;
+
+        frc = mysql_stmt_fetch(st);
+        if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
+            break;
+        o = slot_of_id(p, id);
+        it = o != NULL ? slot_order(p, o) : NULL;
+        if (it != NULL && p->items[o->item].req->user_id == user_id && it->ext_len == ext_len &&
+            memcmp(it->external_order_no, ext, ext_len) == 0)
+            o->inserted = 1;
+    }
+    e = frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
+    mysql_stmt_free_result(st);
+    return frc == MYSQL_NO_DATA ? OW_OK : ow_store_fail(p->s, e, "read orders back", err);
+}
+
+/* Reads ids[0..n) by primary key, chunk by chunk (padding repeats the last
+ * id, which changes nothing the list matches). */
+static int read_back_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_error *err)
+{
+    int rc = OW_OK;
+
+    for (size_t done = 0; rc == OW_OK && done < n; done += OW_STMT_MAX_ROWS) {
+        size_t rows = n - done < OW_STMT_MAX_ROWS ? n - done : OW_STMT_MAX_ROWS;
+        size_t padded = 0;
+        MYSQL_STMT *st = NULL;
+
+        rc = ow_store_stmt_padded(p->s, &inserted_orders_sql, rows, &st, &padded, err);
+        for (size_t i = 0; rc == OW_OK && i < padded; i++)
+            ow_param_int(&p->s->params, ids[done + (i < rows ? i : rows - 1)]);
+        if (rc == OW_OK)
+            rc = ow_store_execute(p->s, st, &p->s->params, "read orders back", err);
+        if (rc == OW_OK)
+            rc = mark_read_back(p, st, err);
+    }
+    return rc;
+}
+
+int ow_orders_insert(ow_decide_part *p, ow_error *err)
+{
+    ow_scratch *sc = &p->s->scratch;
+    ow_rows rows = {p->s->returning ? &insert_orders_returning_sql : &insert_orders_sql,
+                    sc->n_slots,
+                    8,
+                    p,
+                    bind_order,
+                    order_bytes,
+                    mark_returned,
+                    "insert orders"};
+    size_t affected = 0;
+    int rc;
+
+    if (sc->n_slots == 0)
+        return OW_OK;
+    rc = ow_store_send_rows(p->s, &rows, &affected, err);
+    if (rc != OW_OK || p->s->returning)
+        return rc;
+    if (affected == sc->n_slots) {
+        for (size_t i = 0; i < sc->n_slots; i++)
+            sc->slots[i].inserted = 1;
+        return OW_OK;
+    }
+    for (size_t i = 0; i < sc->n_slots; i++)
+        sc->ids[i] = slot_ref(p, &sc->slots[i])->order_id;
+    return read_back_ids(p, sc->ids, sc->n_slots, err);
+}
+
+/* --- Step 3: the orders that exist, and each item's decision -------------- */
 
 static const ow_existing *existing_find(const ow_scratch *sc, long long user_id, const char *ext,
                                         size_t len)
@@ -60,9 +302,7 @@ static int existing_add(ow_scratch *sc, const ow_existing *row)
     return OW_OK;
 }
 
-/* --- Step 1: lock existing orders ---------------------------------------- */
-
-/* The columns of lock_orders_sql, bound to one row. */
+/* The columns of existing_sql, bound to one row. */
 typedef struct {
     MYSQL_BIND res[7];
     ow_mybool nul[7];
@@ -108,7 +348,7 @@ static int fetch_existing(ow_decide_part *p, MYSQL_STMT *st, ow_error *err)
 
     bind_existing(&c);
     if (mysql_stmt_bind_result(st, c.res) != 0 || mysql_stmt_store_result(st) != 0)
-        return ow_store_fail_stmt(p->s, st, "lock orders", err);
+        return ow_store_fail_stmt(p->s, st, "read orders", err);
     for (;;) {
         frc = mysql_stmt_fetch(st);
         if (frc != 0 && frc != MYSQL_DATA_TRUNCATED)
@@ -123,67 +363,64 @@ static int fetch_existing(ow_decide_part *p, MYSQL_STMT *st, ow_error *err)
     e = frc != MYSQL_NO_DATA ? mysql_stmt_errno(st) : 0;
     mysql_stmt_free_result(st);
     if (frc != MYSQL_NO_DATA)
-        return ow_store_fail(p->s, e, "lock orders", err);
+        return ow_store_fail(p->s, e, "read orders", err);
     return OW_OK;
 }
 
-/* Cached per row bucket by the connection (ow_store_stmt). */
-static const ow_sql_shape lock_orders_sql = {
+/* The orders that exist, by their unique key, without locking: an order is
+ * never changed in what an item compares (amount, product_id, quantity)
+ * and never deleted once committed, so a committed row read at any moment
+ * is the row at commit. Cached per row bucket by the connection. */
+static const ow_sql_shape existing_sql = {
     OW_SLOT_DECIDE + 0,
     "SELECT id, order_no, user_id, external_order_no, amount, product_id, quantity FROM orders "
     "WHERE (user_id, external_order_no) IN (",
-    "(?,?)", ") FOR UPDATE"};
+    "(?,?)", ")"};
 
-/* Runs one padded chunk of the locking read over rows (user, order)
- * pairs; padding repeats the last pair, which changes nothing it matches. */
-static int lock_chunk(ow_decide_part *p, const ow_order_item **its, const long long *users,
-                      size_t rows, ow_error *err)
+/* Reads the existing rows of slots[0..rows) (the orders whose insert was
+ * skipped); padding repeats the last pair, which changes nothing it
+ * matches. */
+static int read_chunk(ow_decide_part *p, const ow_order_slot *const *slots, size_t rows,
+                      ow_error *err)
 {
     size_t padded = 0;
     MYSQL_STMT *st = NULL;
     ow_params *params = &p->s->params;
-    int rc = ow_store_stmt_padded(p->s, &lock_orders_sql, rows, &st, &padded, err);
+    int rc = ow_store_stmt_padded(p->s, &existing_sql, rows, &st, &padded, err);
 
     if (rc != OW_OK)
         return rc;
     for (size_t i = 0; i < padded; i++) {
-        size_t k = i < rows ? i : rows - 1;
+        const ow_order_slot *o = slots[i < rows ? i : rows - 1];
+        const ow_order_item *it = slot_order(p, o);
 
-        ow_param_int(params, users[k]);
-        ow_param_bytes(params, its[k]->external_order_no, its[k]->ext_len);
+        ow_param_int(params, p->items[o->item].req->user_id);
+        ow_param_bytes(params, it->external_order_no, it->ext_len);
     }
-    rc = ow_store_execute(p->s, st, params, "lock orders", err);
+    rc = ow_store_execute(p->s, st, params, "read orders", err);
     return rc == OW_OK ? fetch_existing(p, st, err) : rc;
 }
 
-int ow_orders_lock(ow_decide_part *p, ow_error *err)
+static int read_skipped(ow_decide_part *p, ow_error *err)
 {
-    const ow_order_item *its[OW_STMT_MAX_ROWS];
-    long long users[OW_STMT_MAX_ROWS];
+    const ow_order_slot *chunk[OW_STMT_MAX_ROWS];
     ow_scratch *sc = &p->s->scratch;
     size_t k = 0;
     int rc = OW_OK;
 
     ow_htab_clear(&sc->existing);
     sc->n_rows = 0;
-    for (size_t i = p->first; rc == OW_OK && i < p->first + p->count; i++) {
-        const ow_request *req = p->items[i].req;
-
-        for (size_t j = 0; rc == OW_OK && j < req->n_orders; j++) {
-            its[k] = &req->orders[j];
-            users[k] = req->user_id;
-            if (++k == OW_STMT_MAX_ROWS) {
-                rc = lock_chunk(p, its, users, k, err);
-                k = 0;
-            }
+    for (size_t i = 0; rc == OW_OK && i < sc->n_slots; i++) {
+        if (sc->slots[i].inserted)
+            continue;
+        chunk[k++] = &sc->slots[i];
+        if (k == OW_STMT_MAX_ROWS) {
+            rc = read_chunk(p, chunk, k, err);
+            k = 0;
         }
     }
-    if (rc == OW_OK && k > 0)
-        rc = lock_chunk(p, its, users, k, err);
-    return rc;
+    return rc == OW_OK && k > 0 ? read_chunk(p, chunk, k, err) : rc;
 }
-
-/* --- Step 2: decide in memory -------------------------------------------- */
 
 static unsigned diff_fields(const ow_existing *e, const ow_order_item *it)
 {
@@ -198,53 +435,48 @@ static unsigned diff_fields(const ow_existing *e, const ow_order_item *it)
     return d;
 }
 
-/* Each order of item i: reused, in conflict, or new. Returns the number
- * of conflicts (listed in the scratch). */
-static size_t plan_orders(ow_decide_part *p, size_t i)
+/* An order whose insert was skipped: the existing order becomes the
+ * item's (same fields) or a conflict (listed in the scratch). FALLBACK
+ * when there is no such order (our id was another process's) or when it is
+ * this transaction's own for another item, which that item may still give
+ * up. */
+static int settle_order(ow_decide_part *p, const ow_order_slot *o, size_t *n_conflicts)
 {
     ow_scratch *sc = &p->s->scratch;
-    const ow_request *req = p->items[i].req;
-    ow_order_ref *refs = &sc->refs[sc->ref_start[i]];
-    size_t n_conflicts = 0;
+    const ow_request *req = p->items[o->item].req;
+    const ow_order_item *it = slot_order(p, o);
+    const ow_existing *e = existing_find(sc, req->user_id, it->external_order_no, it->ext_len);
+    const ow_order_slot *own = e != NULL ? slot_of_id(p, e->id) : NULL;
+    ow_order_ref *ref = slot_ref(p, o);
 
-    for (size_t j = 0; j < req->n_orders; j++) {
-        const ow_order_item *o = &req->orders[j];
-        const ow_existing *e = existing_find(sc, req->user_id, o->external_order_no, o->ext_len);
-
-        if (e == NULL) {
-            refs[j].order_id = ow_idgen_next(p->s->ids);
-            ow_order_no_format(refs[j].order_id, refs[j].order_no);
-            refs[j].existing = 0;
-        } else if (diff_fields(e, o) != 0) {
-            sc->conflicts[n_conflicts].index = j;
-            sc->conflicts[n_conflicts].fields = diff_fields(e, o);
-            n_conflicts++;
-        } else {
-            refs[j].order_id = e->id;
-            memcpy(refs[j].order_no, e->order_no, sizeof(refs[j].order_no));
-            refs[j].existing = 1;
-        }
+    if (e == NULL)
+        p->s->stats.id_collisions++;
+    if (e == NULL || (own != NULL && own->inserted))
+        return OW_STORE_FALLBACK;
+    if (diff_fields(e, it) != 0) {
+        sc->conflicts[*n_conflicts].index = o->order;
+        sc->conflicts[*n_conflicts].fields = diff_fields(e, it);
+        ++*n_conflicts;
+    } else {
+        ref->order_id = e->id;
+        memcpy(ref->order_no, e->order_no, sizeof(ref->order_no));
+        ref->existing = 1;
     }
-    return n_conflicts;
+    return OW_OK;
 }
 
-static int plan_item(ow_decide_part *p, size_t i, ow_error *err)
+/* Builds item i's body: CREATED with its orders (new and existing), or
+ * ORDER_ALREADY_EXISTS naming the conflicts. A record no statement can
+ * carry is not written: the request is refused, whatever its orders are. */
+static int decide_item(ow_decide_part *p, size_t i, size_t n_conflicts, ow_error *err)
 {
     ow_scratch *sc = &p->s->scratch;
     ow_store_item *it = &p->items[i];
-    size_t n_conflicts;
     ow_response_ctx ctx;
     int rc;
 
-    if (ow_grow((void **)&sc->conflicts, &sc->conflicts_cap, it->req->n_orders,
-                sizeof(*sc->conflicts)) != OW_OK)
-        return ow_store_oom(err);
-    n_conflicts = plan_orders(p, i);
     ow_store_item_ctx(it, &ctx);
     ow_buf_reset(&it->body);
-    it->request_id = ow_idgen_next(p->s->ids);
-    it->ours = 0;
-    it->replayed = 0;
     if (n_conflicts > 0) {
         it->decision = OW_DECISION_CONFLICT;
         it->code = OW_CODE_ORDER_ALREADY_EXISTS;
@@ -256,8 +488,6 @@ static int plan_item(ow_decide_part *p, size_t i, ow_error *err)
     }
     if (rc != OW_OK)
         return ow_store_oom(err);
-    /* A record no statement can carry is not written: the request is
-     * refused, whatever its orders are. */
     if (ow_server_record_bytes(it->key_len, it->body.len) > ow_store_packet_limit(p->s)) {
         it->decision = OW_DECISION_TOO_LARGE;
         it->code = OW_CODE_INVALID_REQUEST;
@@ -266,117 +496,65 @@ static int plan_item(ow_decide_part *p, size_t i, ow_error *err)
     return OW_OK;
 }
 
-int ow_orders_plan(ow_decide_part *p, ow_error *err)
+int ow_orders_settle(ow_decide_part *p, ow_error *err)
 {
-    for (size_t i = p->first; i < p->first + p->count; i++) {
-        int rc = plan_item(p, i, err);
-
-        if (rc != OW_OK)
-            return rc;
-    }
-    return OW_OK;
-}
-
-/* --- Step 5: insert the new orders --------------------------------------- */
-
-typedef struct {
-    const ow_store_item *it;
-    size_t order;
-} order_slot;
-
-/* Cached per row bucket by the connection (ow_store_stmt). */
-static const ow_sql_shape insert_orders_sql = {
-    OW_SLOT_DECIDE + 3,
-    "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, product_id, quantity, "
-    "request_id) VALUES ",
-    "(?,?,?,?,?,?,?,?)", ""};
-
-static int insert_chunk(ow_decide_part *p, const order_slot *slots, unsigned bucket, ow_error *err)
-{
-    size_t rows = (size_t)1 << bucket;
     ow_scratch *sc = &p->s->scratch;
-    ow_params *params = &p->s->params;
-    MYSQL_STMT *st = NULL;
-    int rc = ow_store_stmt(p->s, &insert_orders_sql, bucket, &st, err);
-
-    if (rc != OW_OK)
-        return rc;
-    for (size_t r = 0; r < rows; r++) {
-        const ow_store_item *it = slots[r].it;
-        const ow_order_item *o = &it->req->orders[slots[r].order];
-        const ow_order_ref *ref = &sc->refs[sc->ref_start[it - p->items] + slots[r].order];
-
-        ow_param_int(params, ref->order_id);
-        ow_param_bytes(params, ref->order_no, strlen(ref->order_no));
-        ow_param_int(params, it->req->user_id);
-        ow_param_bytes(params, o->external_order_no, o->ext_len);
-        ow_param_amount(params, o->amount_cents);
-        if (o->product_id > 0)
-            ow_param_int(params, o->product_id);
-        else
-            ow_param_null(params);
-        ow_param_int(params, o->quantity);
-        ow_param_int(params, it->request_id);
-    }
-    return ow_store_execute(p->s, st, params, "insert orders", err);
-}
-
-/* An order's row in its statement: the fixed columns, its texts, and for
- * each of its 8 parameters a length prefix and a type. */
-#define ORDER_ROW_FIXED (5 * 8 + OW_ORDER_NO_MAX + OW_AMOUNT_TEXT_MAX + 8 * 11)
-
-static size_t slots_bytes(const order_slot *slots, size_t rows)
-{
-    size_t bytes = 0;
-
-    for (size_t r = 0; r < rows; r++)
-        bytes += ORDER_ROW_FIXED + slots[r].it->req->orders[slots[r].order].ext_len;
-    return bytes;
-}
-
-/* Inserts slots[0..k) as a sum of powers of two (one cached statement
- * each), each within the packet budget. */
-static int insert_slots(ow_decide_part *p, const order_slot *slots, size_t k, ow_error *err)
-{
-    size_t budget = ow_store_packet_budget(p->s);
+    size_t skipped = 0, o = 0;
     int rc = OW_OK;
 
-    for (size_t done = 0; rc == OW_OK && done < k;) {
-        unsigned bucket = ow_store_bucket_floor(k - done);
-        size_t bytes = slots_bytes(slots + done, (size_t)1 << bucket);
+    for (size_t i = 0; i < sc->n_slots; i++)
+        skipped += !sc->slots[i].inserted;
+    if (skipped > 0)
+        rc = read_skipped(p, err);
+    /* Slots run item by item, in the items' order. */
+    for (size_t i = p->first; rc == OW_OK && i < p->first + p->count; i++) {
+        size_t n_conflicts = 0;
 
-        while (bucket > 0 && bytes > budget)
-            bytes = slots_bytes(slots + done, (size_t)1 << --bucket);
-        rc = insert_chunk(p, slots + done, bucket, err);
-        if (rc != OW_OK)
-            ow_store_statement_refused(p->s, bytes, err);
-        done += (size_t)1 << bucket;
+        if (ow_grow((void **)&sc->conflicts, &sc->conflicts_cap, p->items[i].req->n_orders,
+                    sizeof(*sc->conflicts)) != OW_OK)
+            return ow_store_oom(err);
+        for (; rc == OW_OK && o < sc->n_slots && sc->slots[o].item == i; o++)
+            if (!sc->slots[o].inserted)
+                rc = settle_order(p, &sc->slots[o], &n_conflicts);
+        if (rc == OW_OK)
+            rc = decide_item(p, i, n_conflicts, err);
     }
     return rc;
 }
 
-int ow_orders_insert(ow_decide_part *p, ow_error *err)
+/* --- Step 6: take back the orders of items that keep none ----------------- */
+
+static const ow_sql_shape delete_orders_sql = {OW_SLOT_DECIDE + 6,
+                                               "DELETE FROM orders WHERE id IN (", "?", ")"};
+
+static int delete_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_error *err)
 {
-    ow_scratch *sc = &p->s->scratch;
-    order_slot slots[OW_STMT_MAX_ROWS];
-    size_t k = 0;
     int rc = OW_OK;
 
-    for (size_t i = p->first; rc == OW_OK && i < p->first + p->count; i++) {
-        const ow_store_item *it = &p->items[i];
+    for (size_t done = 0; rc == OW_OK && done < n; done += OW_STMT_MAX_ROWS) {
+        size_t rows = n - done < OW_STMT_MAX_ROWS ? n - done : OW_STMT_MAX_ROWS;
+        size_t padded = 0;
+        MYSQL_STMT *st = NULL;
 
-        if (!it->ours || it->decision != OW_DECISION_CREATED)
-            continue;
-        for (size_t j = 0; rc == OW_OK && j < it->req->n_orders; j++) {
-            if (sc->refs[sc->ref_start[i] + j].existing)
-                continue;
-            slots[k].it = it;
-            slots[k].order = j;
-            if (++k == OW_STMT_MAX_ROWS) {
-                rc = insert_slots(p, slots, k, err);
-                k = 0;
-            }
-        }
+        rc = ow_store_stmt_padded(p->s, &delete_orders_sql, rows, &st, &padded, err);
+        for (size_t i = 0; rc == OW_OK && i < padded; i++)
+            ow_param_int(&p->s->params, ids[done + (i < rows ? i : rows - 1)]);
+        if (rc == OW_OK)
+            rc = ow_store_execute(p->s, st, &p->s->params, "take back orders", err);
     }
-    return rc == OW_OK ? insert_slots(p, slots, k, err) : rc;
+    return rc;
+}
+
+int ow_orders_undo(ow_decide_part *p, ow_error *err)
+{
+    ow_scratch *sc = &p->s->scratch;
+    size_t n = 0;
+
+    for (size_t i = 0; i < sc->n_slots; i++) {
+        const ow_store_item *it = &p->items[sc->slots[i].item];
+
+        if (sc->slots[i].inserted && !(it->ours && it->decision == OW_DECISION_CREATED))
+            sc->ids[n++] = slot_ref(p, &sc->slots[i])->order_id;
+    }
+    return n > 0 ? delete_ids(p, sc->ids, n, err) : OW_OK;
 }

@@ -20,16 +20,31 @@ typedef my_bool ow_mybool;
 typedef bool ow_mybool;
 #endif
 
+/* MariaDB Connector/C sends a one-row statement with arrays of values, one
+ * per row, as one bulk execution (COM_STMT_BULK_EXECUTE); the MySQL client
+ * library has no such call. */
+#if defined(MARIADB_PACKAGE_VERSION_ID) && MARIADB_PACKAGE_VERSION_ID >= 30000
+#define OW_HAVE_BULK 1
+#else
+#define OW_HAVE_BULK 0
+#endif
+
 #define OW_STMT_BUCKETS 9 /* statements for 1, 2, 4, ... 256 rows */
 #define OW_STMT_MAX_ROWS 256
-#define OW_STMT_SLOTS 10 /* shapes the cache can hold */
+#define OW_STMT_SLOTS 13 /* shapes the cache can hold */
 /* Which cache slots each module's shapes use (slot numbers are unique). */
 enum {
-    OW_SLOT_DECIDE = 0, /* 4 shapes: store_orders.c and store_decide.c */
-    OW_SLOT_PURGE = 4,  /* 3 shapes: store_purge.c */
-    OW_SLOT_KNOWN = 7,  /* 1 shape: store_decide.c's read of recorded keys */
-    OW_SLOT_LOOKUP = 8  /* 2 shapes: store_lookup.c */
+    OW_SLOT_DECIDE = 0, /* 6 shapes: store_orders.c and store_decide.c */
+    OW_SLOT_PURGE = 6,  /* 3 shapes: store_purge.c */
+    OW_SLOT_KNOWN = 9,  /* 1 shape: store_decide.c's read of recorded keys */
+    OW_SLOT_LOOKUP = 10 /* 2 shapes: store_lookup.c */
 };
+/* The shapes one writing connection may hold (the deciding transaction's
+ * and the known-key read), and one reading connection (the lookups'): a
+ * prepared statement for each row bucket of each, and one more prepared
+ * for the moment. */
+#define OW_STMT_WRITER_SHAPES 7
+#define OW_STMT_READER_SHAPES 2
 
 /* A statement shape, owned by the module whose SQL it is: head,
  * the tuple repeated for each row (comma separated), tail. A row's
@@ -43,7 +58,11 @@ typedef struct {
     const char *head, *tuple, *tail;
 } ow_sql_shape;
 
-/* Bound parameters for one execution, with storage that outlives the binds. */
+/* Bound parameters for one execution, with storage that outlives the binds.
+ * One bind per parameter; or, for a bulk execution (ow_params_bulk), one
+ * bind per column of rows rows, whose values are stored column by column
+ * so that each bind points at an array (MariaDB Connector/C's column-wise
+ * array binding). */
 typedef struct {
     MYSQL_BIND *b;
     long long *ival;
@@ -51,11 +70,14 @@ typedef struct {
     char (*text)[OW_AMOUNT_TEXT_MAX];
     MYSQL_TIME *time;
     ow_mybool *isnull;
+    const void **ptr; /* bulk: the address of each text value */
+    char *ind;        /* bulk: each value's indicator (NULL or not) */
     size_t n;
     size_t cap;
+    size_t rows, cols; /* bulk: 0 when the binds are one per parameter */
 } ow_params;
 
-/* An order that already exists, as read by the locking read. */
+/* An order that already existed, as read after its insert was skipped. */
 typedef struct {
     long long id;
     char order_no[OW_ORDER_NO_MAX + 1];
@@ -66,6 +88,14 @@ typedef struct {
     long long product_id; /* 0 when NULL */
     long long quantity;
 } ow_existing;
+
+/* One order of the deciding transaction's part: its item (an index into
+ * the part's items) and order index, and what became of its row. */
+typedef struct {
+    size_t item;
+    size_t order;
+    int inserted; /* the row went in: the transaction created it */
+} ow_order_slot;
 
 /* Scratch space reused by every decide call of one store. */
 typedef struct {
@@ -79,9 +109,17 @@ typedef struct {
     size_t ref_start_cap;
     ow_conflict *conflicts;
     size_t conflicts_cap;
-    size_t *picks; /* the items a statement of requests holds */
+    size_t *picks; /* the items whose request records are written */
     size_t picks_cap;
     ow_buf blob; /* a fetched response body */
+    /* The part's orders as the deciding transaction inserts them: item and
+     * order index of each, and whether its row went in (store_orders.c). */
+    ow_order_slot *slots;
+    size_t n_slots;
+    size_t slots_cap;
+    ow_htab by_id; /* order id -> index in slots */
+    int64_t *ids;  /* order ids to read back or delete */
+    size_t ids_cap;
 } ow_scratch;
 
 struct ow_store {
@@ -126,10 +164,20 @@ struct ow_store {
     ow_scratch scratch;
     ow_idgen *ids;
     uint64_t rng;
-    /* The last decide failed on a deadlock or a lock wait: the next one
-     * runs one item at a time, each under its own savepoint. */
-    int next_one_at_a_time;
+    /* How the next decide splits its items: into 2^split groups, each
+     * decided set-based under a savepoint (0: the whole call at once). A
+     * deadlock doubles the groups of the next call, a lock wait makes them
+     * single items; a call that succeeds resets it (store_decide.c). */
+    unsigned next_split;
     int no_known_read; /* ow_store_test_known_read(s, 0) */
+    /* What the connection's server and client library take, learned at
+     * each connect (store_server.c): INSERT ... RETURNING (MariaDB 10.5
+     * and later), and a bulk execution of a one-row statement (MariaDB
+     * with Connector/C). Without them the orders' inserts are read back
+     * by id, and rows travel in multi-row statements. */
+    int returning;
+    int bulk;
+    int plain_sql; /* ow_store_test_plain_sql(s, 1): neither, as on MySQL */
     ow_store_stats stats;
     /* The server's settings, read on every connection (store_server.c),
      * and what this process needs of them: checked when check_server. */
@@ -232,6 +280,28 @@ int ow_store_stmt_padded(ow_store *s, const ow_sql_shape *shape, size_t rows, MY
 /* The bucket of the largest power of two <= rows, at most
  * OW_STMT_MAX_ROWS: a batch is inserted as a sum of such statements. */
 unsigned ow_store_bucket_floor(size_t rows);
+
+/* Rows for one statement shape whose tuple takes cols parameters: bind
+ * binds row r's parameters through ow_param_*, bytes bounds what row r
+ * adds to a statement's packet, and returned (may be NULL) reads the rows
+ * a statement returned (INSERT ... RETURNING). */
+typedef struct {
+    const ow_sql_shape *shape;
+    size_t rows;
+    size_t cols;
+    void *ctx;
+    void (*bind)(void *ctx, size_t r, ow_params *p);
+    size_t (*bytes)(const void *ctx, size_t r);
+    int (*returned)(void *ctx, MYSQL_STMT *st, ow_error *err);
+    const char *what;
+} ow_rows;
+/* Sends rows: as bulk executions of the shape's one-row statement where
+ * the connection takes them, else as multi-row statements of a power of
+ * two rows; each statement within the packet budget (a row over it goes
+ * alone). *affected: the rows the server reported written. */
+int ow_store_send_rows(ow_store *s, const ow_rows *rows, size_t *affected, ow_error *err);
+/* Learns what the connection takes (s->returning, s->bulk). */
+void ow_store_learn_features(ow_store *s);
 /* Reads column col (len bytes, as the fetch reported it) of the current
  * row into out, which is replaced and NUL-terminated. */
 int ow_store_fetch_column(ow_store *s, MYSQL_STMT *st, unsigned col, unsigned long len, ow_buf *out,
@@ -292,6 +362,9 @@ void ow_params_reset(ow_params *p);
  * memory runs out). Every statement binds through the ow_param_* helpers. */
 ow_params *ow_store_params_for(ow_store *s, size_t n, ow_error *err);
 int ow_params_reserve(ow_params *p, size_t extra);
+/* Empties p for a bulk execution of rows rows of cols parameters each,
+ * bound in row order through ow_param_*; p->b then holds cols binds. */
+int ow_params_bulk(ow_params *p, size_t rows, size_t cols);
 void ow_params_free(ow_params *p);
 void ow_param_int(ow_params *p, long long v);
 void ow_param_null(ow_params *p);

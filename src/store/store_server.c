@@ -539,6 +539,36 @@ size_t ow_store_orders_cap(void)
     return atomic_load_explicit(&orders_cap, memory_order_relaxed);
 }
 
+/* The deciding transaction deletes the orders it inserted for an item that
+ * writes none, so its account needs DELETE on orders (sql/worker_user.sql
+ * grants it); a statement that deletes nothing finds out at start instead
+ * of at the first conflict. It takes no lock. Any other error it meets (a
+ * read-only server during a failover) is not this check's to judge: the
+ * deciding transaction meets it again and retries. */
+static const char *const sql_probe_delete = "DELETE FROM orders WHERE 1 = 0";
+
+static int check_delete(ow_store *s, const char *db, ow_error *err)
+{
+    MYSQL_STMT *st = NULL;
+    int rc = ow_store_prepare(s, sql_probe_delete, &st, err);
+
+    if (rc == OW_OK)
+        rc = ow_store_execute(s, st, NULL, "check the account's grants", err);
+    if (st != NULL)
+        mysql_stmt_close(st);
+    ow_store_end_read(s);
+    if (rc != OW_OK && err->code == OW_ER_TABLEACCESS_DENIED)
+        return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, err->code,
+                            "database %s: the account may not DELETE FROM orders, which deciding "
+                            "needs (the new orders of a request that conflicts are taken back): "
+                            "grant it, e.g. by running sql/worker_user.sql again",
+                            db);
+    if (rc != OW_OK && !ow_store_connected(s))
+        return rc;
+    ow_error_clear(err);
+    return OW_OK;
+}
+
 int ow_store_check_server(ow_store *s, ow_error *err)
 {
     char db[OW_STORE_SERVER_TEXT_MAX + 80];
@@ -560,5 +590,7 @@ int ow_store_check_server(ow_store *s, ow_error *err)
     }
     if (rc == OW_OK)
         rc = check_schema(s, db, err);
+    if (rc == OW_OK && s->needs.decides)
+        rc = check_delete(s, db, err);
     return rc;
 }

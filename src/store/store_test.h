@@ -13,6 +13,11 @@
  * cannot see coming (a row committed between the read and the insert). */
 void ow_store_test_known_read(ow_store *s, int enabled);
 
+/* On: s uses neither INSERT ... RETURNING nor bulk executions, as against
+ * MySQL 8 (the orders' inserts are read back by id, rows travel in
+ * multi-row statements), from its next connection on. */
+void ow_store_test_plain_sql(ow_store *s, int on);
+
 /* The server's counters of s's own session (information_schema's
  * SESSION_STATUS), read by one statement on s's connection, which must be
  * open. What a call costs the server is the difference of two reads around

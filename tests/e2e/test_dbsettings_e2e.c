@@ -500,6 +500,25 @@ static void test_account_connection_limit_refused(void **state)
     admin("DROP USER 'ow_limited'@'%%'");
 }
 
+/* An account that may not DELETE from orders (a grant of an earlier
+ * worker_user.sql) cannot take back the new orders of a request that
+ * conflicts: run refuses it at start, naming the grant, and purge, which
+ * does not need it, still runs. */
+static void test_account_without_delete_refused(void **state)
+{
+    static const char *const needles[] = {"DELETE FROM orders", "worker_user.sql", NULL};
+    char err[4096];
+
+    (void)state;
+    admin("CREATE USER IF NOT EXISTS 'ow_nodelete'@'%%' IDENTIFIED BY 'nd-pw'");
+    admin("GRANT SELECT, INSERT, UPDATE ON %s.* TO 'ow_nodelete'@'%%'", ts.db.database);
+    admin("GRANT DELETE ON %s.idempotency_requests TO 'ow_nodelete'@'%%'", ts.db.database);
+    worker_env("ORDER_WORKER_MYSQL_USER=ow_nodelete", "ORDER_WORKER_MYSQL_PASSWORD=nd-pw", NULL);
+    expect_refusal("run", &env, "dbs-no-delete.log", needles);
+    assert_int_equal(run_cli("purge", &env, err, sizeof(err), "--older-than 30d"), 0);
+    admin("DROP USER 'ow_nodelete'@'%%'");
+}
+
 /* A schema newer than the binary, then one older: run, serve and lookup
  * refuse both, naming the migration. */
 static void test_schema_version_checked(void **state)
@@ -666,6 +685,7 @@ int main(void)
         cmocka_unit_test_teardown(test_batches_larger_than_the_packet, restore),
         cmocka_unit_test_teardown(test_request_too_large_for_the_server, restore),
         cmocka_unit_test_teardown(test_prepared_statement_limit_refused, restore),
+        cmocka_unit_test_teardown(test_account_without_delete_refused, restore),
         cmocka_unit_test_teardown(test_account_connection_limit_refused, restore),
         cmocka_unit_test_teardown(test_schema_version_checked, restore),
         cmocka_unit_test_teardown(test_idle_connections_past_wait_timeout, restore),

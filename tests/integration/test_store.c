@@ -3,14 +3,19 @@
  * of the seeds, the micro-batch path, and the races the database decides.
  * Every case checks row counts, request status and response bytes.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -513,10 +518,12 @@ static void test_in_progress_then_replay(void **state)
     ow_store_free(&s);
 }
 
-/* The documented InnoDB case: a first session inserts a key, two more wait
- * on it, the first rolls back, and the two waiters deadlock. The retry must
- * end with exactly one creation. */
-static void test_three_sessions_first_rolls_back(void **state)
+/* The same request from two replicas while a third session holds its key
+ * uncommitted: the two insert the request's orders first, so the second
+ * waits on the first's order rows, not on the key. The holder rolls back,
+ * the first commits, and the second finds the orders and then the key
+ * taken: it replays the first's body. No deadlock. */
+static void test_three_sessions_same_request(void **state)
 {
     ow_store *s1 = testdb_store(&db, &ids, 10);
     ow_store *s2 = testdb_store(&db, &ids, 10);
@@ -537,7 +544,7 @@ static void test_three_sessions_first_rolls_back(void **state)
     r2 = (racer){s2, &b, &start};
     pthread_create(&t1, NULL, race, &r1);
     pthread_create(&t2, NULL, race, &r2);
-    usleep(500000); /* both wait on the first session's key */
+    usleep(500000); /* one waits on the first session's key, the other on its order */
     assert_int_equal(mysql_rollback(first), 0);
     mysql_close(first);
     pthread_join(t1, NULL);
@@ -546,7 +553,54 @@ static void test_three_sessions_first_rolls_back(void **state)
     if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_REPLAY) ||
           (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_REPLAY)))
         fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
+    assert_int_equal(a.item.body.len, b.item.body.len);
+    assert_memory_equal(a.item.body.data, b.item.body.data, a.item.body.len);
     assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
+    assert_int_equal(ow_store_get_stats(s1)->deadlocks + ow_store_get_stats(s2)->deadlocks, 0);
+    testmsg_free(&a);
+    testmsg_free(&b);
+    ow_store_free(&s1);
+    ow_store_free(&s2);
+}
+
+/* The documented InnoDB case: a first session inserts a key, two more wait
+ * on it, the first rolls back, and the two waiters deadlock. Here the two
+ * are requests with one key and different orders, so that both reach the
+ * key. The victim's retry finds the other's record: exactly one creation,
+ * and the other's key is reused. */
+static void test_three_sessions_first_rolls_back(void **state)
+{
+    ow_store *s1 = testdb_store(&db, &ids, 10);
+    ow_store *s2 = testdb_store(&db, &ids, 10);
+    testmsg a, b;
+    MYSQL *first;
+    pthread_barrier_t start;
+    pthread_t t1, t2;
+    racer r1, r2;
+
+    (void)state;
+    testmsg_make(&a, "three",
+                 "{\"user_id\":16,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
+    testmsg_make(&b, "three",
+                 "{\"user_id\":16,\"orders\":[{\"external_order_no\":\"T2\",\"amount\":1}]}");
+    first = hold_key(&a, "{}");
+    pthread_barrier_init(&start, NULL, 2);
+    r1 = (racer){s1, &a, &start};
+    r2 = (racer){s2, &b, &start};
+    pthread_create(&t1, NULL, race, &r1);
+    pthread_create(&t2, NULL, race, &r2);
+    usleep(500000); /* both wait on the first session's key */
+    assert_int_equal(mysql_rollback(first), 0);
+    mysql_close(first);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_barrier_destroy(&start);
+    if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_KEY_REUSED) ||
+          (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_KEY_REUSED)))
+        fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 1);
+    /* Only the creator's order: the other took its own back. */
     assert_int_equal(count("SELECT COUNT(*) FROM orders"), 1);
     /* The deadlock was seen and counted (order_worker_db_deadlocks_total). */
     assert_true(ow_store_get_stats(s1)->deadlocks + ow_store_get_stats(s2)->deadlocks >= 1);
@@ -642,10 +696,8 @@ static void test_same_id_same_key(void **state)
                  "{\"user_id\":21,\"orders\":[{\"external_order_no\":\"SI1\","
                  "\"amount\":\"2.00\"}]}");
     assert_int_equal(testmsg_decide(a, &first), OW_DECISION_CREATED);
-    /* The first drew its order's id, then its request's; the second draws
-     * only a request id (its order conflicts): skip one so that it is the
-     * first's request id. */
-    ow_idgen_next(&gb);
+    /* Each draws its order's id, then its request's: the second's request
+     * id is the first's. */
     ow_store_test_known_read(b, 0);
     assert_int_equal(testmsg_decide(b, &second), OW_DECISION_KEY_REUSED);
     assert_int_equal(second.item.code, OW_CODE_IDEMPOTENCY_KEY_REUSED);
@@ -945,6 +997,551 @@ static void test_lookup_reconnects(void **state)
     ow_store_free(&s);
 }
 
+/* --- The races of docs/transactions.md, set-based and as on MySQL -------- */
+
+/* Both ways the store talks to the server: MariaDB's (INSERT ... RETURNING
+ * and bulk executions) and MySQL 8's (multi-row statements, the inserted
+ * orders read back by id). */
+static const char *const sql_mode_name[] = {"MariaDB's statements", "MySQL's statements"};
+
+static ow_store *mode_store(int plain, unsigned lock_wait_s)
+{
+    ow_store *s = testdb_store(&db, &ids, lock_wait_s);
+
+    ow_store_test_plain_sql(s, plain);
+    return s;
+}
+
+/* Two requests with their own keys name one order at the same moment, in
+ * the same way (even rounds) or with another amount (odd rounds). The
+ * unique key lets one create it; the other waits on it, finds it, and
+ * lists it as existing (the same order id) or is a conflict that writes
+ * none of its orders. */
+static void test_one_order_two_requests(void **state)
+{
+    enum { ROUNDS = 24 };
+
+    (void)state;
+    for (int round = 0; round < ROUNDS; round++) {
+        int plain = round % 4 >= 2;
+        ow_store *s1 = mode_store(plain, 5), *s2 = mode_store(plain, 5);
+        char ka[32], kb[32], va[256], vb[256], sql[200];
+        pthread_barrier_t start;
+        pthread_t t1, t2;
+        testmsg a, b;
+        racer r1, r2;
+        long long shared;
+
+        snprintf(ka, sizeof(ka), "oo-a-%d", round);
+        snprintf(kb, sizeof(kb), "oo-b-%d", round);
+        snprintf(va, sizeof(va),
+                 "{\"user_id\":13,\"orders\":[{\"external_order_no\":\"OA-%d\",\"amount\":1},"
+                 "{\"external_order_no\":\"OO-%d\",\"amount\":5}]}",
+                 round, round);
+        snprintf(vb, sizeof(vb),
+                 "{\"user_id\":13,\"orders\":[{\"external_order_no\":\"OO-%d\",\"amount\":%d},"
+                 "{\"external_order_no\":\"OB-%d\",\"amount\":2}]}",
+                 round, round % 2 == 0 ? 5 : 6, round);
+        testmsg_make(&a, ka, va);
+        testmsg_make(&b, kb, vb);
+        pthread_barrier_init(&start, NULL, 2);
+        r1 = (racer){s1, &a, &start};
+        r2 = (racer){s2, &b, &start};
+        pthread_create(&t1, NULL, race, &r1);
+        pthread_create(&t2, NULL, race, &r2);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        pthread_barrier_destroy(&start);
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM orders WHERE user_id = 13 AND external_order_no = 'OO-%d'",
+                 round);
+        assert_int_equal(count(sql), 1);
+        snprintf(sql, sizeof(sql),
+                 "SELECT id FROM orders WHERE user_id = 13 AND external_order_no = 'OO-%d'", round);
+        shared = count(sql);
+        if (round % 2 == 0) {
+            json_error_t jerr;
+            json_t *ja = json_loadb(a.item.body.data, a.item.body.len, 0, &jerr);
+            json_t *jb = json_loadb(b.item.body.data, b.item.body.len, 0, &jerr);
+            json_t *oa = json_array_get(json_object_get(ja, "orders"), 1);
+            json_t *ob = json_array_get(json_object_get(jb, "orders"), 0);
+
+            if (a.item.decision != OW_DECISION_CREATED || b.item.decision != OW_DECISION_CREATED)
+                fail_msg("%s, round %d: decisions %d and %d", sql_mode_name[plain], round,
+                         a.item.decision, b.item.decision);
+            /* Both name the one row; exactly one of them created it. */
+            assert_int_equal(json_integer_value(json_object_get(oa, "order_id")), shared);
+            assert_int_equal(json_integer_value(json_object_get(ob, "order_id")), shared);
+            assert_int_equal(json_is_true(json_object_get(oa, "existing")) +
+                                 json_is_true(json_object_get(ob, "existing")),
+                             1);
+            json_decref(ja);
+            json_decref(jb);
+            assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE user_id = 13"),
+                             3 * (round / 2 + 1) + (round / 2) * 2);
+        } else {
+            testmsg *lost = a.item.decision == OW_DECISION_CONFLICT ? &a : &b;
+            testmsg *won = lost == &a ? &b : &a;
+
+            if (won->item.decision != OW_DECISION_CREATED ||
+                lost->item.decision != OW_DECISION_CONFLICT)
+                fail_msg("%s, round %d: decisions %d and %d", sql_mode_name[plain], round,
+                         a.item.decision, b.item.decision);
+            /* The conflict wrote none of its orders: its own one is not there. */
+            snprintf(sql, sizeof(sql),
+                     "SELECT COUNT(*) FROM orders WHERE user_id = 13 AND external_order_no = "
+                     "'O%c-%d'",
+                     lost == &a ? 'A' : 'B', round);
+            assert_int_equal(count(sql), 0);
+        }
+        testmsg_free(&a);
+        testmsg_free(&b);
+        ow_store_free(&s1);
+        ow_store_free(&s2);
+    }
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE user_id = 13"),
+                     2 * ROUNDS);
+    assert_int_equal(count("SELECT COUNT(*) FROM orders o JOIN idempotency_requests r ON "
+                           "r.id = o.request_id WHERE r.status = 'FAILED'"),
+                     0);
+}
+
+/* A batch of new requests costs the server one statement per step, not
+ * per request or per order: the read of recorded keys, the orders, the
+ * request records, the commit. As on MySQL, rows travel in statements of a
+ * power of two rows (at most 256). */
+static void test_batch_statements(void **state)
+{
+    enum { N = 64 };
+
+    (void)state;
+    for (int plain = 0; plain < 2; plain++) {
+        ow_store *s = mode_store(plain, 5);
+        char keys[N][32]; /* items borrow their keys */
+        testmsg m[N];
+        ow_store_item items[N];
+        ow_store_test_counts a, b, own, d;
+        ow_error err;
+        /* 64 requests of 5 orders: 320 orders are 256 + 64 rows. */
+        long long want = plain ? 5 : 4;
+
+        memset(&own, 0, sizeof(own));
+        for (int i = 0; i < N; i++) {
+            char value[512];
+
+            snprintf(keys[i], sizeof(keys[i]), "bs-%d-%d", plain, i);
+            snprintf(value, sizeof(value),
+                     "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"A\",\"amount\":1},"
+                     "{\"external_order_no\":\"B\",\"amount\":2},{\"external_order_no\":\"C\","
+                     "\"amount\":3},{\"external_order_no\":\"D\",\"amount\":4},"
+                     "{\"external_order_no\":\"E\",\"amount\":5}]}",
+                     1000 * (plain + 1) + i);
+            testmsg_make(&m[i], keys[i], value);
+            items[i] = m[i].item;
+        }
+        assert_int_equal(ow_store_connect(s, &err), OW_OK);
+        a = counts_now(s);
+        b = counts_now(s);
+        own = counts_between(&a, &b, &own);
+        a = counts_now(s);
+        assert_int_equal(ow_store_decide(s, items, N, &err), OW_OK);
+        b = counts_now(s);
+        d = counts_between(&a, &b, &own);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(items[i].decision, OW_DECISION_CREATED);
+            m[i].item = items[i];
+            testmsg_free(&m[i]);
+        }
+        if (d.questions != want)
+            fail_msg("%s: %d requests of 5 new orders took %lld statements, want %lld",
+                     sql_mode_name[plain], N, d.questions, want);
+        ow_store_free(&s);
+    }
+    assert_int_equal(count("SELECT COUNT(*) FROM orders"), 2 * N * 5);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests"), 2 * N);
+}
+
+/* One batch of a lane against another's in a deadlock. The thread only
+ * records what happened: the test fails in the main thread. */
+typedef struct {
+    ow_store *store;
+    ow_store_item *items;
+    size_t n;
+    pthread_barrier_t *start;
+    int deadlocked;             /* the first call failed on 1213 */
+    ow_error first, again;      /* the calls' errors (code 0: none) */
+    ow_store_test_counts retry; /* what the call after the deadlock sent */
+} batch_racer;
+
+static void *race_batch(void *p)
+{
+    batch_racer *r = p;
+    ow_store_test_counts a, b, own;
+
+    memset(&own, 0, sizeof(own));
+    pthread_barrier_wait(r->start);
+    if (ow_store_decide(r->store, r->items, r->n, &r->first) == OW_OK)
+        return NULL;
+    if (r->first.code != 1213 || ow_store_test_counts_read(r->store, &a, &r->again) != OW_OK ||
+        ow_store_test_counts_read(r->store, &b, &r->again) != OW_OK)
+        return NULL;
+    r->deadlocked = 1;
+    own = counts_between(&a, &b, &own);
+    if (ow_store_test_counts_read(r->store, &a, &r->again) != OW_OK ||
+        ow_store_decide(r->store, r->items, r->n, &r->again) != OW_OK ||
+        ow_store_test_counts_read(r->store, &b, &r->again) != OW_OK)
+        return NULL;
+    r->retry = counts_between(&a, &b, &own);
+    return NULL;
+}
+
+/* The failure of a batch racer's calls, if any. */
+static void check_racer(const char *name, const batch_racer *r)
+{
+    if (r->first.code != 0 && r->first.code != 1213)
+        fail_msg("%s: first call: %d %s", name, r->first.code, r->first.msg);
+    if (r->again.code != 0 || (r->first.code == 1213 && !r->deadlocked))
+        fail_msg("%s: after the deadlock: %d %s", name, r->again.code, r->again.msg);
+}
+
+/* An order of user 14 inserted and left uncommitted on a connection of its
+ * own, as an earlier request would have written it. */
+static MYSQL *hold_order(int id, const char *ext)
+{
+    MYSQL *other = testdb_connect(&db);
+    char sql[200];
+
+    mysql_autocommit(other, 0);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO orders (id, order_no, user_id, external_order_no, amount, quantity) "
+             "VALUES (%d, 'OW-%d', 14, '%s', 1, 1)",
+             id, id, ext);
+    if (mysql_query(other, sql) != 0)
+        fail_msg("hold order %s: %s", ext, mysql_error(other));
+    return other;
+}
+
+/* Two batches of 64 requests name the same 64 orders in opposite orders.
+ * Two other sessions hold DL-20 and DL-40 uncommitted, so the first batch
+ * stops at DL-20 with DL-00..19 inserted and the second at DL-40 with
+ * DL-63..41. The holders commit: both batches find their orders and go
+ * on, the first into DL-41 and the second into DL-39, each held by the
+ * other: InnoDB picks a victim (1213). The victim's next call decides its
+ * items in two halves, each set-based under a savepoint, so that the
+ * deadlock costs it about one more batch of statements, not one
+ * transaction's worth per item; both batches end with every order once. */
+static void test_deadlock_large_batch(void **state)
+{
+    enum { N = 64 };
+    ow_store *s1 = testdb_store(&db, &ids, 10), *s2 = testdb_store(&db, &ids, 10);
+    char k1[N][32], k2[N][32]; /* items borrow their keys */
+    testmsg m1[N], m2[N];
+    ow_store_item i1[N], i2[N];
+    pthread_barrier_t start;
+    pthread_t t1, t2;
+    batch_racer r1, r2;
+    MYSQL *h20 = hold_order(1, "DL-20"), *h40 = hold_order(2, "DL-40");
+    batch_racer *victim;
+
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        char v1[160], v2[160];
+
+        snprintf(k1[i], sizeof(k1[i]), "dl-a-%d", i);
+        snprintf(k2[i], sizeof(k2[i]), "dl-b-%d", i);
+        snprintf(v1, sizeof(v1),
+                 "{\"user_id\":14,\"orders\":[{\"external_order_no\":\"DL-%02d\",\"amount\":1}]}",
+                 i);
+        snprintf(v2, sizeof(v2),
+                 "{\"user_id\":14,\"orders\":[{\"external_order_no\":\"DL-%02d\",\"amount\":1}]}",
+                 N - 1 - i);
+        testmsg_make(&m1[i], k1[i], v1);
+        testmsg_make(&m2[i], k2[i], v2);
+        i1[i] = m1[i].item;
+        i2[i] = m2[i].item;
+    }
+    pthread_barrier_init(&start, NULL, 2);
+    memset(&r1, 0, sizeof(r1));
+    memset(&r2, 0, sizeof(r2));
+    r1 = (batch_racer){.store = s1, .items = i1, .n = N, .start = &start};
+    r2 = (batch_racer){.store = s2, .items = i2, .n = N, .start = &start};
+    pthread_create(&t1, NULL, race_batch, &r1);
+    pthread_create(&t2, NULL, race_batch, &r2);
+    usleep(500000); /* each batch waits on its holder */
+    assert_int_equal(mysql_commit(h20), 0);
+    usleep(200000); /* the first batch goes on to DL-40 and waits there too */
+    assert_int_equal(mysql_commit(h40), 0);
+    mysql_close(h20);
+    mysql_close(h40);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_barrier_destroy(&start);
+    check_racer("first batch", &r1);
+    check_racer("second batch", &r2);
+    assert_int_equal(r1.deadlocked + r2.deadlocked, 1);
+    assert_int_equal(ow_store_get_stats(s1)->deadlocks + ow_store_get_stats(s2)->deadlocks, 1);
+    victim = r1.deadlocked ? &r1 : &r2;
+    /* The known keys, then per half a savepoint, the orders, the read of
+     * those that exist, the records; the commit. One item at a time would
+     * take more than four statements per item. */
+    if (victim->retry.questions > 12)
+        fail_msg("the call after the deadlock took %lld statements for %d items",
+                 victim->retry.questions, N);
+    print_message("deadlock in a batch of %d: the victim's next call took %lld statements\n", N,
+                  victim->retry.questions);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(i1[i].decision, OW_DECISION_CREATED);
+        assert_int_equal(i2[i].decision, OW_DECISION_CREATED);
+        m1[i].item = i1[i];
+        m2[i].item = i2[i];
+        testmsg_free(&m1[i]);
+        testmsg_free(&m2[i]);
+    }
+    /* Every order once: the holders' two, and one request's of each other. */
+    assert_int_equal(count("SELECT COUNT(*) FROM orders WHERE user_id = 14"), N);
+    assert_int_equal(count("SELECT COUNT(DISTINCT request_id) FROM orders WHERE user_id = 14"),
+                     N - 2);
+    assert_int_equal(count("SELECT COUNT(*) FROM idempotency_requests WHERE user_id = 14"), 2 * N);
+    ow_store_free(&s1);
+    ow_store_free(&s2);
+}
+
+/* A TCP relay between one store and the server. Once armed, it passes the
+ * client's next COMMIT to the server, lets the server commit, and closes
+ * both sides without passing the answer on: the client loses its
+ * connection not knowing whether the commit happened. */
+typedef struct {
+    int listen_fd;
+    unsigned port;
+    _Atomic int armed;
+    _Atomic int cut;
+    _Atomic int stop;
+    pthread_t thread;
+} commit_cutter;
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Passes the client's whole packets on (4-byte header: length, sequence);
+ * 1 when it passed an armed COMMIT, -1 when a side closed. */
+static int relay_client(commit_cutter *c, int from, int to, unsigned char *buf, size_t *have)
+{
+    ssize_t r = recv(from, buf + *have, 65536 - *have, 0);
+    size_t len;
+
+    if (r <= 0)
+        return -1;
+    *have += (size_t)r;
+    while (*have >= 4 && *have >= 4 + (len = buf[0] | buf[1] << 8 | buf[2] << 16)) {
+        int commit = len == 7 && buf[4] == 0x03 && memcmp(buf + 5, "COMMIT", 6) == 0;
+
+        if (write_all(to, buf, 4 + len) != 0)
+            return -1;
+        memmove(buf, buf + 4 + len, *have - 4 - len);
+        *have -= 4 + len;
+        if (commit && atomic_exchange(&c->armed, 0))
+            return 1;
+    }
+    return *have >= 65536 ? -1 : 0;
+}
+
+static void relay(commit_cutter *c, int client, int server)
+{
+    static unsigned char up[65536], down[65536];
+    size_t have = 0;
+
+    for (;;) {
+        struct pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+        ssize_t r;
+
+        if (poll(p, 2, 200) < 0 || atomic_load(&c->stop))
+            return;
+        if (p[0].revents != 0) {
+            int rc = relay_client(c, client, server, up, &have);
+
+            if (rc != 0) {
+                if (rc == 1) {
+                    usleep(300000); /* the server commits; its answer stays here */
+                    atomic_fetch_add(&c->cut, 1);
+                }
+                return;
+            }
+        }
+        if (p[1].revents != 0) {
+            r = recv(server, down, sizeof(down), 0);
+            if (r <= 0 || write_all(client, down, (size_t)r) != 0)
+                return;
+        }
+    }
+}
+
+static void *cutter_main(void *arg)
+{
+    commit_cutter *c = arg;
+
+    while (!atomic_load(&c->stop)) {
+        struct pollfd p = {c->listen_fd, POLLIN, 0};
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)db.port)};
+        int client, server;
+
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        client = accept(c->listen_fd, NULL, NULL);
+        server = socket(AF_INET, SOCK_STREAM, 0);
+        inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+        if (client >= 0 && server >= 0 && connect(server, (struct sockaddr *)&to, sizeof(to)) == 0)
+            relay(c, client, server);
+        if (client >= 0)
+            close(client);
+        if (server >= 0)
+            close(server);
+    }
+    return NULL;
+}
+
+static void cutter_start(commit_cutter *c)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+
+    memset(c, 0, sizeof(*c));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    c->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (c->listen_fd < 0 || bind(c->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        listen(c->listen_fd, 4) != 0 || getsockname(c->listen_fd, (struct sockaddr *)&a, &len) != 0)
+        fail_msg("commit cutter: cannot listen");
+    c->port = ntohs(a.sin_port);
+    pthread_create(&c->thread, NULL, cutter_main, c);
+}
+
+static void cutter_stop(commit_cutter *c)
+{
+    atomic_store(&c->stop, 1);
+    pthread_join(c->thread, NULL);
+    close(c->listen_fd);
+}
+
+/* The answer to a batch's COMMIT is lost after the server committed it:
+ * the call fails as retriable with no decision, and the retry, on a new
+ * connection, settles every item by reading its record: the stored body,
+ * byte for byte, with replayed: true, and nothing written twice. */
+static void test_lost_commit_answer(void **state)
+{
+    enum { N = 4 };
+
+    (void)state;
+    for (int plain = 0; plain < 2; plain++) {
+        commit_cutter cut;
+        ow_store_params p = testdb_params(&db, 5);
+        ow_store *s;
+        char keys[N][32]; /* items borrow their keys */
+        testmsg m[N];
+        ow_store_item items[N];
+        ow_error err;
+        char sql[160];
+
+        cutter_start(&cut);
+        p.host = "127.0.0.1";
+        p.port = cut.port;
+        s = ow_store_new(&p, &ids);
+        assert_non_null(s);
+        ow_store_test_plain_sql(s, plain);
+        for (int i = 0; i < N; i++) {
+            char value[200];
+
+            snprintf(keys[i], sizeof(keys[i]), "lc-%d-%d", plain, i);
+            snprintf(value, sizeof(value),
+                     "{\"user_id\":15,\"orders\":[{\"external_order_no\":\"LC-%d-%d\","
+                     "\"amount\":1},{\"external_order_no\":\"LD-%d-%d\",\"amount\":2}]}",
+                     plain, i, plain, i);
+            testmsg_make(&m[i], keys[i], value);
+            items[i] = m[i].item;
+        }
+        atomic_store(&cut.armed, 1);
+        assert_int_not_equal(ow_store_decide(s, items, N, &err), OW_OK);
+        assert_int_equal(err.cls, OW_ERRCLASS_RETRIABLE);
+        assert_int_equal(atomic_load(&cut.cut), 1);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(items[i].decision, OW_DECISION_NONE);
+        /* The server did commit. */
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM idempotency_requests WHERE idempotency_key LIKE 'lc-%d-%%'",
+                 plain);
+        assert_int_equal(count(sql), N);
+        assert_int_equal(ow_store_decide(s, items, N, &err), OW_OK);
+        for (int i = 0; i < N; i++) {
+            char *body = stored_body(15, keys[i]);
+
+            assert_int_equal(items[i].decision, OW_DECISION_REPLAY);
+            assert_int_equal(items[i].code, OW_CODE_CREATED);
+            assert_int_equal(items[i].replayed, 1);
+            assert_int_equal(items[i].body.len, strlen(body));
+            assert_memory_equal(items[i].body.data, body, items[i].body.len);
+            free(body);
+            m[i].item = items[i];
+            testmsg_free(&m[i]);
+        }
+        assert_int_equal(count(sql), N);
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM orders WHERE user_id = 15 AND external_order_no LIKE "
+                 "'L_-%d-%%'",
+                 plain);
+        assert_int_equal(count(sql), 2 * N);
+        ow_store_free(&s);
+        cutter_stop(&cut);
+    }
+}
+
+/* An account without DELETE on orders cannot take back the new orders of a
+ * request that conflicts: a worker's connection refuses it at once,
+ * naming the grant, instead of failing at the first conflict. */
+static void test_account_without_delete(void **state)
+{
+    char sql[256];
+    ow_store_params p = testdb_params(&db, 5);
+    ow_store *s;
+    ow_error err;
+
+    (void)state;
+    testdb_exec(&db, "CREATE USER IF NOT EXISTS 'ow_nodelete'@'%' IDENTIFIED BY 'nd-pw'");
+    snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON %s.* TO 'ow_nodelete'@'%%'",
+             db.database);
+    testdb_exec(&db, sql);
+    p.user = "ow_nodelete";
+    p.password = "nd-pw";
+    p.check_server = 1;
+    p.needs = (ow_server_needs){.connections = 1,
+                                .max_orders = 10,
+                                .lock_wait_s = 5,
+                                .writes = 1,
+                                .decides = 1,
+                                .connections_key = "worker.lanes"};
+    s = ow_store_new(&p, &ids);
+    assert_non_null(s);
+    assert_int_not_equal(ow_store_connect(s, &err), OW_OK);
+    assert_int_equal(err.cls, OW_ERRCLASS_INVALID_INPUT);
+    if (strstr(err.msg, "DELETE FROM orders") == NULL || strstr(err.msg, "worker_user.sql") == NULL)
+        fail_msg("the refusal does not name the grant: %s", err.msg);
+    ow_store_free(&s);
+    /* With the grant, the same connection is accepted. */
+    snprintf(sql, sizeof(sql), "GRANT DELETE ON %s.orders TO 'ow_nodelete'@'%%'", db.database);
+    testdb_exec(&db, sql);
+    s = ow_store_new(&p, &ids);
+    assert_int_equal(ow_store_connect(s, &err), OW_OK);
+    ow_store_free(&s);
+    testdb_exec(&db, "DROP USER 'ow_nodelete'@'%'");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -955,6 +1552,7 @@ int main(void)
         cmocka_unit_test_setup(test_micro_batch_mixed, setup),
         cmocka_unit_test_setup(test_micro_batch_fallback, setup),
         cmocka_unit_test_setup(test_in_progress_then_replay, setup),
+        cmocka_unit_test_setup(test_three_sessions_same_request, setup),
         cmocka_unit_test_setup(test_three_sessions_first_rolls_back, setup),
         cmocka_unit_test_setup(test_lost_connection, setup),
         cmocka_unit_test_setup(test_same_id_same_key, setup),
@@ -965,6 +1563,11 @@ int main(void)
         cmocka_unit_test_setup(test_lookup_many_orders, setup),
         cmocka_unit_test_setup(test_read_only_refuses_writes, setup),
         cmocka_unit_test_setup(test_lookup_reconnects, setup),
+        cmocka_unit_test_setup(test_one_order_two_requests, setup),
+        cmocka_unit_test_setup(test_batch_statements, setup),
+        cmocka_unit_test_setup(test_deadlock_large_batch, setup),
+        cmocka_unit_test_setup(test_lost_commit_answer, setup),
+        cmocka_unit_test_setup(test_account_without_delete, setup),
     };
     int rc;
 

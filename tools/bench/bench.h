@@ -45,6 +45,7 @@ typedef struct {
     volatile sig_atomic_t *interrupted;
     const char *database; /* non-NULL: every run uses this existing, migrated database
                                * and keeps it (the growth benchmark's preloaded tables) */
+    int preloaded;        /* database came from --database: its rows are not counted */
 } bm_env;
 
 /* --- The data set --------------------------------------------------------- */
@@ -180,6 +181,9 @@ typedef struct {
     int n_watched;
     char watched_name[8][24];
     double watched_cpu_s[8];
+    /* The server's work between the same two moments (bm_db_counters, -1
+     * when unknown), and the index entries the run added to its tables. */
+    long long db_statements, db_commits, db_redo_bytes, db_index_entries;
     /* With bm_spec.capture_bodies (--replay): per input, the
      * SHA-256 of its first definitive result's body, and BM_BODY_SEEN | code << 2.
      * Allocated by bm_results_read; the caller frees them. */
@@ -236,7 +240,7 @@ typedef struct bm_db bm_db;
 bm_db *bm_db_connect(const bm_env *e, const char *database);
 void bm_db_close(bm_db **db);
 /* A fresh database migrated by `order-worker migrate` (as root), on which
- * the worker user may SELECT, INSERT and UPDATE. */
+ * the worker user may SELECT, INSERT, UPDATE and DELETE. */
 int bm_db_create(const bm_env *e, const char *name);
 /* Grants the worker user what it needs on an existing database. */
 int bm_db_grant(const bm_env *e, const char *name);
@@ -244,6 +248,21 @@ void bm_db_drop(const bm_env *e, const char *name);
 /* Creates the worker user with a random password (written to
  * e->password_file). */
 int bm_db_worker_user(bm_env *e);
+
+/* What the server did for a run: its global counters (SHOW GLOBAL STATUS)
+ * at two moments, and the rows of the run's database's tables before and
+ * after it. The counters are the whole server's: the runs are alone on it. */
+typedef struct {
+    int ok;
+    long long statements; /* Questions: every statement and prepared execution */
+    long long commits;    /* Com_commit */
+    long long redo_bytes; /* Innodb_os_log_written */
+} bm_db_counters;
+
+int bm_db_counters_read(const bm_env *e, bm_db_counters *c);
+/* Index entries in database: the rows of each of its tables times the
+ * indexes of that table (its clustered index included), -1 when unknown. */
+long long bm_db_index_entries(const bm_env *e, const char *database);
 
 typedef struct {
     size_t rows;
@@ -320,7 +339,9 @@ void bm_report_details(FILE *out, const bm_result *r);
 int bm_report_csv(const char *path, const bm_result *r, size_t n);
 /* Appends a run's CPU per batch to <dir>/cost.csv, one row per process:
  *   run,batches,process,cpu_s,us_per_batch
- * the worker's whole life (wait4) and each watched process over the run. */
+ * the worker's whole life (wait4) and each watched process over the run;
+ * and the server's work to <dir>/dbwork.csv:
+ *   run,batches,statements,commits,redo_bytes,index_entries */
 int bm_report_cost(const char *dir, const bm_result *r);
 /* r: one (median) result per grid point, with bps_min/bps_max/repeats. */
 int bm_report_sweep(const char *dir, const bm_result *r, size_t n, const int *batches,

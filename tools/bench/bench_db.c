@@ -96,8 +96,8 @@ int bm_db_grant(const bm_env *e, const char *name)
     int rc = db != NULL ? 0 : -1;
 
     if (rc == 0) {
-        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
-                 e->worker_user);
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE, DELETE ON `%s`.* TO '%s'@'%%'",
+                 name, e->worker_user);
         rc = exec(db, sql);
     }
     bm_db_close(&db);
@@ -117,8 +117,8 @@ int bm_db_create(const bm_env *e, const char *name)
     if (rc == 0)
         rc = migrate(e, name);
     if (rc == 0) {
-        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE ON `%s`.* TO '%s'@'%%'", name,
-                 e->worker_user);
+        snprintf(sql, sizeof(sql), "GRANT SELECT, INSERT, UPDATE, DELETE ON `%s`.* TO '%s'@'%%'",
+                 name, e->worker_user);
         rc = exec(db, sql);
     }
     bm_db_close(&db);
@@ -138,6 +138,99 @@ void bm_db_drop(const bm_env *e, const char *name)
     snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", name);
     exec(db, sql);
     bm_db_close(&db);
+}
+
+/* Runs sql and reads its rows of (name, integer) into the caller's
+ * callback; -1 when the query fails. */
+static int query_pairs(bm_db *db, const char *sql, void (*each)(void *, const char *, long long),
+                       void *arg)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    if (exec(db, sql) != 0)
+        return -1;
+    res = mysql_store_result(db->my);
+    if (res == NULL)
+        return -1;
+    while ((row = mysql_fetch_row(res)) != NULL)
+        if (row[0] != NULL && row[1] != NULL)
+            each(arg, row[0], strtoll(row[1], NULL, 10));
+    mysql_free_result(res);
+    return 0;
+}
+
+static void take_counter(void *arg, const char *name, long long v)
+{
+    bm_db_counters *c = arg;
+
+    if (strcmp(name, "Questions") == 0)
+        c->statements = v;
+    else if (strcmp(name, "Com_commit") == 0)
+        c->commits = v;
+    else if (strcmp(name, "Innodb_os_log_written") == 0)
+        c->redo_bytes = v;
+}
+
+int bm_db_counters_read(const bm_env *e, bm_db_counters *c)
+{
+    bm_db *db = bm_db_connect(e, NULL);
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    if (db == NULL)
+        return -1;
+    rc = query_pairs(db,
+                     "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                     "('Questions', 'Com_commit', 'Innodb_os_log_written')",
+                     take_counter, c);
+    bm_db_close(&db);
+    c->ok = rc == 0;
+    return rc;
+}
+
+typedef struct {
+    bm_db *db;
+    const char *database;
+    long long entries;
+} index_count;
+
+/* One table and its number of indexes: adds rows x indexes. */
+static void add_table(void *arg, const char *table, long long indexes)
+{
+    index_count *ic = arg;
+    char sql[512];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM `%s`.`%s`", ic->database, table);
+    if (ic->entries < 0 || exec(ic->db, sql) != 0 ||
+        (res = mysql_store_result(ic->db->my)) == NULL) {
+        ic->entries = -1;
+        return;
+    }
+    row = mysql_fetch_row(res);
+    if (row != NULL && row[0] != NULL)
+        ic->entries += strtoll(row[0], NULL, 10) * indexes;
+    mysql_free_result(res);
+}
+
+long long bm_db_index_entries(const bm_env *e, const char *database)
+{
+    index_count ic = {bm_db_connect(e, NULL), database, 0};
+    char sql[512];
+
+    if (ic.db == NULL)
+        return -1;
+    snprintf(sql, sizeof(sql),
+             "SELECT table_name, COUNT(DISTINCT index_name) FROM information_schema.statistics "
+             "WHERE table_schema = '%s' AND table_name IN ('idempotency_requests', 'orders') "
+             "GROUP BY table_name",
+             database);
+    if (query_pairs(ic.db, sql, add_table, &ic) != 0)
+        ic.entries = -1;
+    bm_db_close(&ic.db);
+    return ic.entries;
 }
 
 /* A random password from /dev/urandom, written to a 0600 file. */

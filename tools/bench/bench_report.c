@@ -133,6 +133,26 @@ static void cost_row(FILE *f, const bm_result *r, const char *process, double cp
     fprintf(f, "%s,%zu,%s,%.6f,%.1f\n", r->name, r->done, process, cpu_s, per);
 }
 
+/* The server's work in the run, in dbwork.csv beside cost.csv: totals,
+ * -1 when unknown (scripts/bench-cost.sh divides them by the batches). */
+static int report_db_work(const char *dir, const bm_result *r)
+{
+    char path[600];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/dbwork.csv", dir);
+    f = fopen(path, "a");
+    if (f == NULL) {
+        bm_log("cannot write %s", path);
+        return -1;
+    }
+    if (ftell(f) == 0)
+        fputs("run,batches,statements,commits,redo_bytes,index_entries\n", f);
+    fprintf(f, "%s,%zu,%lld,%lld,%lld,%lld\n", r->name, r->done, r->db_statements, r->db_commits,
+            r->db_redo_bytes, r->db_index_entries);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int bm_report_cost(const char *dir, const bm_result *r)
 {
     char path[600];
@@ -149,7 +169,9 @@ int bm_report_cost(const char *dir, const bm_result *r)
     cost_row(f, r, "worker", r->cpu_s);
     for (int i = 0; i < r->n_watched; i++)
         cost_row(f, r, r->watched_name[i], r->watched_cpu_s[i]);
-    return fclose(f) == 0 ? 0 : -1;
+    if (fclose(f) != 0)
+        return -1;
+    return report_db_work(dir, r);
 }
 
 /* gnuplot data: one block per batch size (lanes, batches/s), for `index`. */

@@ -302,7 +302,8 @@ typedef struct {
     int64_t per_part[BM_MAX_PARTS];
     int done, failed;
     double t_done_wall;
-    bm_tail *tail; /* with bm_spec.visible_latency */
+    bm_tail *tail;      /* with bm_spec.visible_latency */
+    bm_db_counters db0; /* the server's counters at the worker's start */
 } watch_state;
 
 /* Whether the outputs are all there: a result per keyed input and a
@@ -482,6 +483,19 @@ static void watched_cpu(const bm_cpu_sample *a, const bm_cpu_sample *b, bm_resul
     }
 }
 
+/* The server's statements, commits and redo since the worker's start. */
+static void db_work(const bm_env *e, const bm_db_counters *a, bm_result *r)
+{
+    bm_db_counters b;
+
+    r->db_statements = r->db_commits = r->db_redo_bytes = -1;
+    if (!a->ok || bm_db_counters_read(e, &b) != 0)
+        return;
+    r->db_statements = b.statements - a->statements;
+    r->db_commits = b.commits - a->commits;
+    r->db_redo_bytes = b.redo_bytes - a->redo_bytes;
+}
+
 /* After the watch: CPU and memory, stop, and the verdict on the outputs. */
 static int finish(const bm_env *e, const bm_topic *in, child *ch, watch_state *ws,
                   double spawn_wall, const bm_cpu_sample *c0, bm_result *r)
@@ -491,6 +505,7 @@ static int finish(const bm_env *e, const bm_topic *in, child *ch, watch_state *w
     bm_cpu_sample_take(e, ch->pid, &c1);
     r->other_cores = bm_cpu_describe(c0, &c1, r->cpu_note, sizeof(r->cpu_note));
     watched_cpu(c0, &c1, r);
+    db_work(e, &ws->db0, r);
     r->rss_end_kib = bm_proc_rss_kib(ch->pid);
     r->hwm_kib = bm_proc_status_kib(ch->pid, "VmHWM:");
     r->stop_s = bm_now();
@@ -557,6 +572,7 @@ static void run_worker(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resul
     ws->failed = ch->pid <= 0;
     if (!ws->failed) {
         bm_cpu_sample_take(e, ch->pid, c0);
+        bm_db_counters_read(e, &ws->db0);
         if (s->rate > 0) {
             producing = start_producer(e, s, &w, in, r, ch, &job, &th) == 0;
             ws->failed = !producing;
@@ -579,6 +595,7 @@ static int run_prepared(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resu
     child ch;
     double spawn_wall = 0;
     bm_cpu_sample c0;
+    long long entries0;
     int rc;
 
     memset(&ws, 0, sizeof(ws));
@@ -587,8 +604,19 @@ static int run_prepared(const bm_env *e, const bm_spec *s, bm_topic *in, bm_resu
     bm_log("%s: lanes=%s batch.max_messages=%s inflight.max_messages=%s, %zu batches%s", r->name,
            knob_text(s->lanes, 0), knob_text(s->batch, 1), knob_text(s->inflight, 2), in->count,
            s->rate > 0 ? " produced while it runs" : " in its topic before it starts");
+    /* Counted while nothing runs, so that the counting is not in the CPU
+     * the run measures; a preloaded database's millions of rows are not
+     * counted. */
+    entries0 = !e->preloaded ? bm_db_index_entries(e, r->database) : -1;
+
     run_worker(e, s, in, r, &ch, &ws, &c0, &spawn_wall);
     rc = ch.pid > 0 ? finish(e, in, &ch, &ws, spawn_wall, &c0, r) : -1;
+    r->db_index_entries = -1;
+    if (entries0 >= 0 && ch.pid > 0) {
+        long long entries1 = bm_db_index_entries(e, r->database);
+
+        r->db_index_entries = entries1 >= 0 ? entries1 - entries0 : -1;
+    }
     if (ws.tail != NULL)
         free(bm_tail_stop(ws.tail, 0, 0));
     if (!e->keep_databases && e->database == NULL)

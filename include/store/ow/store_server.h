@@ -39,6 +39,10 @@ typedef struct {
     unsigned lock_wait_s;        /* request.in_progress_wait_s */
     int writes;                  /* decides requests (run), rather than only reading (serve) */
     const char *connections_key; /* the configuration key that sets connections */
+    /* Runs the deciding transaction, which takes back the new orders of a
+     * request that conflicts: the account must be allowed to DELETE from
+     * orders. */
+    int decides;
 } ow_server_needs;
 
 typedef enum {
