@@ -362,8 +362,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             job->in_progress_rounds++;
             job->not_before_ms = ow_clock_mono_ms() + l->env->cfg->retry_backoff_ms;
             OW_LOG(OW_LOG_INFO, "request_in_progress", OW_F_KEY("key", job->key, job->key_len),
-                   OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
-                   OW_F_INT("rounds", job->in_progress_rounds));
+                   OW_F_INT("rounds", job->in_progress_rounds), OW_F_JOB(job));
             if (rq_last == NULL)
                 rq_first = job;
             else
@@ -376,11 +375,10 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
         if (job->valid && job->item.decision == OW_DECISION_KEY_REUSED)
             ow_job_log_key_reused(job); /* a security event */
         OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
-               OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
                OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)
                                            : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
                OW_F_INT("replayed", job->valid && job->item.replayed),
-               OW_F_STR("error", job->valid ? NULL : job->first_error));
+               OW_F_STR("error", job->valid ? NULL : job->first_error), OW_F_JOB(job));
         ow_delivery_publish(l->env->delivery, job);
     }
     ow_delivery_leave(l->env->delivery);
