@@ -98,11 +98,12 @@ static void log_optional(void)
     ow_log_set_level(OW_LOG_INFO);
     OW_LOG(OW_LOG_INFO, "first", OW_F_OPT("trace_id", NULL), OW_F_NUMSTR("part", 3),
            OW_F_OPT("after", "x"));
-    OW_LOG(OW_LOG_INFO, "second", OW_F_OPT("trace_id", "4bf9"), OW_F_OPT("span_id", NULL));
+    OW_LOG(OW_LOG_INFO, "second", OW_F_OPT("trace_id", "4bf9"), OW_F_OPT("span_id", NULL),
+           OW_F_JSON("ids", "[\"a\",\"b\"]"), OW_F_JSON("more", NULL));
 }
 
 /* A field without a value is left out, not written as null; a number that
- * is an identifier is written as a string. */
+ * is an identifier is written as a string; JSON text is written as it is. */
 static void test_optional_and_numeric_strings(void **state)
 {
     char *second;
@@ -125,7 +126,9 @@ static void test_optional_and_numeric_strings(void **state)
     assert_non_null(j);
     assert_string_equal(json_string_value(json_object_get(j, "trace_id")), "4bf9");
     assert_null(json_object_get(j, "span_id"));
-    assert_int_equal(json_object_size(j), 4); /* ts, level, event, trace_id */
+    assert_int_equal(json_array_size(json_object_get(j, "ids")), 2);
+    assert_null(json_object_get(j, "more"));
+    assert_int_equal(json_object_size(j), 5); /* ts, level, event, trace_id, ids */
     json_decref(j);
 }
 

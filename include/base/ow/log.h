@@ -17,8 +17,8 @@
 typedef struct {
     const char *name;
     /* 's' string (null when NULL), 'o' string left out when NULL, 'i'
-     * integer, 'n' integer written as a JSON string, 'k' masked key, 'f'
-     * double */
+     * integer, 'n' integer written as a JSON string, 'j' JSON text written
+     * as it is and left out when NULL, 'k' masked key, 'f' double */
     char type;
     const char *s;
     size_t len;
@@ -35,6 +35,8 @@ extern _Atomic int ow_log_threshold;
 /* An identifier that is a number but a string by its convention
  * (OpenTelemetry's messaging.destination.partition.id). */
 #define OW_F_NUMSTR(k, v) ((ow_log_field){(k), 'n', NULL, 0, (int64_t)(v), 0.0})
+/* A value the caller wrote as JSON (an array), left out when NULL. */
+#define OW_F_JSON(k, v) ((ow_log_field){(k), 'j', (v), 0, 0, 0.0})
 #define OW_F_INT(k, v) ((ow_log_field){(k), 'i', NULL, 0, (int64_t)(v), 0.0})
 #define OW_F_DBL(k, v) ((ow_log_field){(k), 'f', NULL, 0, 0, (double)(v)})
 #define OW_F_KEY(k, p, n) ((ow_log_field){(k), 'k', (const char *)(p), (n), 0, 0.0})
