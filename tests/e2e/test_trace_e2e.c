@@ -16,6 +16,8 @@
  *   - The worker's log lines about those messages carry their trace id and
  *     the worker's span id, and name the message as OpenTelemetry's
  *     messaging conventions do.
+ *   - With tracing.start_traces = true (a worker started again with it), a
+ *     message without a traceparent gets a new sampled trace.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -509,6 +511,48 @@ static void test_log_lines_carry_the_trace(void **state)
     kit_msgs_free(&res);
 }
 
+/* tracing.start_traces: the worker, started again with it, gives a message
+ * without a trace context a new trace, sampled, and logs it. */
+static void test_start_traces(void **state)
+{
+    kit_msgs res = {0};
+    const kit_msg *r[1];
+    tp_parts p;
+    char key[64], value[160], trace[64], *log;
+    char tp[128];
+
+    (void)state;
+    kill(worker, SIGTERM);
+    assert_true(kit_wait(worker, 30000) == 0);
+    testenv_add(&env, "ORDER_WORKER_TRACING_START_TRACES=true");
+    worker = teststack_spawn(&env, log_path);
+    snprintf(key, sizeof(key), "ctx-root-%d", (int)getpid());
+    snprintf(
+        value, sizeof(value),
+        "{\"user_id\":4803,\"orders\":[{\"external_order_no\":\"TRR-%d\",\"amount\":\"2.00\"}]}",
+        (int)getpid());
+    send_msg(key, value, NULL, NULL);
+    await(ts.topic_out, key, NULL, 1, &res, r);
+    assert_non_null(strstr(r[0]->value, "\"code\":\"CREATED\""));
+    if (!kit_header(r[0], "traceparent", tp, sizeof(tp)))
+        fail_msg("tracing.start_traces: no traceparent on the result");
+    memcpy(p.trace_id, tp + 3, 32);
+    p.trace_id[32] = '\0';
+    /* A new trace: its own id, not zero, sampled, and no tracestate. */
+    expect_trace(r[0], "a new trace", p.trace_id, "", "01", NULL, &p);
+    assert_string_not_equal(p.trace_id, "00000000000000000000000000000000");
+    usleep(500000);
+    log = read_log();
+    snprintf(trace, sizeof(trace), "\"trace_id\":\"%s\"", p.trace_id);
+    {
+        const char *const want[] = {trace, "\"code\":\"CREATED\"", NULL};
+
+        expect_line(log, "decided", want);
+    }
+    free(log);
+    kit_msgs_free(&res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_replay_belongs_to_the_retry),
         cmocka_unit_test(test_invalid_headers_ignored),
         cmocka_unit_test(test_log_lines_carry_the_trace),
+        cmocka_unit_test(test_start_traces),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
