@@ -303,8 +303,9 @@ static int attach_trace(ow_job_maker *mk, ow_job *job, const ow_traceparent *tp,
  * ignored: it never makes the message invalid nor changes its decision.
  * Without a valid traceparent the message's outputs carry none, unless
  * tracing.start_traces asks for a new trace (sampled, so that the
- * services after the worker record it); a tracestate then goes with the
- * traceparent it came with, as W3C's processing model says. */
+ * services after the worker record it). A new trace carries no
+ * tracestate: one received belongs to the trace it came with, and W3C's
+ * processing model discards it. */
 static int read_trace(ow_job_maker *mk, ow_job *job, const rd_kafka_headers_t *h)
 {
     trace_headers th;
