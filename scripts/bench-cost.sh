@@ -28,13 +28,16 @@
 # its fixed corpus of 1,000 generated messages, counted by valgrind's
 # callgrind for R1 = 1 and R2 = 5 rounds (--quick: 3):
 #   (Ir(R2) - Ir(R1)) / (messages(R2) - messages(R1))
-# so the start-up both runs share cancels out. Each run has an empty
+# so the start-up both runs share cancels out; then the same again with
+# every message carrying a W3C traceparent header (ow-path --traceparent;
+# skipped, "-", for a path tool built before it had the option). Each run has an empty
 # environment, its own directory and the tool copied there as ./ow-path, so
 # the same binary gives the same count every time (the count moves by a few
 # hundred instructions when only the environment's size changes).
 #
 # The last line is
-#   cost: worker us/batch decide = A replay = B; instructions/message = C
+#   cost: worker us/batch decide = A replay = B; instructions/message = C,
+#         with a traceparent = D
 #
 # Options:
 #   --quick          5,000 batches a phase, R2 = 3 rounds
@@ -159,43 +162,63 @@ run_bounded() {
 
 # --- Instructions per message ------------------------------------------------
 
-# count ROUNDS: sets IR, MSGS and SUM (the outputs' checksum) for one
-# callgrind run of the path tool.
+# count ROUNDS [TAG ARGS...]: sets IR, MSGS and SUM (the outputs' checksum)
+# for one callgrind run of the path tool, with ARGS; TAG names its files.
 count() {
-  local dir="$scratch/r$1" status=0
+  local rounds=$1 tag=${2:-} dir status=0
+  shift $(($# > 1 ? 2 : 1))
+  dir="$scratch/r$rounds$tag"
   mkdir -p "$dir"
   cp "$PATH_TOOL" "$dir/ow-path"
   run_bounded 600 env -i -C "$dir" PATH=/usr/bin:/bin valgrind --tool=callgrind \
-    --callgrind-out-file=callgrind.out ./ow-path --rounds "$1" >"$dir/path.txt" \
+    --callgrind-out-file=callgrind.out ./ow-path --rounds "$rounds" "$@" >"$dir/path.txt" \
     2>"$dir/callgrind.log" || status=$?
-  cp "$dir/callgrind.log" "$OUT/callgrind-r$1.log"
-  cp "$dir/path.txt" "$OUT/path-r$1.txt"
-  ((status == 0)) || die "callgrind over ow-path --rounds $1 failed (see $OUT/callgrind-r$1.log)"
+  cp "$dir/callgrind.log" "$OUT/callgrind-r$rounds$tag.log"
+  cp "$dir/path.txt" "$OUT/path-r$rounds$tag.txt"
+  ((status == 0)) || die "callgrind over ow-path --rounds $rounds $* failed (see $OUT/callgrind-r$rounds$tag.log)"
   IR=$(sed -n 's/^totals: \([0-9]*\)$/\1/p' "$dir/callgrind.out")
   MSGS=$(sed -n 's/^path: .* = \([0-9]*\) messages (.*/\1/p' "$dir/path.txt")
   SUM=$(sed -n 's/^path: .*, outputs \(0x[0-9a-f]*\)$/\1/p' "$dir/path.txt")
   [[ $IR =~ ^[0-9]+$ && $MSGS =~ ^[0-9]+$ && -n $SUM ]] ||
-    die "no instruction, message or output count from ow-path --rounds $1 (see $OUT/path-r$1.txt)"
+    die "no instruction, message or output count from ow-path --rounds $rounds $* (see $OUT/path-r$rounds$tag.txt)"
+}
+
+# per_message [TAG ARGS...]: sets IPM from the two runs, and PATH_LINE.
+per_message() {
+  local ir1 m1 sum1
+  count "$R1" "$@"
+  ir1=$IR m1=$MSGS sum1=$SUM
+  count "$R2" "$@"
+  # Both runs start with the same first round: other outputs mean the path
+  # depends on something besides the binary and the corpus.
+  [[ $SUM == "$sum1" ]] || die "ow-path's first round gave other outputs in the second run ($sum1, then $SUM)"
+  IPM=$("$BUILD/ow-path" --per-message "$ir1" "$m1" "$IR" "$MSGS") || die "ow-path --per-message refused the counts"
+  PATH_LINE=$(sed 's/^path: [0-9]* rounds x [0-9]* messages = //' "$OUT/path-r$R1${1:-}.txt")
+  IR_LINE="callgrind Ir $ir1 for $m1 messages, $IR for $MSGS messages: $IPM instructions/message"
 }
 
 scratch="$(mktemp -d)"
 say "counting instructions: $PATH_TOOL under callgrind, $R1 and $R2 rounds"
-count "$R1"
-IR1=$IR M1=$MSGS SUM1=$SUM
-count "$R2"
-IR2=$IR M2=$MSGS
-# Both runs start with the same first round: other outputs mean the path
-# depends on something besides the binary and the corpus.
-[[ $SUM == "$SUM1" ]] || die "ow-path's first round gave other outputs in the second run ($SUM1, then $SUM)"
-IPM=$("$BUILD/ow-path" --per-message "$IR1" "$M1" "$IR2" "$M2") || die "ow-path --per-message refused the counts"
-PATH_LINE=$(sed 's/^path: [0-9]* rounds x [0-9]* messages = //' "$OUT/path-r$R1.txt")
-
+per_message
 {
   echo "cost: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   echo "cost: worker $WORKER_DESC (sha256 $(sha256sum "$WORKER_BIN" | cut -c1-12)), path tool $PATH_TOOL (sha256 $(sha256sum "$PATH_TOOL" | cut -c1-12))"
   echo "cost: ow-path corpus $PATH_LINE"
-  echo "cost: callgrind Ir $IR1 for $M1 messages, $IR2 for $M2 messages: $IPM instructions/message"
+  echo "cost: $IR_LINE"
 } | tee "$OUT/cost.txt"
+IPM_PLAIN=$IPM IPM_TRACE="-"
+# The same corpus, every message with a traceparent: what reading it and
+# continuing its trace on every output cost.
+if "$PATH_TOOL" --traceparent --messages 1 >/dev/null 2>&1; then
+  per_message -trace --traceparent
+  IPM_TRACE=$IPM
+  {
+    echo "cost: ow-path corpus with a traceparent: $PATH_LINE"
+    echo "cost: with a traceparent: $IR_LINE"
+  } | tee -a "$OUT/cost.txt"
+else
+  echo "cost: $PATH_TOOL has no --traceparent: no figure with a traceparent" | tee -a "$OUT/cost.txt"
+fi
 
 # --- CPU per batch -------------------------------------------------------------
 
@@ -265,5 +288,5 @@ else
   A="-" B="-"
 fi
 
-echo "cost: worker us/batch decide = $A replay = $B; instructions/message = $IPM" | tee -a "$OUT/cost.txt"
+echo "cost: worker us/batch decide = $A replay = $B; instructions/message = $IPM_PLAIN, with a traceparent = $IPM_TRACE" | tee -a "$OUT/cost.txt"
 say "took $((SECONDS - T_START)) s; results in $OUT"

@@ -33,6 +33,7 @@ self_test() {
   hdrs=$'user-id=42\nreplayed=false\nsource-topic=in\nsource-partition=0\nsource-offset=0\n'
   dl=$'error-code=INVALID_REQUEST\nerror-message=key: is empty\nerror-count=1\nsource-topic=in\nsource-partition=0\nsource-offset=1\nsource-timestamp=5\n'
   reused='{"status":409,"code":"IDEMPOTENCY_KEY_REUSED","message":"m","user_id":42,"idempotency_key":"k","request_digest":"'$digest'"}'
+  tp=00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01
   {
     line result 1 "$hdrs" "$good"
     line result 2 "$hdrs" "${good/\"amount\":\"19.90\"/\"amount\":19.9}"
@@ -42,15 +43,23 @@ self_test() {
     line result 6 "$hdrs" "$reused"
     line result 7 "${hdrs/replayed=false/replayed=true}" "$good"
     line result 8 "${hdrs/replayed=false/replayed=true}" "$reused"
+    line result 9 "${hdrs}traceparent=00-4BF92F3577B34DA6A3CE929D0E0E4736-b7ad6b7169203331-01"$'\n' "$good"
+    line result 10 "${hdrs}tracestate=rojo=1"$'\n' "$good"
+    line dead_letter 11 "${dl}traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"$'\n' ""
+    line result 12 "${hdrs}traceparent=$tp"$'\n'"tracestate=rojo=1,congo=2,rojo=3"$'\n' "$good"
+    line result 13 "${hdrs}traceparent=$tp"$'\n'"tracestate=rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"$'\n' "$good"
   } >"$dir/bad.jsonl"
   out="$("${CHECK[@]}" --capture "$dir/bad.jsonl" 2>&1)" && { echo "$out"; echo "contract: self-test: drift passed"; return 1; }
   for want in "t/0@2 body: orders/0/amount" "t/0@3 headers (CREATED): replayed" \
               "t/0@4 body: (root): 'user_id' is a required" "t/0@5 headers: error-count" \
-              "t/0@8 headers (IDEMPOTENCY_KEY_REUSED): replayed"; do
+              "t/0@8 headers (IDEMPOTENCY_KEY_REUSED): replayed" \
+              "t/0@9 headers (CREATED): traceparent" \
+              "t/0@10 headers (CREATED): (root): 'traceparent' is a required" \
+              "t/0@11 headers: traceparent" "t/0@12 headers: tracestate repeats"; do
     grep -qF "$want" <<<"$out" || { echo "$out"; echo "contract: self-test: no failure \"$want\""; return 1; }
   done
-  grep -qE "t/0@(1|6|7)( |:)" <<<"$out" && { echo "$out"; echo "contract: self-test: a good record failed"; return 1; }
-  echo "contract: self-test: ok (5 drifts caught, the good records passed)"
+  grep -qE "t/0@(1|6|7|13)( |:)" <<<"$out" && { echo "$out"; echo "contract: self-test: a good record failed"; return 1; }
+  echo "contract: self-test: ok (9 drifts caught, the good records passed)"
 }
 
 if [[ $capture == --self-test ]]; then

@@ -3,7 +3,9 @@
  * corpus, for counting its instructions with callgrind.
  *
  *   ow-path [--rounds R (1)] [--messages M (1000)] [--seed S] [--invalid PCT (5)]
- *       runs the path over the M messages R times and prints
+ *           [--traceparent]
+ *       runs the path over the M messages R times (with --traceparent,
+ *       every message carries a W3C traceparent header) and prints
  *       path: R rounds x M messages = N messages (V valid, I invalid), ...,
  *             corpus 0x..., outputs 0x...
  *   ow-path --per-message IR1 N1 IR2 N2
@@ -24,7 +26,7 @@
 static void usage(void)
 {
     fputs("usage: ow-path [--rounds R (1)] [--messages M (1000)] [--seed S (20261130)]\n"
-          "               [--invalid PCT (5)]\n"
+          "               [--invalid PCT (5)] [--traceparent]\n"
           "       ow-path --per-message IR1 N1 IR2 N2\n",
           stderr);
 }
@@ -63,7 +65,10 @@ static int parse_args(int argc, char **argv, pt_corpus_opts *o, int *rounds)
     for (int i = 1; i < argc; i += 2) {
         const char *k = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 
-        if (strcmp(k, "--rounds") == 0 && number(k, val, 1, 1000000, &v) == 0)
+        if (strcmp(k, "--traceparent") == 0) {
+            o->traceparent = 1;
+            i--; /* no value */
+        } else if (strcmp(k, "--rounds") == 0 && number(k, val, 1, 1000000, &v) == 0)
             *rounds = (int)v;
         else if (strcmp(k, "--messages") == 0 && number(k, val, 1, 10000000, &v) == 0)
             o->messages = (size_t)v;
@@ -104,10 +109,11 @@ int main(int argc, char **argv)
     rc = pt_run(&c, rounds, &st);
     if (rc == 0)
         printf("path: %d rounds x %zu messages = %zu messages (%zu valid, %zu invalid; %zu "
-               "orders a round; %zu bodies built, %zu header sets), corpus 0x%016" PRIx64
+               "orders a round; %zu bodies built, %zu header sets; %s), corpus 0x%016" PRIx64
                ", outputs 0x%016" PRIx64 "\n",
                rounds, c.n, st.messages, st.valid, st.invalid, c.orders, st.bodies_built,
-               st.headers, pt_corpus_checksum(&c), st.checksum);
+               st.headers, o.traceparent ? "each with a traceparent" : "no input headers",
+               pt_corpus_checksum(&c), st.checksum);
     else
         fprintf(stderr, "ow-path: the path failed (out of memory)\n");
     pt_corpus_free(&c);

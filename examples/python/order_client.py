@@ -3,7 +3,9 @@
 
 Sends one order batch, waits for its result (matched by key and by the
 source partition/offset headers), prints the outcome, then sends the very
-same message again to show a retry being replayed.
+same message again to show a retry being replayed. Each attempt carries a
+W3C traceparent header (one trace, a span per attempt, as a traced client
+would send); the result continues that trace with a span of the worker's.
 
   apt-get install python3-confluent-kafka
   examples/python/order_client.py --bootstrap 127.0.0.1:9092 [--user 42] [--key K]
@@ -11,12 +13,15 @@ same message again to show a retry being replayed.
 Output (one line each, for people and for the e2e test):
   sent: key=K partition=P offset=O
   result: status=201 code=CREATED replayed=false orders=1 digest=...
+  trace: sent=00-T-S1-01 result=00-T-W1-01
   retry sent: key=K partition=P offset=O2
   result: status=201 code=CREATED replayed=true orders=1 digest=...
+  trace: sent=00-T-S2-01 result=00-T-W2-01
   replay: yes, the stored answer (same bytes as the first)
 """
 import argparse
 import json
+import secrets
 import sys
 import time
 import uuid
@@ -52,7 +57,14 @@ def result_reader(bootstrap, topic):
     return c
 
 
-def send(producer, topic, key, value):
+def traceparent(trace_id):
+    """A W3C traceparent for one attempt: the request's trace, a new span
+    (8 random bytes, lower-case hex), sampled. An OpenTelemetry SDK's
+    propagator writes the same header from the current span."""
+    return f"00-{trace_id}-{secrets.token_hex(8)}-01"
+
+
+def send(producer, topic, key, value, tp):
     """Produces and waits for the broker's acknowledgement: the partition
     and offset it reports are what the result's source-* headers name."""
     acked = {}
@@ -60,7 +72,8 @@ def send(producer, topic, key, value):
     def on_delivery(err, msg):
         acked["err"], acked["msg"] = err, msg
 
-    producer.produce(topic, key=key.encode(), value=value, on_delivery=on_delivery)
+    producer.produce(topic, key=key.encode(), value=value, headers=[("traceparent", tp.encode())],
+                     on_delivery=on_delivery)
     producer.flush(30)
     if acked.get("err") is not None or "msg" not in acked:
         sys.exit(f"send failed: {acked.get('err')}")
@@ -90,11 +103,14 @@ def wait_result(consumer, input_topic, key, partition, offset, timeout):
     sys.exit(f"no result for key {key} at {partition}/{offset} within {timeout} s")
 
 
-def show(headers, body):
+def show(headers, body, sent_tp):
     items = body.get("orders", body.get("conflicts", body.get("errors", [])))
     print(f"result: status={body['status']} code={body['code']} "
           f"replayed={headers['replayed']} orders={len(items)} "
           f"digest={body.get('request_digest', '-')}")
+    # The result continues the sender's trace: the same trace id and flags,
+    # the span of the worker's processing as its parent.
+    print(f"trace: sent={sent_tp} result={headers.get('traceparent', 'none')}")
 
 
 def main():
@@ -110,23 +126,27 @@ def main():
     producer = Producer({"bootstrap.servers": a.bootstrap, "enable.idempotence": True,
                          "acks": "all", "partitioner": "murmur2_random"})
     consumer = result_reader(a.bootstrap, a.results_topic)
+    trace_id = secrets.token_hex(16)
     try:
-        part, off = send(producer, a.input_topic, key, value)
+        tp = traceparent(trace_id)
+        part, off = send(producer, a.input_topic, key, value, tp)
         print(f"sent: key={key} partition={part} offset={off}")
         headers, first_bytes, body = wait_result(consumer, a.input_topic, key, part, off,
                                                  a.timeout)
-        show(headers, body)
+        show(headers, body, tp)
         if body["status"] == 201:
             for o in body["orders"]:
                 print(f"  order {o['external_order_no']}: {o['order_no']} id={o['order_id']} "
                       f"amount={o['amount']} existing={str(o['existing']).lower()}")
 
-        # A retry: the same key and the same content, as after a timeout.
-        part2, off2 = send(producer, a.input_topic, key, value)
+        # A retry: the same key and the same content, as after a timeout;
+        # another attempt, so another span of the same trace.
+        tp2 = traceparent(trace_id)
+        part2, off2 = send(producer, a.input_topic, key, value, tp2)
         print(f"retry sent: key={key} partition={part2} offset={off2}")
         headers2, again_bytes, body2 = wait_result(consumer, a.input_topic, key, part2, off2,
                                                    a.timeout)
-        show(headers2, body2)
+        show(headers2, body2, tp2)
         # A replay carries `replayed: true` and the stored bytes unchanged;
         # a first answer carries `replayed: false`.
         if headers2["replayed"] == "true" and again_bytes == first_bytes:

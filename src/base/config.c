@@ -144,6 +144,11 @@ const config_row ow_config_rows[] = {
      "than the workers' longest cache.ttl_s: 86400 unless its --workers-cache-ttl states it."},
     {"log.level", CT_LOGLEVEL, 0, 3, "info", 0, ROW_OFF(log_level),
      "Least severe level logged: error, warn, info or debug."},
+    /* W3C Trace Context (docs/contract.md, "Trace context"). */
+    {"tracing.start_traces", CT_BOOL, 0, 1, "false", 0, ROW_OFF(tracing_start_traces),
+     "true: a message without a valid traceparent header starts a new trace, whose "
+     "traceparent its result and dead letter carry (sampled). false: such outputs carry none; "
+     "a valid traceparent is continued either way."},
     {"metrics.address", CT_STRING, 0, 0, "127.0.0.1", 0, ROW_OFF(metrics_address),
      "Address the /metrics, /healthz and /readyz HTTP endpoint binds to: an IPv4 or IPv6 "
      "literal, or localhost (127.0.0.1)."},
@@ -254,6 +259,12 @@ static int parse_row_value(ow_config *cfg, const config_row *row, const char *va
         }
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                             "%s: %s: must be one of error, warn, info, debug", where, row->name);
+    case CT_BOOL:
+        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0)
+            return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
+                                "%s: %s: \"%s\" is not true or false", where, row->name, value);
+        *ow_config_int_field(cfg, row) = value[0] == 't';
+        return OW_OK;
     case CT_INT:
         if (ow_parse_int64(value, &v) != OW_OK)
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,

@@ -24,6 +24,9 @@ static void print_value(const ow_config *cfg, const config_row *row, FILE *out)
     case CT_LOGLEVEL:
         fputs(ow_log_level_name(*ow_config_int_field(c, row)), out);
         break;
+    case CT_BOOL:
+        fputs(*ow_config_int_field(c, row) ? "true" : "false", out);
+        break;
     }
 }
 
@@ -75,6 +78,8 @@ static const char *type_name(const config_row *row)
         return "integer";
     case CT_LOGLEVEL:
         return "level";
+    case CT_BOOL:
+        return "boolean";
     }
     return "?";
 }

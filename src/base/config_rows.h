@@ -8,7 +8,7 @@
 
 #include "ow/config.h"
 
-typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL } config_type;
+typedef enum { CT_STRING, CT_INT, CT_LOGLEVEL, CT_BOOL } config_type;
 
 typedef struct {
     const char *name;

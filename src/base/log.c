@@ -69,12 +69,20 @@ static void append_field(ow_buf *b, const ow_log_field *f)
 {
     char masked[OW_LOG_MASK_MAX];
 
+    if ((f->type == 'o' || f->type == 'j') && f->s == NULL)
+        return;
     ow_buf_appendc(b, ',');
     ow_json_write_string(b, f->name, strlen(f->name));
     ow_buf_appendc(b, ':');
     switch (f->type) {
     case 'i':
         ow_buf_appendf(b, "%lld", (long long)f->i);
+        break;
+    case 'n':
+        ow_buf_appendf(b, "\"%lld\"", (long long)f->i);
+        break;
+    case 'j':
+        ow_buf_appends(b, f->s);
         break;
     case 'f':
         ow_buf_appendf(b, "%.6g", f->f);

@@ -211,8 +211,8 @@ static void transaction_failed(eos_delivery *e, const rd_kafka_message_t *m, con
     if (!ow_ledger_current(e->d.ledger, &job->t))
         return; /* from an epoch already over: its transaction is gone */
     OW_LOG(OW_LOG_WARN, "delivery_failed", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
-           OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_INT("partition", job->t.partition),
-           OW_F_INT("offset", job->t.offset), OW_F_STR("then", "the transaction is aborted"));
+           OW_F_STR("error", rd_kafka_err2str(m->err)),
+           OW_F_STR("then", "the transaction is aborted"), OW_F_JOB(job));
     ow_txn_want_abort(&e->txn);
 }
 

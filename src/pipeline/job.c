@@ -1,7 +1,9 @@
-/* Turning a consumed message into a job: copy what is needed, validate it,
- * and either compute its digest or build its 400 body. */
+/* Turning a consumed message into a job: copy what is needed, read its
+ * trace context, validate it, and either compute its digest or build its
+ * 400 body. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "job.h"
 #include "metrics.h"
@@ -84,8 +86,7 @@ void ow_job_log_key_reused(const ow_job *job)
     digest8[8] = '\0';
     OW_LOG(OW_LOG_WARN, "idempotency_key_reused", OW_F_INT("user_id", job->req.user_id),
            OW_F_KEY("key", job->key, job->key_len), OW_F_STR("digest", digest8),
-           OW_F_STR("stored_digest", job->item.stored_digest8),
-           OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset));
+           OW_F_STR("stored_digest", job->item.stored_digest8), OW_F_JOB(job));
     OW_COUNT(keys_reused, 1);
 }
 
@@ -94,7 +95,7 @@ static void log_key_rejected(const ow_job *job, const char *why)
 {
     OW_LOG(OW_LOG_WARN, "idempotency_key_rejected", OW_F_INT("user_id", job->req.user_id),
            OW_F_KEY("key", job->key != NULL ? job->key : "", job->key_len), OW_F_STR("error", why),
-           OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset));
+           OW_F_JOB(job));
     OW_COUNT(keys_rejected, 1);
 }
 
@@ -124,6 +125,7 @@ void ow_job_maker_init(ow_job_maker *mk, const ow_job_limits *lim)
 {
     memset(mk, 0, sizeof(*mk));
     mk->lim = *lim;
+    mk->trace_rng = ow_trace_seed();
     ow_request_scratch_init(&mk->parse);
     atomic_init(&mk->returned, NULL);
 }
@@ -195,6 +197,7 @@ ow_job *ow_job_of_tag(ow_output_tag *tag)
 
 ow_job *ow_job_from_message(ow_job_maker *mk, const rd_kafka_message_t *m)
 {
+    rd_kafka_headers_t *h = NULL;
     ow_job_input in = {.partition = m->partition,
                        .offset = m->offset,
                        .timestamp_ms = rd_kafka_message_timestamp(m, NULL),
@@ -203,7 +206,131 @@ ow_job *ow_job_from_message(ow_job_maker *mk, const rd_kafka_message_t *m)
                        .value = m->payload,
                        .len = m->len};
 
+    /* librdkafka parses a message's headers on this first call, and
+     * answers at once for a message that has none. */
+    if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        in.headers = h;
     return ow_job_from_input(mk, &in);
+}
+
+/* --- Trace context ------------------------------------------------------- */
+
+/* The trace context headers of one message. W3C Trace Context names its
+ * headers case-insensitively, as HTTP does; several tracestate headers
+ * are one list, joined with commas. */
+typedef struct {
+    const char *parent; /* the traceparent's value, when exactly one */
+    size_t parent_len;
+    unsigned parents;
+    unsigned states;
+    int state_too_long; /* joined, more than OW_TRACESTATE_MAX bytes */
+    size_t state_len;
+    char state[OW_TRACESTATE_MAX];
+} trace_headers;
+
+static int header_named(const char *name, const char *want, size_t want_len)
+{
+    return strlen(name) == want_len && strncasecmp(name, want, want_len) == 0;
+}
+
+static void add_state(trace_headers *th, const char *v, size_t n)
+{
+    size_t sep = th->states > 0;
+
+    th->states++;
+    if (th->state_too_long || th->state_len + sep + n > OW_TRACESTATE_MAX) {
+        th->state_too_long = 1;
+        return;
+    }
+    if (sep)
+        th->state[th->state_len++] = ',';
+    if (n > 0)
+        memcpy(th->state + th->state_len, v, n);
+    th->state_len += n;
+}
+
+static void find_trace_headers(const rd_kafka_headers_t *h, trace_headers *th)
+{
+    const char *name;
+    const void *v;
+    size_t n;
+
+    th->parent = NULL;
+    th->parent_len = 0;
+    th->parents = th->states = 0;
+    th->state_too_long = 0;
+    th->state_len = 0;
+    for (size_t i = 0;
+         h != NULL && rd_kafka_header_get_all(h, i, &name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++) {
+        if (header_named(name, "traceparent", 11)) {
+            th->parents++;
+            th->parent = v;
+            th->parent_len = v != NULL ? n : 0;
+        } else if (header_named(name, "tracestate", 10)) {
+            add_state(th, v, v != NULL ? n : 0); /* a null value: an empty list */
+        }
+    }
+}
+
+/* Gives job the trace context of tp's trace with a new span of the
+ * worker's, and the tracestate to copy (state_len 0: none). */
+static int attach_trace(ow_job_maker *mk, ow_job *job, const ow_traceparent *tp, const char *state,
+                        size_t state_len)
+{
+    unsigned char span[OW_SPAN_ID_LEN];
+    ow_job_trace *t = malloc(sizeof(*t) + state_len);
+
+    if (t == NULL)
+        return OW_ENOMEM;
+    ow_trace_new_id(&mk->trace_rng, span, sizeof(span));
+    ow_traceparent_format(tp->trace_id, span, tp->flags & OW_TRACE_FLAGS_KEPT, t->traceparent);
+    memcpy(t->trace_id, t->traceparent + 3, 2 * OW_TRACE_ID_LEN);
+    t->trace_id[2 * OW_TRACE_ID_LEN] = '\0';
+    memcpy(t->span_id, t->traceparent + 36, 2 * OW_SPAN_ID_LEN);
+    t->span_id[2 * OW_SPAN_ID_LEN] = '\0';
+    memcpy(t->flags, t->traceparent + 53, 2);
+    t->flags[2] = '\0';
+    t->state_len = state_len;
+    if (state_len > 0)
+        memcpy(t->state, state, state_len);
+    job->trace = t;
+    job->bytes += sizeof(*t) + state_len;
+    return OW_OK;
+}
+
+/* Reads a message's trace context. An invalid header is counted and
+ * ignored: it never makes the message invalid nor changes its decision.
+ * Without a valid traceparent the message's outputs carry none, unless
+ * tracing.start_traces asks for a new trace (sampled, so that the
+ * services after the worker record it). A new trace carries no
+ * tracestate: one received belongs to the trace it came with, and W3C's
+ * processing model discards it. */
+static int read_trace(ow_job_maker *mk, ow_job *job, const rd_kafka_headers_t *h)
+{
+    trace_headers th;
+    ow_traceparent tp;
+    size_t members = 0;
+    int parent_ok;
+
+    find_trace_headers(h, &th);
+    parent_ok = th.parents == 1 && ow_traceparent_parse(th.parent, th.parent_len, &tp) == OW_OK;
+    if (th.parents > 0 && !parent_ok)
+        OW_COUNT(trace_invalid[0], 1);
+    /* A traceparent that failed leaves its tracestate unread (W3C: it
+     * MUST NOT be parsed). */
+    if (th.states > 0 && th.parents == 0)
+        OW_COUNT(trace_invalid[1], 1);
+    else if (th.states > 0 && parent_ok &&
+             (th.state_too_long || ow_tracestate_check(th.state, th.state_len, &members) != OW_OK))
+        OW_COUNT(trace_invalid[1], 1);
+    if (parent_ok)
+        return attach_trace(mk, job, &tp, th.state, members > 0 ? th.state_len : 0);
+    if (!mk->ctx.start_traces)
+        return OW_OK;
+    ow_trace_new_id(&mk->trace_rng, tp.trace_id, sizeof(tp.trace_id));
+    tp.flags = OW_TRACE_FLAG_SAMPLED;
+    return attach_trace(mk, job, &tp, NULL, 0);
 }
 
 /* Copies the message's key into the job: into the job itself when it fits,
@@ -233,10 +360,15 @@ ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *m)
     if (job == NULL)
         return NULL;
     job->maker = mk;
+    job->ctx = &mk->ctx;
     job->t.partition = m->partition; /* for the logs; ow_ledger_track fills the ticket */
     job->t.offset = m->offset;
     job->timestamp_ms = m->timestamp_ms;
     if (copy_key(job, m) != OW_OK)
+        goto fail;
+    /* Before anything is logged about the message, so that its lines carry
+     * the trace. */
+    if ((m->headers != NULL || mk->ctx.start_traces) && read_trace(mk, job, m->headers) != OW_OK)
         goto fail;
     job->key_hash = ow_hash64(job->key != NULL ? job->key : "", job->key_len);
     ow_field_errors_init(&errs);
@@ -257,7 +389,7 @@ ow_job *ow_job_from_input(ow_job_maker *mk, const ow_job_input *m)
     if (!key_ok)
         log_key_rejected(job, errs.count > 0 ? errs.items[0].message : "");
     job->raw_original_len = m->len;
-    job->bytes = sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
+    job->bytes += sizeof(*job) + m->len + m->key_len + job->req.n_orders * sizeof(ow_order_item);
     return job;
 fail:
     ow_job_free(job);
@@ -279,6 +411,7 @@ void ow_job_free(ow_job *job)
     if (job == NULL)
         return;
     ow_job_free_payload(job);
+    free(job->trace);
     if (job->key != job->key_buf)
         free(job->key);
     if (job->maker != NULL)

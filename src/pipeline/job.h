@@ -12,8 +12,10 @@
 #include <stdint.h>
 
 #include "ledger.h"
+#include "ow/log.h"
 #include "ow/request.h"
 #include "ow/store.h"
+#include "ow/trace.h"
 
 /* The largest key an output carries: longer keys (never valid ones, which
  * are at most OW_KEY_MAX bytes) are cut, with the original length in a
@@ -37,6 +39,29 @@ typedef struct {
 
 struct ow_job_maker;
 
+/* The trace context a job continues (W3C Trace Context): its input's
+ * trace, or a new one (tracing.start_traces), and the worker's span for
+ * the message, whose id every output and log line about it carries. */
+typedef struct {
+    /* The outputs' header: version 00, the trace id, the worker's span id
+     * and the flags kept (OW_TRACE_FLAGS_KEPT). */
+    char traceparent[OW_TRACEPARENT_LEN + 1];
+    char trace_id[2 * OW_TRACE_ID_LEN + 1]; /* the log lines' fields */
+    char span_id[2 * OW_SPAN_ID_LEN + 1];
+    char flags[3];
+    size_t state_len; /* the input's tracestate, copied unchanged; 0: none */
+    char state[];
+} ow_job_trace;
+
+/* What a maker knows of the messages it makes jobs of: where they come
+ * from, which every log line about one names, and whether a message
+ * without a trace context starts one. */
+typedef struct {
+    const char *topic; /* NULL: not named */
+    const char *group;
+    int start_traces; /* tracing.start_traces */
+} ow_job_context;
+
 /* The in-flight budget (inflight.max_messages, inflight.max_bytes): the
  * messages between their dispatch and their last acknowledgement, and the
  * bytes they hold. A job counts in when the consumer thread dispatches it
@@ -56,6 +81,8 @@ typedef struct ow_job {
     int64_t timestamp_ms;         /* the message's timestamp, for end-to-end latency */
     size_t bytes;                 /* what it holds, counted against inflight.max_bytes */
     ow_inflight *inflight;        /* the budget it counts against; NULL before dispatch */
+    const ow_job_context *ctx;    /* its maker's; NULL for a job of no maker */
+    ow_job_trace *trace;          /* NULL: its outputs carry no trace context */
     char *key;                    /* raw key bytes, NULL when the message had none */
     char key_buf[OW_KEY_MAX + 1]; /* key points here when the key fits */
     size_t key_len;               /* the whole key's length */
@@ -101,6 +128,8 @@ typedef struct {
  * calls ow_job_from_* and ow_job_maker_cleanup. */
 typedef struct ow_job_maker {
     ow_job_limits lim;
+    ow_job_context ctx; /* set by its owner after ow_job_maker_init; empty before */
+    uint64_t trace_rng; /* span and trace ids; seeded by ow_job_maker_init */
     ow_request_scratch parse;
     ow_job *spare; /* ended jobs ready for reuse, linked by next */
     size_t n_spare;
@@ -126,6 +155,9 @@ typedef struct {
     size_t key_len;
     const void *value; /* NULL for a null value */
     size_t len;
+    /* Its headers, where the trace context is read; NULL when it had
+     * none, so that a message without headers costs one comparison. */
+    const rd_kafka_headers_t *headers;
 } ow_job_input;
 
 /* A job for a message, parsed and validated, made by mk on mk's thread;
@@ -147,6 +179,21 @@ void ow_job_free_payload(ow_job *job);
  * copy carries none of the original bytes (they were not kept for a valid
  * message) and names their length. OW_OK or OW_ENOMEM. */
 int ow_job_refuse_too_large(ow_job *job);
+/* The fields that end every log line about a job's message: OpenTelemetry's
+ * messaging attributes naming the message, then, when it has a trace
+ * context, OpenTelemetry's log fields for it (the worker's span). Lines
+ * about a partition or a lane name them otherwise (docs/operations.md,
+ * "Logs"). */
+#define OW_F_JOB(job)                                                                             \
+    OW_F_STR("messaging.system", "kafka"),                                                        \
+        OW_F_OPT("messaging.destination.name", (job)->ctx != NULL ? (job)->ctx->topic : NULL),    \
+        OW_F_NUMSTR("messaging.destination.partition.id", (job)->t.partition),                    \
+        OW_F_INT("messaging.kafka.offset", (job)->t.offset),                                      \
+        OW_F_OPT("messaging.consumer.group.name", (job)->ctx != NULL ? (job)->ctx->group : NULL), \
+        OW_F_OPT("trace_id", (job)->trace != NULL ? (job)->trace->trace_id : NULL),               \
+        OW_F_OPT("span_id", (job)->trace != NULL ? (job)->trace->span_id : NULL),                 \
+        OW_F_OPT("trace_flags", (job)->trace != NULL ? (job)->trace->flags : NULL)
+
 /* Security events: logs idempotency_key_reused at warn with the
  * user, the masked key and both digests' first 8 hex digits, and counts it. */
 void ow_job_log_key_reused(const ow_job *job);

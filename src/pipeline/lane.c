@@ -226,29 +226,82 @@ static size_t drop_stale(ow_lane *l, batch *b, size_t nv)
     return k;
 }
 
-/* Logs a database event of a lane, naming the shard when there are shards. */
-static void log_db(const ow_lane *l, int level, const char *event, unsigned attempt,
-                   const ow_error *err)
+/* The most trace ids a line about a transaction lists. */
+#define TRACE_IDS_MAX 16
+
+/* The trace ids of the batch's first nv valid jobs that have one, each
+ * once, as a JSON array into ids (empty when none); *more counts the
+ * traced jobs beyond TRACE_IDS_MAX ids whose trace is not listed. */
+static void batch_trace_ids(const batch *b, size_t nv, ow_buf *ids, size_t *more)
 {
+    const char *listed[TRACE_IDS_MAX];
+    size_t n = 0;
+
+    *more = 0;
+    for (size_t i = 0; i < nv; i++) {
+        const ow_job_trace *t = b->valid[i]->trace;
+        size_t k = 0;
+
+        if (t == NULL)
+            continue;
+        while (k < n && strcmp(listed[k], t->trace_id) != 0)
+            k++;
+        if (k < n)
+            continue;
+        if (n == TRACE_IDS_MAX) {
+            (*more)++;
+            continue;
+        }
+        listed[n++] = t->trace_id;
+        ow_buf_appends(ids, n == 1 ? "[\"" : ",\"");
+        ow_buf_appends(ids, t->trace_id);
+        ow_buf_appendc(ids, '"');
+    }
+    if (n > 0)
+        ow_buf_appendc(ids, ']');
+}
+
+/* Logs a database event of a lane, naming the shard when there are shards.
+ * A transaction decides many messages, so its line carries no one trace:
+ * it lists the trace ids of the messages it held (trace_ids), so that a
+ * trace's lines can be found. */
+static void log_db(const ow_lane *l, const batch *b, size_t nv, int level, const char *event,
+                   unsigned attempt, const ow_error *err)
+{
+    ow_buf ids;
+    size_t more = 0;
+    char more_text[21] = "";
+
+    if (!OW_LOG_ENABLED(level))
+        return;
+    ow_buf_init(&ids);
+    batch_trace_ids(b, nv, &ids, &more);
+    if (more > 0)
+        ow_format_int((long long)more, more_text);
     if (l->env->cfg->shards.n == 0)
         OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("attempt", attempt + 1),
-               OW_F_INT("code", err->code), OW_F_STR("error", err->msg));
+               OW_F_INT("code", err->code), OW_F_STR("error", err->msg),
+               OW_F_INT("messages", (int64_t)nv), OW_F_JSON("trace_ids", ids.data),
+               OW_F_JSON("trace_ids_omitted", more > 0 ? more_text : NULL));
     else
         OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", l->shard),
                OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
-               OW_F_STR("error", err->msg));
+               OW_F_STR("error", err->msg), OW_F_INT("messages", (int64_t)nv),
+               OW_F_JSON("trace_ids", ids.data),
+               OW_F_JSON("trace_ids_omitted", more > 0 ? more_text : NULL));
+    ow_buf_cleanup(&ids);
 }
 
-/* One deciding attempt of items[0..n), timed from t0_us. OW_OK: decided.
- * OW_ERETRY: a transient failure worth another attempt. OW_EFATAL: abandon
- * the batch, for an error retrying cannot fix (logged; the worker stops),
- * a stop, or a call the stop cancelled. */
-static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned attempt,
-                          int64_t t0_us, ow_error *err)
+/* One deciding attempt of the batch's items[0..n), timed from t0_us.
+ * OW_OK: decided. OW_ERETRY: a transient failure worth another attempt.
+ * OW_EFATAL: abandon the batch, for an error retrying cannot fix (logged;
+ * the worker stops), a stop, or a call the stop cancelled. */
+static int attempt_decide(ow_lane *l, batch *b, size_t n, unsigned attempt, int64_t t0_us,
+                          ow_error *err)
 {
     ow_runstate *rs = l->env->rs;
     uint64_t deadlocks = ow_store_get_stats(l->store)->deadlocks;
-    int rc = ow_store_decide(l->store, items, n, err);
+    int rc = ow_store_decide(l->store, b->items, n, err);
 
     if (rc == OW_OK) {
         ow_histogram_observe(&ow_stats.db_latency, ow_clock_mono_us() - t0_us);
@@ -262,7 +315,7 @@ static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned a
     if (atomic_load(&l->cancelled))
         return OW_EFATAL;
     if (err->cls != OW_ERRCLASS_RETRIABLE) {
-        log_db(l, OW_LOG_ERROR, "db_fatal", attempt, err);
+        log_db(l, b, n, OW_LOG_ERROR, "db_fatal", attempt, err);
         ow_runstate_fail(rs, err, "database error that retrying cannot fix");
         return OW_EFATAL;
     }
@@ -272,15 +325,15 @@ static int attempt_decide(ow_lane *l, ow_store_item *items, size_t n, unsigned a
     return OW_ERETRY;
 }
 
-/* Logs the retry and waits its backoff, or, while the database does not
- * answer, until it does (at most retry.backoff_max_ms); 1 when the worker
- * gives up meanwhile. */
-static int backoff(ow_lane *l, unsigned attempt, const ow_error *err)
+/* Logs the retry of the batch's first nv valid jobs and waits its backoff,
+ * or, while the database does not answer, until it does (at most
+ * retry.backoff_max_ms); 1 when the worker gives up meanwhile. */
+static int backoff(ow_lane *l, const batch *b, size_t nv, unsigned attempt, const ow_error *err)
 {
     const ow_config *cfg = l->env->cfg;
     ow_runstate *rs = l->env->rs;
 
-    log_db(l, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", attempt, err);
+    log_db(l, b, nv, attempt < 3 ? OW_LOG_INFO : OW_LOG_WARN, "db_retry", attempt, err);
     if (l->watch != NULL && !db_answers(l))
         ow_store_watch_wait_up(l->watch, ow_clock_mono_ms() + cfg->retry_backoff_max_ms,
                                &rs->stop_sleep);
@@ -302,11 +355,11 @@ static int decide(ow_lane *l, batch *b, size_t *nv)
 
     for (unsigned attempt = 0;; attempt++) {
         ow_error err;
-        int rc = attempt_decide(l, b->items, *nv, attempt, t0, &err);
+        int rc = attempt_decide(l, b, *nv, attempt, t0, &err);
 
         if (rc != OW_ERETRY)
             return rc;
-        if (backoff(l, attempt, &err))
+        if (backoff(l, b, *nv, attempt, &err))
             return OW_EFATAL;
         *nv = drop_stale(l, b, *nv);
         if (*nv == 0)
@@ -362,8 +415,7 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
             job->in_progress_rounds++;
             job->not_before_ms = ow_clock_mono_ms() + l->env->cfg->retry_backoff_ms;
             OW_LOG(OW_LOG_INFO, "request_in_progress", OW_F_KEY("key", job->key, job->key_len),
-                   OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
-                   OW_F_INT("rounds", job->in_progress_rounds));
+                   OW_F_INT("rounds", job->in_progress_rounds), OW_F_JOB(job));
             if (rq_last == NULL)
                 rq_first = job;
             else
@@ -376,11 +428,10 @@ static void publish_batch(ow_lane *l, batch *b, int decided)
         if (job->valid && job->item.decision == OW_DECISION_KEY_REUSED)
             ow_job_log_key_reused(job); /* a security event */
         OW_LOG(OW_LOG_DEBUG, "decided", OW_F_KEY("key", job->key, job->key_len),
-               OW_F_INT("partition", job->t.partition), OW_F_INT("offset", job->t.offset),
                OW_F_STR("code", job->valid ? ow_result_code_name(job->item.code)
                                            : ow_result_code_name(OW_CODE_INVALID_REQUEST)),
                OW_F_INT("replayed", job->valid && job->item.replayed),
-               OW_F_STR("error", job->valid ? NULL : job->first_error));
+               OW_F_STR("error", job->valid ? NULL : job->first_error), OW_F_JOB(job));
         ow_delivery_publish(l->env->delivery, job);
     }
     ow_delivery_leave(l->env->delivery);

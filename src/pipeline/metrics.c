@@ -123,6 +123,18 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
             (unsigned long long)atomic_load(&ow_stats.fenced[0]),
             (unsigned long long)atomic_load(&ow_stats.fenced[1]));
     if (rc == OW_OK)
+        rc = ow_buf_appendf(
+            out,
+            "# HELP order_worker_trace_headers_invalid_total W3C Trace Context headers of input "
+            "messages ignored as invalid, by header: a tracestate counts when it breaks the rules "
+            "or comes without a traceparent, and is not read beside an invalid traceparent. The "
+            "message is decided as if it had none.\n"
+            "# TYPE order_worker_trace_headers_invalid_total counter\n"
+            "order_worker_trace_headers_invalid_total{header=\"traceparent\"} %llu\n"
+            "order_worker_trace_headers_invalid_total{header=\"tracestate\"} %llu\n",
+            (unsigned long long)atomic_load(&ow_stats.trace_invalid[0]),
+            (unsigned long long)atomic_load(&ow_stats.trace_invalid[1]));
+    if (rc == OW_OK)
         rc = render_histogram(out, "order_worker_db_transaction_seconds",
                               "Time to decide one micro-batch in the database, retries included.",
                               &ow_stats.db_latency);

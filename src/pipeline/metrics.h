@@ -75,6 +75,9 @@ typedef struct {
      * its transaction had outlived transaction.timeout.ms, [1] it had
      * not (another producer with its transactional id started). */
     _Atomic uint64_t fenced[2];
+    /* W3C Trace Context headers ignored as invalid: [0] traceparent, [1]
+     * tracestate (docs/contract.md, "Trace context"). */
+    _Atomic uint64_t trace_invalid[2];
     ow_histogram db_latency;  /* one deciding transaction, incl. retries of it */
     ow_histogram e2e_latency; /* message timestamp to result acknowledged */
     /* User shards; n_shards is 0 without mysql.shards, and then

@@ -213,6 +213,10 @@ void ow_output_destroy(ow_output *o)
 
 /* --- Producing ---------------------------------------------------------- */
 
+/* The headers every output of a job carries: the message it answers, and
+ * the trace context it continues (the job's, which is its own message's:
+ * a replayed result belongs to the retry's trace, not the first
+ * request's). */
 static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_job *job)
 {
     rd_kafka_header_add(h, "source-topic", -1, o->cfg->topic_input, -1);
@@ -220,6 +224,12 @@ static void source_headers(rd_kafka_headers_t *h, const ow_output *o, const ow_j
     ow_kafka_header_int(h, "source-offset", job->t.offset);
     if (job->out_key_len < job->key_len)
         ow_kafka_header_int(h, "key-truncated-from", (long long)job->key_len);
+    if (job->trace != NULL) {
+        rd_kafka_header_add(h, "traceparent", -1, job->trace->traceparent, OW_TRACEPARENT_LEN);
+        if (job->trace->state_len > 0)
+            rd_kafka_header_add(h, "tracestate", -1, job->trace->state,
+                                (ssize_t)job->trace->state_len);
+    }
 }
 
 /* Whether a refused produce call stops the worker. A producer that failed
@@ -280,7 +290,7 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
          * the line that said why is enough. */
         if (e != RD_KAFKA_RESP_ERR__FATAL || !atomic_load(&o->rs->fatal))
             OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", topic),
-                   OW_F_STR("error", rd_kafka_err2str(e)));
+                   OW_F_STR("error", rd_kafka_err2str(e)), OW_F_JOB(job));
         if (produce_fatal(o, e))
             ow_runstate_set_fatal(o->rs, "a result could not be produced");
         ow_job_settle(o->ledger, job, 0);
@@ -290,7 +300,7 @@ static int produce(ow_output *o, const char *topic, ow_job *job, ow_output_kind 
 
 rd_kafka_headers_t *ow_output_result_headers(const ow_output *o, const ow_job *job, int replayed)
 {
-    rd_kafka_headers_t *h = rd_kafka_headers_new(6);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(job->trace != NULL ? 8 : 6);
 
     if (job->valid || job->has_user)
         ow_kafka_header_int(h, "user-id", job->req.user_id);
@@ -301,7 +311,7 @@ rd_kafka_headers_t *ow_output_result_headers(const ow_output *o, const ow_job *j
 
 rd_kafka_headers_t *ow_output_dead_letter_headers(const ow_output *o, const ow_job *job)
 {
-    rd_kafka_headers_t *h = rd_kafka_headers_new(9);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(job->trace != NULL ? 11 : 9);
 
     rd_kafka_header_add(h, "error-code", -1, "INVALID_REQUEST", -1);
     rd_kafka_header_add(h, "error-message", -1, job->first_error, -1);
@@ -359,8 +369,7 @@ static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_
 
     OW_COUNT(outputs_too_large, 1);
     OW_LOG(OW_LOG_WARN, "output_too_large", OW_F_STR("output", what),
-           OW_F_INT("bytes", (int64_t)bytes), OW_F_INT("partition", job->t.partition),
-           OW_F_INT("offset", job->t.offset), OW_F_STR("error", reason));
+           OW_F_INT("bytes", (int64_t)bytes), OW_F_STR("error", reason), OW_F_JOB(job));
     if (n == NULL) {
         ow_runstate_set_fatal(o->rs, "out of memory");
         ow_job_settle(o->ledger, job, 0);
@@ -385,7 +394,7 @@ static void replace_by_notice(ow_output *o, ow_job *job, const char *what, size_
 /* Produces one notice: the key, no value, and what was refused. */
 static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n)
 {
-    rd_kafka_headers_t *h = rd_kafka_headers_new(8);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(n->job->trace != NULL ? 10 : 8);
     char msg[256];
     rd_kafka_resp_err_t e;
 
@@ -407,7 +416,7 @@ static rd_kafka_resp_err_t produce_notice(ow_output *o, ow_notice *n)
 static void notice_failed(ow_output *o, ow_notice *n, rd_kafka_resp_err_t e)
 {
     OW_LOG(OW_LOG_ERROR, "produce_failed", OW_F_STR("topic", o->cfg->topic_dlq),
-           OW_F_STR("error", rd_kafka_err2str(e)));
+           OW_F_STR("error", rd_kafka_err2str(e)), OW_F_JOB(n->job));
     if (produce_fatal(o, e))
         ow_runstate_set_fatal(o->rs, "a dead-letter notice could not be produced");
     ow_job_settle(o->ledger, n->job, 0);
@@ -448,6 +457,8 @@ static void release_payload(ow_job *job)
 {
     size_t held = job->valid ? job->item.body.len : job->invalid_body.len + job->raw_len;
 
+    if (job->trace != NULL)
+        held += sizeof(*job->trace) + job->trace->state_len;
     ow_job_free_payload(job);
     ow_job_holds(job, sizeof(*job) + held);
 }
@@ -560,11 +571,11 @@ void ow_output_refused(ow_output *o, const rd_kafka_message_t *m)
 
 void ow_output_given_up(ow_output *o, const rd_kafka_message_t *m)
 {
-    ow_output_tag *tag = m->_private;
+    ow_job *job = ow_job_of_tag(m->_private);
 
     OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", rd_kafka_topic_name(m->rkt)),
-           OW_F_STR("error", rd_kafka_err2str(m->err)));
-    ow_job_settle(o->ledger, ow_job_of_tag(tag), 0);
+           OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_JOB(job));
+    ow_job_settle(o->ledger, job, 0);
 }
 
 void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
@@ -575,7 +586,7 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
 
     if (ow_output_purged(m)) {
         /* Purged at shutdown or by an abort: the job ends not done. */
-        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic));
+        OW_LOG(OW_LOG_DEBUG, "output_abandoned", OW_F_STR("topic", topic), OW_F_JOB(job));
     } else if (size_refused(m->err) && m->len > 0 &&
                (tag->kind == OW_OUT_RESULT || tag->kind == OW_OUT_DEAD_LETTER)) {
         /* A topic whose limit is below the producer's refused it: a notice
@@ -586,7 +597,7 @@ void ow_output_delivered(ow_output *o, const rd_kafka_message_t *m)
     } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         /* message.timeout.ms is infinite, so only permanent errors get here. */
         OW_LOG(OW_LOG_ERROR, "delivery_failed", OW_F_STR("topic", topic),
-               OW_F_STR("error", rd_kafka_err2str(m->err)));
+               OW_F_STR("error", rd_kafka_err2str(m->err)), OW_F_JOB(job));
         ow_runstate_set_fatal(o->rs, "a result was not acknowledged by the broker");
     } else {
         count_delivered(tag->kind, job);

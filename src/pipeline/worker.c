@@ -29,8 +29,7 @@ static void dispatch(ow_worker *w, rd_kafka_message_t *m)
         OW_LOG(OW_LOG_WARN, "partition_rewound", OW_F_INT("partition", m->partition),
                OW_F_INT("offset", m->offset));
     if (rc == OW_ENOTFOUND)
-        OW_LOG(OW_LOG_WARN, "message_ignored", OW_F_INT("partition", m->partition),
-               OW_F_INT("offset", m->offset));
+        OW_LOG(OW_LOG_WARN, "message_ignored", OW_F_JOB(job));
     else if (rc != OW_OK)
         ow_runstate_set_fatal(&w->rs, "out of memory");
     if (rc != OW_OK) {
@@ -208,6 +207,8 @@ int ow_worker_run(const ow_config *cfg, const volatile sig_atomic_t *stop, ow_er
     ow_runstate_arm(&w.rs, stop, cfg->shutdown_timeout_ms);
     w.cfg = cfg;
     ow_job_maker_init(&w.maker, &lim);
+    w.maker.ctx =
+        (ow_job_context){cfg->topic_input, cfg->kafka_group_id, (int)cfg->tracing_start_traces};
     ow_idgen_init(&w.ids, (unsigned)(ow_rand64(&seed) >> 20), ow_clock_wall_ms);
     w.delivery = ow_delivery_new(cfg, &w.rs, &w.ledger);
     ow_ledger_init(&w.ledger, ow_delivery_store_offset, w.delivery);

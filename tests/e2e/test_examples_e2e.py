@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """End to end: the client examples of examples/ against the real
 broker and a worker. Each must send a batch, get its 201 by key and source
-partition/offset, send it again and recognise the replay. Then the Java
+partition/offset, send it again and recognise the replay; each attempt
+carries a traceparent of one trace, and each result must continue it (the
+same trace id and flags, a span of the worker's, a new one per attempt).
+Then the Java
 example sends the Python example's batch under the same key: the same
 partition (both use Kafka's murmur2 partitioner) and a replay of the
 Python example's answer, with the same digest (the amount was a JSON
@@ -27,6 +30,8 @@ LINE = {
                          r"digest=([0-9a-f]{64})$", re.M),
     "retry": re.compile(r"^retry sent: key=(\S+) partition=(\d+) offset=(\d+)$", re.M),
     "replay": re.compile(r"^replay: yes, the stored answer \(same bytes as the first\)$", re.M),
+    "trace": re.compile(r"^trace: sent=00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2}) "
+                        r"result=(?:00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})|none)$", re.M),
 }
 
 
@@ -85,6 +90,14 @@ class Examples(unittest.TestCase):
         self.assertEqual(sent.group(2), retry.group(2), "a key changed partition")
         self.assertGreater(int(retry.group(3)), int(sent.group(3)))
         self.assertIsNotNone(LINE["replay"].search(out), out)
+        traces = LINE["trace"].findall(out)
+        self.assertEqual(len(traces), 2, out)
+        for sent_trace, sent_span, sent_flags, trace, span, flags in traces:
+            self.assertEqual(trace, sent_trace, f"the result is not in the sender's trace:\n{out}")
+            self.assertEqual(flags, sent_flags, out)
+            self.assertNotIn(span, (sent_span, "0" * 16), out)
+        self.assertEqual(traces[0][0], traces[1][0], "one trace for both attempts")
+        self.assertNotEqual(traces[0][4], traces[1][4], "the worker's span is new per message")
         return sent.group(2), results[0][4]
 
     def test_1_python(self):

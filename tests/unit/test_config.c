@@ -26,6 +26,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.request_max_bytes, 1048576);
     assert_int_equal(cfg.request_max_orders, 1000);
     assert_int_equal(cfg.log_level, OW_LOG_INFO);
+    assert_int_equal(cfg.tracing_start_traces, 0);
     assert_int_equal(ow_config_finish(&cfg, &err), OW_OK);
     ow_config_cleanup(&cfg);
 }
@@ -38,6 +39,7 @@ static void test_file_syntax(void **state)
                        "mysql.port=3307\r\n"
                        "kafka.socket.timeout.ms = 5000\n"
                        "log.level = debug\n"
+                       "tracing.start_traces = true\n"
                        "mysql.password =\n";
     ow_config cfg;
     ow_error err;
@@ -48,6 +50,7 @@ static void test_file_syntax(void **state)
     assert_string_equal(cfg.kafka_bootstrap_servers, "10.0.0.1:9092");
     assert_int_equal(cfg.mysql_port, 3307);
     assert_int_equal(cfg.log_level, OW_LOG_DEBUG);
+    assert_int_equal(cfg.tracing_start_traces, 1);
     assert_string_equal(cfg.mysql_password, "");
     assert_int_equal(cfg.n_passthrough, 1);
     assert_string_equal(cfg.passthrough[0].name, "socket.timeout.ms");
@@ -68,6 +71,10 @@ static const error_case error_cases[] = {
     {" = 5\n", "t.conf:1: empty key before '='"},
     {"log.level = loud\n", "t.conf:1: log.level: must be one of error, warn, info, debug"},
     {"worker.lanes = 0\n", "t.conf:1: worker.lanes: 0 is out of range [1, 64]"},
+    {"tracing.start_traces = yes\n", "t.conf:1: tracing.start_traces: \"yes\" is not true or false"},
+    {"tracing.start_traces = 1\n", "t.conf:1: tracing.start_traces: \"1\" is not true or false"},
+    {"tracing.start_traces = True\n",
+     "t.conf:1: tracing.start_traces: \"True\" is not true or false"},
     {"kafka. = x\n", "t.conf:1: kafka.: a librdkafka property name must follow \"kafka.\""},
 };
 

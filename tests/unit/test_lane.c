@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -546,6 +547,45 @@ static void test_retries_then_fatal(void **state)
     assert_int_equal(seen.n_published, 2);
 }
 
+/* A job of a traced message, as ow_job_from_input makes it. */
+static void give_trace(ow_job *job, const char *trace_id)
+{
+    job->trace = calloc(1, sizeof(*job->trace));
+    assert_non_null(job->trace);
+    snprintf(job->trace->trace_id, sizeof(job->trace->trace_id), "%s", trace_id);
+}
+
+/* A retried transaction's line lists the trace ids of its messages, each
+ * once, so that the line is found from any of their traces. */
+static void test_retry_line_lists_the_traces(void **state)
+{
+    fixture *f = *state;
+    ow_job *jobs[4] = {simple(f, "t1", "o1"), simple(f, "t2", "o2"), simple(f, "t3", "o3"),
+                       simple(f, "t4", "o4")};
+    static char text[8192];
+    int fds[2];
+    ssize_t n;
+
+    give_trace(jobs[0], "0af7651916cd43dd8448eb211c80319c");
+    give_trace(jobs[1], "4bf92f3577b34da6a3ce929d0e0e4736");
+    give_trace(jobs[3], "0af7651916cd43dd8448eb211c80319c");
+    seen.retriable_left = 1;
+    assert_int_equal(pipe(fds), 0);
+    ow_log_set_fd(fds[1]);
+    ow_log_set_level(OW_LOG_INFO);
+    enqueue_then_start(f, jobs, 4);
+    wait_published(4);
+    ow_log_set_fd(-1);
+    close(fds[1]);
+    n = read(fds[0], text, sizeof(text) - 1);
+    close(fds[0]);
+    text[n > 0 ? n : 0] = '\0';
+    if (strstr(text, "\"event\":\"db_retry\"") == NULL ||
+        strstr(text, "\"messages\":4,\"trace_ids\":[\"0af7651916cd43dd8448eb211c80319c\","
+                     "\"4bf92f3577b34da6a3ce929d0e0e4736\"]}") == NULL)
+        fail_msg("no db_retry line listing the batch's two traces:\n%s", text);
+}
+
 /* A stop does not wait for a lane blocked in the database past
  * the lane's deadline. Its call is cancelled, and the batch is abandoned
  * (no output, the offset not done) without taking the failure of the
@@ -760,6 +800,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_in_progress_retries_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_too_large_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retries_then_fatal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_line_lists_the_traces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_cancels_a_blocked_lane, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_answers_same_digest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_off, setup, teardown),

@@ -93,11 +93,51 @@ static void test_mask(void **state)
     assert_string_not_equal(m, m2);
 }
 
+static void log_optional(void)
+{
+    ow_log_set_level(OW_LOG_INFO);
+    OW_LOG(OW_LOG_INFO, "first", OW_F_OPT("trace_id", NULL), OW_F_NUMSTR("part", 3),
+           OW_F_OPT("after", "x"));
+    OW_LOG(OW_LOG_INFO, "second", OW_F_OPT("trace_id", "4bf9"), OW_F_OPT("span_id", NULL),
+           OW_F_JSON("ids", "[\"a\",\"b\"]"), OW_F_JSON("more", NULL));
+}
+
+/* A field without a value is left out, not written as null; a number that
+ * is an identifier is written as a string; JSON text is written as it is. */
+static void test_optional_and_numeric_strings(void **state)
+{
+    char *second;
+    json_error_t jerr;
+    json_t *j;
+
+    (void)state;
+    capture(log_optional);
+    second = strchr(captured, '\n');
+    assert_non_null(second);
+    *second++ = '\0';
+    j = json_loads(captured, 0, &jerr);
+    assert_non_null(j);
+    assert_null(json_object_get(j, "trace_id"));
+    assert_string_equal(json_string_value(json_object_get(j, "part")), "3");
+    assert_string_equal(json_string_value(json_object_get(j, "after")), "x");
+    json_decref(j);
+    assert_null(strstr(captured, "null"));
+    j = json_loads(second, JSON_DISABLE_EOF_CHECK, &jerr);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "trace_id")), "4bf9");
+    assert_null(json_object_get(j, "span_id"));
+    assert_int_equal(json_array_size(json_object_get(j, "ids")), 2);
+    assert_null(json_object_get(j, "more"));
+    assert_int_equal(json_object_size(j), 5); /* ts, level, event, trace_id, ids */
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_line_and_gate),
         cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_optional_and_numeric_strings),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

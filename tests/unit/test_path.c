@@ -144,6 +144,43 @@ static void test_path_decides_every_kind(void **state)
     pt_corpus_free(&c);
 }
 
+/* With --traceparent every message carries one, the job continues it, and
+ * the outputs (their traceparent headers among them) still repeat run
+ * after run; they differ from the corpus without headers only by those
+ * headers' checksum. */
+static void test_traceparent_corpus(void **state)
+{
+    pt_corpus_opts o;
+    pt_corpus plain, traced;
+    pt_stats a, b, p;
+
+    (void)state;
+    pt_corpus_defaults(&o);
+    assert_int_equal(pt_corpus_make(&o, &plain), 0);
+    o.traceparent = 1;
+    assert_int_equal(pt_corpus_make(&o, &traced), 0);
+    for (size_t i = 0; i < traced.n; i++) {
+        const void *v = NULL;
+        size_t n = 0;
+
+        assert_null(plain.v[i].headers);
+        assert_non_null(traced.v[i].headers);
+        assert_int_equal(rd_kafka_header_get_last(traced.v[i].headers, "traceparent", &v, &n), 0);
+        assert_int_equal(n, 55);
+        assert_int_equal(traced.v[i].len, plain.v[i].len);
+    }
+    assert_true(pt_corpus_checksum(&traced) != pt_corpus_checksum(&plain));
+    assert_int_equal(pt_run(&traced, 1, &a), 0);
+    assert_int_equal(pt_run(&traced, 1, &b), 0);
+    assert_int_equal(pt_run(&plain, 1, &p), 0);
+    assert_memory_equal(&a, &b, sizeof(a));
+    assert_true(a.checksum != p.checksum);
+    assert_int_equal(a.headers, p.headers);
+    assert_int_equal(a.bodies_built, p.bodies_built);
+    pt_corpus_free(&plain);
+    pt_corpus_free(&traced);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -153,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_corpus_is_the_benchmarks_mix),
         cmocka_unit_test(test_path_repeats_its_outputs),
         cmocka_unit_test(test_path_decides_every_kind),
+        cmocka_unit_test(test_traceparent_corpus),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

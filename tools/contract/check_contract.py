@@ -15,7 +15,10 @@ Validates, as JSON Schema 2020-12 (Debian's python3-jsonschema):
     the schema of its own code, its headers the headers schema of its
     code's message (ResultHeaders, with replayed 'false' for the answers
     computed for each message); dead-letter headers DeadLetterHeaders (the
-    branch its error-code names). A record read twice counts once.
+    branch its error-code names). A record read twice counts once. At
+    least one result and one dead letter must carry a traceparent;
+  * in every header set, what a JSON Schema pattern cannot say of a
+    tracestate: at most 32 members, no key twice (W3C Trace Context).
 Prints one line per failure and a summary; exits 1 on any failure.
 """
 import hashlib
@@ -100,6 +103,20 @@ def canonical(req):
     return '{"orders":[%s],"user_id":%d}' % (",".join(items), req["user_id"])
 
 
+def check_tracestate(c, what, headers):
+    """The rules of a W3C tracestate list that its schema's pattern cannot
+    state: at most 32 non-empty members, each key once."""
+    ts = headers.get("tracestate") if isinstance(headers, dict) else None
+    if not isinstance(ts, str):
+        return
+    keys = [m.strip(" \t").split("=", 1)[0] for m in ts.split(",") if m.strip(" \t")]
+    if len(keys) > 32:
+        c.fail(f"{what}: tracestate has {len(keys)} members, at most 32")
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        c.fail(f"{what}: tracestate repeats {repeated}")
+
+
 def check_document_examples(c):
     n = 0
     for name, msg in c.doc["components"]["messages"].items():
@@ -114,6 +131,7 @@ def check_document_examples(c):
                     c.fail(f"{what}: has headers but the message declares none")
                 else:
                     c.check(what + " headers", ex["headers"], headers)
+                    check_tracestate(c, what + " headers", ex["headers"])
             n += 1
     return n
 
@@ -178,6 +196,7 @@ def check_capture(c, path):
             r = json.loads(line)
             seen[(r["topic"], r["partition"], r["offset"])] = r
     counts = {"result": 0, "dead_letter": 0}
+    traced = {"result": 0, "dead_letter": 0}
     codes = {}
     for (topic, part, off), r in sorted(seen.items()):
         what = f"{r['kind']} {topic}/{part}@{off}"
@@ -186,6 +205,8 @@ def check_capture(c, path):
             c.fail(f"{what}: repeated headers {headers['__repeated__']}")
             headers.pop("__repeated__")
         counts[r["kind"]] += 1
+        traced[r["kind"]] += "traceparent" in headers
+        check_tracestate(c, what + " headers", headers)
         if r["kind"] == "dead_letter":
             # DeadLetterHeaders is a oneOf; checking the branch the error code
             # names gives messages that name the field.
@@ -213,7 +234,7 @@ def check_capture(c, path):
         if "user-id" in headers and str(body.get("user_id")) != headers["user-id"]:
             c.fail(f"{what}: header user-id {headers['user-id']} but body user_id "
                    f"{body.get('user_id')}")
-    return counts, codes
+    return counts, codes, traced
 
 
 def main(argv):
@@ -241,16 +262,21 @@ def main(argv):
     summary = [f"{n_doc} document examples"] + [
         f"{n} examples in {os.path.relpath(p)}" for p, n in md.items()]
     if capture is not None:
-        counts, codes = check_capture(c, capture)
+        counts, codes, traced = check_capture(c, capture)
         if counts["result"] == 0 or counts["dead_letter"] == 0:
             c.fail(f"{capture}: {counts['result']} results and {counts['dead_letter']} dead "
                    "letters captured; the e2e tier should have produced both")
+        if traced["result"] == 0 or traced["dead_letter"] == 0:
+            c.fail(f"{capture}: {traced['result']} results and {traced['dead_letter']} dead "
+                   "letters with a traceparent captured; the e2e tier (e2e.trace) produces both")
         for code in CODE_SCHEMA:
             if code not in codes:
                 c.fail(f"{capture}: no {code} result was captured; the e2e tier produces each")
         summary.append(f"{counts['result']} result bodies ("
                        + ", ".join(f"{k} {v}" for k, v in sorted(codes.items(), key=str))
-                       + f") and {counts['dead_letter']} dead-letter header sets from e2e")
+                       + f") and {counts['dead_letter']} dead-letter header sets from e2e, "
+                       + f"{traced['result']} and {traced['dead_letter']} of them with a "
+                       + "traceparent")
     for f in c.failures:
         print(f"contract: FAIL {f}")
     status = "FAILED" if c.failures else "ok"

@@ -70,6 +70,11 @@ int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void 
 rd_kafka_resp_err_t kit_produce_with(rd_kafka_t *p, const char *topic, int32_t partition,
                                      const void *key, size_t key_len, const void *value, size_t len,
                                      void *opaque);
+/* The same with headers, which the producer takes (destroyed here when
+ * the message could not be queued); waits while the queue is full. */
+rd_kafka_resp_err_t kit_produce_headers(rd_kafka_t *p, const char *topic, int32_t partition,
+                                        const void *key, size_t key_len, const void *value,
+                                        size_t len, rd_kafka_headers_t *h);
 /* Flushes; returns the number of messages that failed to deliver. */
 int kit_flush(rd_kafka_t *p, int timeout_ms);
 /* A librdkafka mock cluster of n brokers, in a client of its own, *host,

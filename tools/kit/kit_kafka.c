@@ -333,6 +333,29 @@ rd_kafka_resp_err_t kit_produce_with(rd_kafka_t *p, const char *topic, int32_t p
     }
 }
 
+rd_kafka_resp_err_t kit_produce_headers(rd_kafka_t *p, const char *topic, int32_t partition,
+                                        const void *key, size_t key_len, const void *value,
+                                        size_t len, rd_kafka_headers_t *h)
+{
+    int32_t part = partition < 0 ? RD_KAFKA_PARTITION_UA : partition;
+    size_t klen = key != NULL ? key_len : 0;
+
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            p, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(part), RD_KAFKA_V_KEY(key, klen),
+            RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return e; /* h is the message's now */
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            rd_kafka_headers_destroy(h);
+            return e;
+        }
+        rd_kafka_poll(p, 10);
+    }
+}
+
 int kit_produce(rd_kafka_t *p, const char *topic, int32_t partition, const void *key,
                 size_t key_len, const void *value, size_t len)
 {

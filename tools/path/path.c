@@ -1,6 +1,7 @@
 /* The corpus and the worker's in-process path over it (see path.h). */
 #include "path.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,19 @@ static char *dup_bytes(const char *p, size_t n)
     return d;
 }
 
+/* A traceparent of the message's own trace, from its index: the same
+ * corpus every time. */
+static rd_kafka_headers_t *trace_headers(size_t i)
+{
+    rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+    char tp[96];
+
+    snprintf(tp, sizeof(tp), "00-4bf92f3577b34da6a3ce%012zx-00f067aa%08zx-01",
+             (i + 1) & 0xffffffffffffu, (i + 1) & 0xffffffffu);
+    rd_kafka_header_add(h, "traceparent", -1, tp, -1);
+    return h;
+}
+
 static int copy_msg(pt_msg *d, const kit_gen_msg *m)
 {
     d->kind = m->kind;
@@ -90,6 +104,8 @@ int pt_corpus_make(const pt_corpus_opts *o, pt_corpus *c)
         c->n++;
         if (copy_msg(&c->v[i], m) != 0)
             goto out;
+        if (o->traceparent)
+            c->v[i].headers = trace_headers(i);
         c->kinds[m->kind]++;
         c->orders += (size_t)m->n_orders;
     }
@@ -106,6 +122,8 @@ void pt_corpus_free(pt_corpus *c)
     for (size_t i = 0; c->v != NULL && i < c->n; i++) {
         free(c->v[i].key);
         free(c->v[i].value);
+        if (c->v[i].headers != NULL)
+            rd_kafka_headers_destroy(c->v[i].headers);
     }
     free(c->v);
     memset(c, 0, sizeof(*c));
@@ -123,6 +141,13 @@ uint64_t pt_corpus_checksum(const pt_corpus *c)
         h = fnv(h, &has_key, 1);
         h = fnv(h, m->key != NULL ? m->key : "", m->key_len);
         h = fnv(h, m->value, m->len);
+        if (m->headers != NULL) {
+            const void *tp = NULL;
+            size_t n = 0;
+
+            if (rd_kafka_header_get_last(m->headers, "traceparent", &tp, &n) == 0)
+                h = fnv(h, tp, n);
+        }
     }
     return h;
 }
@@ -254,7 +279,8 @@ static int one(pt_ctx *x, const pt_msg *m, size_t i)
                        .key = m->key,
                        .key_len = m->key_len,
                        .value = m->value,
-                       .len = m->len};
+                       .len = m->len,
+                       .headers = m->headers};
     ow_job *job = ow_job_from_input(&x->maker, &in);
     int rc = OW_OK;
 
@@ -285,6 +311,10 @@ static int ctx_init(pt_ctx *x, pt_stats *st)
     /* librdkafka's default message.max.bytes, as the output stage computes it. */
     lim.output_max = 1000000 - OW_OUTPUT_RESERVE;
     ow_job_maker_init(&x->maker, &lim);
+    /* As the worker's maker, named; span ids from a fixed seed, so that
+     * every run gives the same outputs. */
+    x->maker.ctx = (ow_job_context){x->cfg.topic_input, x->cfg.kafka_group_id, 0};
+    x->maker.trace_rng = PT_CLOCK_MS;
     x->out.cfg = &x->cfg;
     ow_idgen_init(&x->ids, 1, fixed_clock);
     /* The worker logs a rejected or reused key at warn: log I/O is not part

@@ -82,6 +82,7 @@ typedef struct ow_config {
     int64_t cache_ttl_s; /* 1..OW_CACHE_TTL_MAX_S */
     /* Operations */
     int64_t log_level;
+    int64_t tracing_start_traces; /* 0 or 1 */
     char *metrics_address;
     int64_t metrics_port;
     /* Query service (serve) */

@@ -16,7 +16,10 @@
 
 typedef struct {
     const char *name;
-    char type; /* 's' string, 'i' integer, 'k' masked key, 'f' double */
+    /* 's' string (null when NULL), 'o' string left out when NULL, 'i'
+     * integer, 'n' integer written as a JSON string, 'j' JSON text written
+     * as it is and left out when NULL, 'k' masked key, 'f' double */
+    char type;
     const char *s;
     size_t len;
     int64_t i;
@@ -26,6 +29,14 @@ typedef struct {
 extern _Atomic int ow_log_threshold;
 
 #define OW_F_STR(k, v) ((ow_log_field){(k), 's', (v), 0, 0, 0.0})
+/* A field that only some lines have a value for (a trace id): no field at
+ * all when v is NULL. */
+#define OW_F_OPT(k, v) ((ow_log_field){(k), 'o', (v), 0, 0, 0.0})
+/* An identifier that is a number but a string by its convention
+ * (OpenTelemetry's messaging.destination.partition.id). */
+#define OW_F_NUMSTR(k, v) ((ow_log_field){(k), 'n', NULL, 0, (int64_t)(v), 0.0})
+/* A value the caller wrote as JSON (an array), left out when NULL. */
+#define OW_F_JSON(k, v) ((ow_log_field){(k), 'j', (v), 0, 0, 0.0})
 #define OW_F_INT(k, v) ((ow_log_field){(k), 'i', NULL, 0, (int64_t)(v), 0.0})
 #define OW_F_DBL(k, v) ((ow_log_field){(k), 'f', NULL, 0, 0, (double)(v)})
 #define OW_F_KEY(k, p, n) ((ow_log_field){(k), 'k', (const char *)(p), (n), 0, 0.0})

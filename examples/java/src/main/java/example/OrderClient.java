@@ -5,10 +5,12 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.charset.StandardCharsets;
+import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -33,10 +35,13 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Sends one order batch, waits for its result (matched by key and by the source
  * partition/offset headers), prints the outcome, then sends the same message again to show a
- * retry being replayed. Prints the same lines as examples/python/order_client.py.
+ * retry being replayed. Each attempt carries a W3C traceparent header (one trace, a span per
+ * attempt); the result continues that trace with a span of the worker's. Prints the same lines as
+ * examples/python/order_client.py.
  */
 public final class OrderClient {
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static final SecureRandom RANDOM = new SecureRandom();
 
   private final Map<String, String> opts = new HashMap<>();
 
@@ -67,12 +72,14 @@ public final class OrderClient {
     long user = Long.parseLong(opts.get("user"));
     byte[] value = batch(user, key);
     Duration timeout = Duration.ofSeconds(Long.parseLong(opts.get("timeout")));
+    String traceId = randomHex(16);
     try (KafkaProducer<String, byte[]> producer = producer();
         KafkaConsumer<String, byte[]> consumer = resultReader()) {
-      RecordMetadata first = send(producer, key, value);
+      String tp1 = traceparent(traceId);
+      RecordMetadata first = send(producer, key, value, tp1);
       System.out.printf("sent: key=%s partition=%d offset=%d%n", key, first.partition(), first.offset());
       Result r1 = waitResult(consumer, key, first, timeout);
-      show(r1);
+      show(r1, tp1);
       if (r1.body().path("status").asInt() == 201) {
         for (JsonNode o : r1.body().path("orders")) {
           // order_id is a 63-bit integer: read it as a long.
@@ -82,11 +89,13 @@ public final class OrderClient {
         }
       }
 
-      // A retry: the same key and the same content, as after a timeout.
-      RecordMetadata again = send(producer, key, value);
+      // A retry: the same key and the same content, as after a timeout; another attempt, so
+      // another span of the same trace.
+      String tp2 = traceparent(traceId);
+      RecordMetadata again = send(producer, key, value, tp2);
       System.out.printf("retry sent: key=%s partition=%d offset=%d%n", key, again.partition(), again.offset());
       Result r2 = waitResult(consumer, key, again, timeout);
-      show(r2);
+      show(r2, tp2);
       // A replay carries `replayed: true` and the stored bytes unchanged.
       if ("true".equals(r2.headers().get("replayed")) && Arrays.equals(r1.bytes(), r2.bytes())) {
         System.out.println("replay: yes, the stored answer (same bytes as the first)");
@@ -118,10 +127,27 @@ public final class OrderClient {
     return new KafkaProducer<>(p);
   }
 
+  private static String randomHex(int bytes) {
+    byte[] b = new byte[bytes];
+    RANDOM.nextBytes(b);
+    return HexFormat.of().formatHex(b);
+  }
+
+  /**
+   * A W3C traceparent for one attempt: the request's trace, a new span (8 random bytes, lower-case
+   * hex), sampled. OpenTelemetry's Kafka instrumentation writes the same header from the current
+   * span.
+   */
+  private static String traceparent(String traceId) {
+    return "00-" + traceId + "-" + randomHex(8) + "-01";
+  }
+
   /** Produces with the key (the default partitioner hashes it) and waits for the ack. */
-  private RecordMetadata send(KafkaProducer<String, byte[]> producer, String key, byte[] value)
-      throws Exception {
-    return producer.send(new ProducerRecord<>(opts.get("input-topic"), key, value)).get();
+  private RecordMetadata send(KafkaProducer<String, byte[]> producer, String key, byte[] value,
+      String traceparent) throws Exception {
+    ProducerRecord<String, byte[]> rec = new ProducerRecord<>(opts.get("input-topic"), key, value);
+    rec.headers().add("traceparent", traceparent.getBytes(StandardCharsets.UTF_8));
+    return producer.send(rec).get();
   }
 
   /** A private reader at the current end of every results partition (no group offsets). */
@@ -178,11 +204,15 @@ public final class OrderClient {
     throw new IllegalStateException("no result for key " + key + " at " + sent.partition() + "/" + sent.offset());
   }
 
-  private static void show(Result r) {
+  private static void show(Result r, String sentTraceparent) {
     JsonNode b = r.body();
     JsonNode items = b.has("orders") ? b.get("orders") : b.has("conflicts") ? b.get("conflicts") : b.path("errors");
     System.out.printf("result: status=%d code=%s replayed=%s orders=%d digest=%s%n",
         b.path("status").asInt(), b.path("code").asText(), r.headers().get("replayed"), items.size(),
         b.has("request_digest") ? b.get("request_digest").asText() : "-");
+    // The result continues the sender's trace: the same trace id and flags, the span of the
+    // worker's processing as its parent.
+    System.out.printf("trace: sent=%s result=%s%n", sentTraceparent,
+        r.headers().getOrDefault("traceparent", "none"));
   }
 }
