@@ -633,6 +633,39 @@ static int send_bulk(ow_store *s, const ow_rows *rows, size_t first, size_t n, s
 }
 #endif
 
+/* When the server's limit is not known: MariaDB's default. */
+#define PACKET_DEFAULT (16 * 1024 * 1024)
+
+size_t ow_store_packet_limit(const ow_store *s)
+{
+    int64_t packet = s->server.max_allowed_packet;
+
+    return packet > OW_SERVER_PACKET_RESERVE ? (size_t)(packet - OW_SERVER_PACKET_RESERVE)
+                                             : PACKET_DEFAULT;
+}
+
+size_t ow_store_packet_budget(const ow_store *s)
+{
+    size_t limit = ow_store_packet_limit(s);
+
+    return s->packet_cap > 0 && s->packet_cap < limit ? s->packet_cap : limit;
+}
+
+void ow_store_statement_refused(ow_store *s, size_t bytes, const ow_error *err)
+{
+    size_t cap = bytes / 2;
+
+    /* Only a large statement, and only the errors a packet over a limit on
+     * its way (a proxy's, or the server's) ends in. */
+    if (bytes < OW_SERVER_PACKET_MIN || !ow_store_packet_refusal(err->code))
+        return;
+    s->packet_cap = cap < OW_SERVER_PACKET_MIN ? OW_SERVER_PACKET_MIN : cap;
+    OW_LOG(OW_LOG_WARN, "db_statement_split", OW_F_INT("bytes", (int64_t)bytes),
+           OW_F_INT("code", err->code), OW_F_INT("next_max_bytes", (int64_t)s->packet_cap),
+           OW_F_STR("why", "a large statement was refused or lost its connection: the retry "
+                           "sends smaller ones"));
+}
+
 /* How many rows from first one statement takes: bulk, as many as fit the
  * budget; else the largest power of two that fits. At least one. */
 static size_t chunk_rows(const ow_store *s, const ow_rows *rows, size_t first, size_t budget,

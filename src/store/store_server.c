@@ -19,45 +19,10 @@
  * fixed columns, and for each of its 7 parameters a length prefix of up to
  * 9 bytes and a 2-byte type. */
 #define RECORD_FIXED (8 + 8 + 32 + 9 + 8 + 7 * 11)
-/* What a statement's packet holds besides its parameters: header, command,
- * statement id, flags, the null bitmap of up to 2,048 parameters. */
-#define PACKET_RESERVE 1024
 
 size_t ow_server_record_bytes(size_t key_len, size_t body_len)
 {
     return RECORD_FIXED + key_len + body_len;
-}
-
-/* When the server's limit is not known: MariaDB's default. */
-#define PACKET_DEFAULT (16 * 1024 * 1024)
-
-size_t ow_store_packet_limit(const ow_store *s)
-{
-    int64_t packet = s->server.max_allowed_packet;
-
-    return packet > PACKET_RESERVE ? (size_t)(packet - PACKET_RESERVE) : PACKET_DEFAULT;
-}
-
-size_t ow_store_packet_budget(const ow_store *s)
-{
-    size_t limit = ow_store_packet_limit(s);
-
-    return s->packet_cap > 0 && s->packet_cap < limit ? s->packet_cap : limit;
-}
-
-void ow_store_statement_refused(ow_store *s, size_t bytes, const ow_error *err)
-{
-    size_t cap = bytes / 2;
-
-    /* Only a large statement, and only the errors a packet over a limit on
-     * its way (a proxy's, or the server's) ends in. */
-    if (bytes < OW_SERVER_PACKET_MIN || !ow_store_packet_refusal(err->code))
-        return;
-    s->packet_cap = cap < OW_SERVER_PACKET_MIN ? OW_SERVER_PACKET_MIN : cap;
-    OW_LOG(OW_LOG_WARN, "db_statement_split", OW_F_INT("bytes", (int64_t)bytes),
-           OW_F_INT("code", err->code), OW_F_INT("next_max_bytes", (int64_t)s->packet_cap),
-           OW_F_STR("why", "a large statement was refused or lost its connection: the retry "
-                           "sends smaller ones"));
 }
 
 /* --- Assessment (pure) ------------------------------------------------------ */
@@ -99,7 +64,7 @@ size_t ow_server_orders_fitting(int64_t packet, size_t max_orders)
     static _Atomic int64_t last_packet;
     static _Atomic size_t last_max, last_fit;
     size_t lo = 0, hi = max_orders;
-    int64_t budget = packet - PACKET_RESERVE;
+    int64_t budget = packet - OW_SERVER_PACKET_RESERVE;
 
     if (atomic_load(&last_packet) == packet && atomic_load(&last_max) == max_orders)
         return atomic_load(&last_fit);

@@ -69,6 +69,9 @@ typedef struct {
  * statement whose size no request sets (a read of 256 keys or orders)
  * fits with room to spare. */
 #define OW_SERVER_PACKET_MIN 65536
+/* What a statement's packet holds besides its parameters: header, command,
+ * statement id, flags, the null bitmap of up to 2,048 parameters. */
+#define OW_SERVER_PACKET_RESERVE 1024
 
 /* Assesses v against need, one finding per setting it checks (pure). */
 void ow_server_assess(const ow_server_vars *v, const ow_server_needs *need, ow_server_report *out);
