@@ -222,9 +222,12 @@ static int mark_read_back(ow_decide_part *p, MYSQL_STMT *st, ow_error *err)
     return frc == MYSQL_NO_DATA ? OW_OK : ow_store_fail(p->s, e, "read orders back", err);
 }
 
-/* Reads ids[0..n) by primary key, chunk by chunk (padding repeats the last
- * id, which changes nothing the list matches). */
-static int read_back_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_error *err)
+/* Runs shape over ids[0..n), chunk by chunk (padding repeats the last id,
+ * which changes nothing the list matches), and hands each execution's
+ * result to each when there is one to read. */
+static int by_ids(ow_decide_part *p, const ow_sql_shape *shape, const char *what,
+                  const int64_t *ids, size_t n,
+                  int (*each)(ow_decide_part *, MYSQL_STMT *, ow_error *), ow_error *err)
 {
     int rc = OW_OK;
 
@@ -233,15 +236,21 @@ static int read_back_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_err
         size_t padded = 0;
         MYSQL_STMT *st = NULL;
 
-        rc = ow_store_stmt_padded(p->s, &inserted_orders_sql, rows, &st, &padded, err);
+        rc = ow_store_stmt_padded(p->s, shape, rows, &st, &padded, err);
         for (size_t i = 0; rc == OW_OK && i < padded; i++)
             ow_param_int(&p->s->params, ids[done + (i < rows ? i : rows - 1)]);
         if (rc == OW_OK)
-            rc = ow_store_execute(p->s, st, &p->s->params, "read orders back", err);
-        if (rc == OW_OK)
-            rc = mark_read_back(p, st, err);
+            rc = ow_store_execute(p->s, st, &p->s->params, what, err);
+        if (rc == OW_OK && each != NULL)
+            rc = each(p, st, err);
     }
     return rc;
+}
+
+/* Reads ids[0..n) by primary key. */
+static int read_back_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_error *err)
+{
+    return by_ids(p, &inserted_orders_sql, "read orders back", ids, n, mark_read_back, err);
 }
 
 int ow_orders_insert(ow_decide_part *p, ow_error *err)
@@ -529,20 +538,7 @@ static const ow_sql_shape delete_orders_sql = {OW_SLOT_DECIDE + 6,
 
 static int delete_ids(ow_decide_part *p, const int64_t *ids, size_t n, ow_error *err)
 {
-    int rc = OW_OK;
-
-    for (size_t done = 0; rc == OW_OK && done < n; done += OW_STMT_MAX_ROWS) {
-        size_t rows = n - done < OW_STMT_MAX_ROWS ? n - done : OW_STMT_MAX_ROWS;
-        size_t padded = 0;
-        MYSQL_STMT *st = NULL;
-
-        rc = ow_store_stmt_padded(p->s, &delete_orders_sql, rows, &st, &padded, err);
-        for (size_t i = 0; rc == OW_OK && i < padded; i++)
-            ow_param_int(&p->s->params, ids[done + (i < rows ? i : rows - 1)]);
-        if (rc == OW_OK)
-            rc = ow_store_execute(p->s, st, &p->s->params, "take back orders", err);
-    }
-    return rc;
+    return by_ids(p, &delete_orders_sql, "take back orders", ids, n, NULL, err);
 }
 
 int ow_orders_undo(ow_decide_part *p, ow_error *err)
