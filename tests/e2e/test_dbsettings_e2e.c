@@ -36,6 +36,7 @@
 #include "kit.h"
 #include "testcli.h"
 #include "teststack.h"
+#include "testport.h"
 
 static teststack ts;
 static testenv env;
@@ -546,21 +547,6 @@ static void test_schema_version_checked(void **state)
 /* --- tuned: wait_timeout ------------------------------------------------------ */
 
 /* A port nothing listens on now. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    assert_true(port > 0);
-    return port;
-}
 
 /* One GET on 127.0.0.1:port; the status, or -1. */
 static int http_get(int port, const char *path, const char *bearer)
@@ -592,7 +578,7 @@ static int http_get(int port, const char *path, const char *bearer)
 static void test_idle_connections_past_wait_timeout(void **state)
 {
     char logp[300], slogp[300], port_env[64];
-    int port = free_port(), status = -1;
+    int port = (int)testport_free(), status = -1;
     char *v1 = small_batch(45, "WT-1"), *v2 = small_batch(45, "WT-2");
 
     (void)state;

@@ -35,6 +35,7 @@
 
 #include "kit.h"
 #include "teststack.h"
+#include "testport.h"
 
 #define PARTITIONS 2
 /* A modest load: about 30 messages a second. */
@@ -69,19 +70,6 @@ static void sleep_ms(int ms)
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
     nanosleep(&t, NULL);
-}
-
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
 }
 
 /* GET path on 127.0.0.1:port with a 2 s bound: the body into out (cut to
@@ -355,7 +343,7 @@ static int after(void **state)
 
 static void stop_with_broker_paused(const char *guarantee)
 {
-    unsigned port = free_port();
+    unsigned port = testport_free();
     char log_path[300], name[64], line[2048];
     testenv e;
     load l;
@@ -506,7 +494,7 @@ static void burst(unsigned port, const char *prefix, int round, const char *log_
 static void test_paused_past_transaction_timeout(void **state)
 {
     static scraper s;
-    unsigned port = free_port();
+    unsigned port = testport_free();
     char log_path[300], line[4096];
     testenv e;
     pid_t w;
@@ -574,7 +562,7 @@ static void test_paused_past_transaction_timeout(void **state)
 static void test_fenced_by_same_replica_id(void **state)
 {
     static scraper s;
-    unsigned port = free_port(), port2 = free_port();
+    unsigned port = testport_free(), port2 = testport_free();
     char log_path[300], log2[300], line[4096];
     testenv e, e2;
     load l;

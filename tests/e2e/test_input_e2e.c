@@ -33,29 +33,13 @@
 #include "kit.h"
 #include "testcli.h"
 #include "teststack.h"
+#include "testport.h"
 
 /* The running worker of the current test, its metrics port and log. */
 static pid_t worker;
 static unsigned port;
 static char log_path[300];
 static int database_stopped;
-
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    unsigned p;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    p = ntohs(sa.sin_port);
-    close(fd);
-    return p;
-}
 
 static long long now_ms(void)
 {
@@ -277,7 +261,7 @@ static void test_deleted_while_stopped(void **state)
 
     (void)state;
     teststack_create(&s, "gone", "ow_gone", 1);
-    port = free_port();
+    port = testport_free();
     start_worker(&s, "gone-1.log", NULL);
     produce(&s, 0, "gone", 0, 10);
     teststack_await_committed(&s, 1, 60, log_path);
@@ -304,7 +288,7 @@ static void test_deleted_while_paused(void **state)
 
     (void)state;
     teststack_create(&s, "paused", "ow_paused", 1);
-    port = free_port();
+    port = testport_free();
     start_worker(&s, "paused.log", extra);
     produce(&s, 0, "paused", 0, 2);
     teststack_await_committed(&s, 1, 60, log_path);
@@ -412,7 +396,7 @@ static void lag_behind_markers(const char *prefix, const char *const *extra)
     testcli_result r;
 
     teststack_create(&s, prefix, prefix, 1);
-    port = free_port();
+    port = testport_free();
     snprintf(log, sizeof(log), "%s.log", prefix);
     start_worker(&s, log, extra);
     produce(&s, 0, prefix, 0, 3);
@@ -494,7 +478,7 @@ static void test_added_partitions(void **state)
 
     (void)state;
     teststack_create(&s, "grow", "ow_grow", 1);
-    port = free_port();
+    port = testport_free();
     start_worker(&s, "grow.log", NULL);
     produce(&s, 0, "grow", 0, 1);
     teststack_await_committed(&s, 1, 60, log_path);

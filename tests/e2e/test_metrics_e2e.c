@@ -22,29 +22,13 @@
 
 #include "kit.h"
 #include "teststack.h"
+#include "testport.h"
 
 #define PARTITIONS 3
 
 static teststack ts;
 static pid_t good, bad;
 static unsigned good_port, bad_port;
-
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    unsigned port;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
 
 /* GETs a URL with curl; returns the HTTP status and the body in out. */
 static int http_get(unsigned port, const char *path, char *out, size_t outsz)
@@ -108,12 +92,12 @@ static int setup(void **state)
 
     (void)state;
     teststack_create(&ts, "metrics", "ow_metrics", PARTITIONS);
-    good_port = free_port();
-    bad_port = free_port();
+    good_port = testport_free();
+    bad_port = testport_free();
     good = start(ts.group, good_port, ts.db.port, "metrics-good.log");
     /* The second replica's database port is closed: it must say so. */
     snprintf(group, sizeof(group), "%s-bad", ts.group);
-    bad = start(group, bad_port, free_port(), "metrics-bad.log");
+    bad = start(group, bad_port, testport_free(), "metrics-bad.log");
     return 0;
 }
 
@@ -138,11 +122,14 @@ static void test_metrics_after_a_known_mix(void **state)
         char key[32], value[160];
 
         snprintf(key, sizeof(key), "m-%d", i);
-        snprintf(value, sizeof(value),
-                 "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"M-%d\",\"amount\":\"1.00\"}]}", i);
-        assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)), 0);
+        snprintf(
+            value, sizeof(value),
+            "{\"user_id\":5,\"orders\":[{\"external_order_no\":\"M-%d\",\"amount\":\"1.00\"}]}", i);
+        assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)),
+                         0);
         if (i < 5) /* a retry of the same request */
-            assert_int_equal(kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)), 0);
+            assert_int_equal(
+                kit_produce(p, ts.topic_in, -1, key, strlen(key), value, strlen(value)), 0);
     }
     for (int i = 0; i < 3; i++) {
         char key[32];
@@ -157,9 +144,11 @@ static void test_metrics_after_a_known_mix(void **state)
     assert_int_equal(http_get(good_port, "/metrics", body, sizeof(body)), 200);
     /* Exactly what this run produced (one replica, nothing redelivered). */
     assert_int_equal(metric(body, "order_worker_messages_consumed_total"), 19);
-    assert_int_equal(metric(body, "order_worker_results_total{status=\"201\",code=\"CREATED\"}"), 15);
+    assert_int_equal(metric(body, "order_worker_results_total{status=\"201\",code=\"CREATED\"}"),
+                     15);
     assert_int_equal(metric(body, "order_worker_replays_total"), 5);
-    assert_int_equal(metric(body, "order_worker_results_total{status=\"400\",code=\"INVALID_REQUEST\"}"), 3);
+    assert_int_equal(
+        metric(body, "order_worker_results_total{status=\"400\",code=\"INVALID_REQUEST\"}"), 3);
     assert_int_equal(metric(body, "order_worker_dead_lettered_total"), 4);
     assert_int_equal(metric(body, "order_worker_inflight_messages"), 0);
     assert_true(metric(body, "order_worker_db_transactions_total") >= 1);

@@ -31,6 +31,7 @@
 
 #include "kit.h"
 #include "teststack.h"
+#include "testport.h"
 
 /* The bound for a probe. */
 #define PROBE_BOUND_MS 100
@@ -58,18 +59,6 @@ static double now_ms(void)
 }
 
 /* A free loopback port for the endpoint. */
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 /* A TCP connection to the endpoint from source address 127.0.0.<from>;
  * -1 when it cannot be made. */
@@ -168,7 +157,7 @@ static int setup(void **state)
 {
     (void)state;
     teststack_create(&ts, "ops", "ow_e2e_ops", 2);
-    port = free_port();
+    port = testport_free();
     testenv_worker(&env, &ts);
     testenv_add(&env, "ORDER_WORKER_METRICS_PORT=%u", port);
     testenv_add(&env, "ORDER_WORKER_KAFKA_CONSUMER_SESSION_TIMEOUT_MS=6000");

@@ -37,6 +37,7 @@
 #include "kit.h"
 #include "testcli.h"
 #include "teststack.h"
+#include "testport.h"
 
 #define WAIT_S 90
 #define PARTITIONS 2
@@ -78,23 +79,6 @@ typedef struct {
     char flags[3];
 } tp_parts;
 
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    unsigned port;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -105,7 +89,7 @@ static int setup(void **state)
         ok_value, sizeof(ok_value),
         "{\"user_id\":4801,\"orders\":[{\"external_order_no\":\"TR-%d\",\"amount\":\"19.90\"}]}",
         (int)getpid());
-    metrics_port = free_port();
+    metrics_port = testport_free();
     testenv_worker(&env, &ts);
     /* The decided lines are at debug: every message gets one. */
     testenv_add(&env, "ORDER_WORKER_LOG_LEVEL=debug");

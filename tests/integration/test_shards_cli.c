@@ -31,6 +31,7 @@
 #include "ow/store.h"
 #include "testcli.h"
 #include "testdb.h"
+#include "testport.h"
 
 #define N_DB 4 /* three shards and a spare that is never migrated as one */
 
@@ -314,18 +315,6 @@ static void test_sharded_run_ignores_mysql_host(void **state)
 }
 
 /* A free TCP port on loopback. */
-static unsigned free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* GET path on 127.0.0.1:port; the response's head and body into out.
  * Returns the HTTP status, or 0 when nothing answered. */
@@ -363,7 +352,7 @@ static void test_healthz_while_a_shard_is_down(void **state)
     char list[1200], e0[256], e1[256], port_env[64], *argv[3];
     char *env[6] = {NULL};
     char body[2048];
-    unsigned port = free_port();
+    unsigned port = testport_free();
     int healthz = 0, readyz = 0;
     pid_t pid;
 
