@@ -264,7 +264,7 @@ int ow_orders_insert(ow_decide_part *p, ow_error *err)
                     order_bytes,
                     mark_returned,
                     "insert orders"};
-    size_t affected = 0;
+    size_t affected = 0, marked = 0;
     int rc;
 
     if (sc->n_slots == 0)
@@ -279,7 +279,21 @@ int ow_orders_insert(ow_decide_part *p, ow_error *err)
     }
     for (size_t i = 0; i < sc->n_slots; i++)
         sc->ids[i] = slot_ref(p, &sc->slots[i])->order_id;
-    return read_back_ids(p, sc->ids, sc->n_slots, err);
+    rc = read_back_ids(p, sc->ids, sc->n_slots, err);
+    if (rc != OW_OK)
+        return rc;
+    /* A row with our id and our order is ours only if the insert put it
+     * there: a process that drew the same id for the same order in the
+     * same millisecond (same node number) wrote one that looks the same,
+     * and only the count of rows inserted tells them apart. Taken for ours,
+     * its order would be listed as new, and taken back with a conflict. */
+    for (size_t i = 0; i < sc->n_slots; i++)
+        marked += sc->slots[i].inserted;
+    if (marked != affected) {
+        p->s->stats.id_collisions++;
+        return OW_STORE_FALLBACK;
+    }
+    return OW_OK;
 }
 
 /* --- Step 3: the orders that exist, and each item's decision -------------- */
