@@ -57,6 +57,18 @@ static int shard_series(ow_buf *out, const char *name, const char *type, const c
     return rc;
 }
 
+/* A counter with one label: its HELP and TYPE, then a series per value. */
+static int labelled_counter(ow_buf *out, const char *name, const char *help, const char *label,
+                            const char *const *values, const _Atomic uint64_t *counts, size_t n)
+{
+    int rc = ow_buf_appendf(out, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+
+    for (size_t i = 0; rc == OW_OK && i < n; i++)
+        rc = ow_buf_appendf(out, "%s{%s=\"%s\"} %llu\n", name, label, values[i],
+                            (unsigned long long)atomic_load(&counts[i]));
+    return rc;
+}
+
 static int render_shards(ow_buf *out)
 {
     unsigned n = atomic_load(&ow_stats.n_shards);
@@ -85,7 +97,10 @@ static int render_shards(ow_buf *out)
 
 int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
 {
-    static const char *const classes[4] = {"none", "retriable", "fatal", "invalid_input"};
+    /* ow_errclass from 1: OW_ERRCLASS_NONE is never retried. */
+    static const char *const classes[3] = {"retriable", "fatal", "invalid_input"};
+    static const char *const fence_causes[2] = {"transaction_timeout", "replica_id"};
+    static const char *const trace_headers[2] = {"traceparent", "tracestate"};
     int rc = OW_OK;
 
 #define OW_COUNTER_RENDER(field, name, help)                                                     \
@@ -104,36 +119,24 @@ int ow_metrics_render(ow_buf *out, ow_metrics_extra_fn extra, void *opaque)
                             ow_result_code_name((ow_result_code)c),
                             (unsigned long long)atomic_load(&ow_stats.results[c]));
     if (rc == OW_OK)
-        rc = ow_buf_appends(out, "# HELP order_worker_retries_total Retries after a failure, by "
-                                 "error class.\n# TYPE order_worker_retries_total counter\n");
-    for (int c = 1; rc == OW_OK && c < 4; c++)
-        rc = ow_buf_appendf(out, "order_worker_retries_total{class=\"%s\"} %llu\n", classes[c],
-                            (unsigned long long)atomic_load(&ow_stats.retries[c]));
+        rc = labelled_counter(out, "order_worker_retries_total",
+                              "Retries after a failure, by error class.", "class", classes,
+                              ow_stats.retries + 1, 3);
     if (rc == OW_OK)
-        rc = ow_buf_appendf(
-            out,
-            "# HELP order_worker_kafka_producer_fenced_total Exactly-once: the producer was fenced "
-            "and the worker stopped, by cause: transaction_timeout (its transaction was open "
-            "longer than transaction.timeout.ms, so the broker aborted it, unless a replica with "
-            "the same worker.replica_id started meanwhile) or replica_id (another producer with "
-            "its transactional id started).\n"
-            "# TYPE order_worker_kafka_producer_fenced_total counter\n"
-            "order_worker_kafka_producer_fenced_total{cause=\"transaction_timeout\"} %llu\n"
-            "order_worker_kafka_producer_fenced_total{cause=\"replica_id\"} %llu\n",
-            (unsigned long long)atomic_load(&ow_stats.fenced[0]),
-            (unsigned long long)atomic_load(&ow_stats.fenced[1]));
+        rc = labelled_counter(
+            out, "order_worker_kafka_producer_fenced_total",
+            "Exactly-once: the producer was fenced and the worker stopped, by cause: "
+            "transaction_timeout (its transaction was open longer than transaction.timeout.ms, so "
+            "the broker aborted it, unless a replica with the same worker.replica_id started "
+            "meanwhile) or replica_id (another producer with its transactional id started).",
+            "cause", fence_causes, ow_stats.fenced, 2);
     if (rc == OW_OK)
-        rc = ow_buf_appendf(
-            out,
-            "# HELP order_worker_trace_headers_invalid_total W3C Trace Context headers of input "
-            "messages ignored as invalid, by header: a tracestate counts when it breaks the rules "
-            "or comes without a traceparent, and is not read beside an invalid traceparent. The "
-            "message is decided as if it had none.\n"
-            "# TYPE order_worker_trace_headers_invalid_total counter\n"
-            "order_worker_trace_headers_invalid_total{header=\"traceparent\"} %llu\n"
-            "order_worker_trace_headers_invalid_total{header=\"tracestate\"} %llu\n",
-            (unsigned long long)atomic_load(&ow_stats.trace_invalid[0]),
-            (unsigned long long)atomic_load(&ow_stats.trace_invalid[1]));
+        rc = labelled_counter(
+            out, "order_worker_trace_headers_invalid_total",
+            "W3C Trace Context headers of input messages ignored as invalid, by header: a "
+            "tracestate counts when it breaks the rules or comes without a traceparent, and is "
+            "not read beside an invalid traceparent. The message is decided as if it had none.",
+            "header", trace_headers, ow_stats.trace_invalid, 2);
     if (rc == OW_OK)
         rc = render_histogram(out, "order_worker_db_transaction_seconds",
                               "Time to decide one micro-batch in the database, retries included.",
