@@ -61,22 +61,13 @@ static void admin(const char *fmt, ...)
     testdb_exec(&ts.db, sql);
 }
 
-static void read_file(const char *path, char *out, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f != NULL ? fread(out, 1, cap - 1, f) : 0;
-
-    if (f != NULL)
-        fclose(f);
-    out[n] = '\0';
-}
-
 static int log_has(const char *path, const char *needle)
 {
-    static char text[1 << 20];
+    char *text = teststack_read_file(path, NULL);
+    int has = strstr(text, needle) != NULL;
 
-    read_file(path, text, sizeof(text));
-    return strstr(text, needle) != NULL;
+    free(text);
+    return has;
 }
 
 /* The path of a log of this run (an earlier run's is removed). */

@@ -120,35 +120,26 @@ static long long metric(const char *body, const char *series)
     return p != NULL ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
-static char *read_log(const char *path)
-{
-    static char buf[4 << 20];
-    FILE *f = fopen(path, "r");
-    size_t n;
-
-    assert_non_null(f);
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 /* The first log line with the event, copied into out; 0 when none. */
 static int log_line(const char *path, const char *event, char *out, size_t size)
 {
     char pat[96];
-    const char *log = read_log(path);
+    char *log = teststack_read_file(path, NULL);
     const char *p, *start, *end;
+    int found;
 
     snprintf(pat, sizeof(pat), "\"event\":\"%s\"", event);
     p = strstr(log, pat);
-    if (p == NULL)
-        return 0;
-    for (start = p; start > log && start[-1] != '\n'; start--)
-        ;
-    end = strchr(p, '\n');
-    snprintf(out, size, "%.*s", (int)(end != NULL ? end - start : (ptrdiff_t)strlen(start)), start);
-    return 1;
+    found = p != NULL;
+    if (found) {
+        for (start = p; start > log && start[-1] != '\n'; start--)
+            ;
+        end = strchr(p, '\n');
+        snprintf(out, size, "%.*s", (int)(end != NULL ? end - start : (ptrdiff_t)strlen(start)),
+                 start);
+    }
+    free(log);
+    return found;
 }
 
 /* --- The broker ------------------------------------------------------------ */
@@ -551,7 +542,12 @@ static void test_paused_past_transaction_timeout(void **state)
     assert_non_null(strstr(line, "\"cause\":\"transaction timed out\""));
     assert_non_null(strstr(line, "the transaction timed out"));
     assert_null(strstr(line, "another producer with this transactional id started"));
-    assert_null(strstr(read_log(log_path), "fenced by a replica with the same replica id"));
+    {
+        char *log = teststack_read_file(log_path, NULL);
+
+        assert_null(strstr(log, "fenced by a replica with the same replica id"));
+        free(log);
+    }
     assert_int_equal(
         metric(s.body, "order_worker_kafka_producer_fenced_total{cause=\"transaction_timeout\"}"),
         1);

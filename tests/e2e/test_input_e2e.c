@@ -178,19 +178,6 @@ static void answered(const teststack *s, int32_t partition, int *got, int n)
     kit_msgs_free(&results);
 }
 
-static char *read_log(void)
-{
-    static char buf[1 << 20];
-    FILE *f = fopen(log_path, "r");
-    size_t n;
-
-    assert_non_null(f);
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 static int occurrences(const char *hay, const char *needle)
 {
     int n = 0;
@@ -204,7 +191,7 @@ static int occurrences(const char *hay, const char *needle)
 static void assert_skipped(const teststack *s, long long first, long long last)
 {
     char line[400];
-    const char *log = read_log();
+    char *log = teststack_read_file(log_path, NULL);
 
     snprintf(line, sizeof(line),
              "\"level\":\"error\",\"event\":\"input_skipped\",\"topic\":\"%s\",\"partition\":0,"
@@ -213,6 +200,7 @@ static void assert_skipped(const teststack *s, long long first, long long last)
     if (strstr(log, line) == NULL)
         fail_msg("%s has no line with %s", log_path, line);
     assert_int_equal(occurrences(log, "\"event\":\"input_skipped\""), 1);
+    free(log);
     assert_int_equal(metric("order_worker_input_skipped_offsets_total"), last - first + 1);
 }
 

@@ -35,11 +35,11 @@ typedef struct {
     int has_key;
     char *value;
     size_t len;
-    const char *code;     /* expected result code, NULL: no result (no key) */
-    int replayed;         /* expected replayed header */
-    const char *field;    /* INVALID: expected first error field */
-    int same_as;          /* RETRY: index of the message whose result bytes it repeats */
-    int existing_index;   /* CREATED: index of an item expected existing:true, else -1 */
+    const char *code;   /* expected result code, NULL: no result (no key) */
+    int replayed;       /* expected replayed header */
+    const char *field;  /* INVALID: expected first error field */
+    int same_as;        /* RETRY: index of the message whose result bytes it repeats */
+    int existing_index; /* CREATED: index of an item expected existing:true, else -1 */
 } expect;
 
 static expect sent[256];
@@ -94,8 +94,8 @@ static int setup(void **state)
     start_worker(0);
     start_worker(1);
     print_message("e2e: broker %s (%s), topics %s/%s/%s, worker logs in %s\n", ts.bootstrap,
-                  test_env_or("OW_TEST_BROKER_KIND", "?"), ts.topic_in,
-                  ts.topic_out, ts.topic_dlq, ts.logdir);
+                  test_env_or("OW_TEST_BROKER_KIND", "?"), ts.topic_in, ts.topic_out, ts.topic_dlq,
+                  ts.logdir);
     return 0;
 }
 
@@ -269,13 +269,19 @@ static void test_first_requests_and_invalid(void **state)
     sent[add("bad-json", 1, "{\"user_id\":1,", "INVALID_REQUEST", 0)].field = "value";
     sent[add("bad-amount", 1,
              "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":\"1.001\"}]}",
-             "INVALID_REQUEST", 0)].field = "orders[0].amount";
-    sent[add("bad-user", 1, "{\"user_id\":0,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
-             "INVALID_REQUEST", 0)].field = "user_id";
-    sent[add("bad key!", 1, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
-             "INVALID_REQUEST", 0)].field = "key";
+             "INVALID_REQUEST", 0)]
+        .field = "orders[0].amount";
+    sent[add("bad-user", 1,
+             "{\"user_id\":0,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
+             "INVALID_REQUEST", 0)]
+        .field = "user_id";
+    sent[add("bad key!", 1,
+             "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
+             "INVALID_REQUEST", 0)]
+        .field = "key";
     sent[add(k81, 1, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}",
-             "INVALID_REQUEST", 0)].field = "key";
+             "INVALID_REQUEST", 0)]
+        .field = "key";
     add("", 0, "{\"user_id\":1,\"orders\":[{\"external_order_no\":\"Z\",\"amount\":1}]}", NULL, 0);
     dlq_expected = 6;
     assert_int_equal(kit_flush(producer, 30000), 0);
@@ -326,31 +332,36 @@ static void test_retries_reuse_clash(void **state)
     }
     for (int i = 10; i < 20; i++) {
         /* The same request spelled differently: amounts as numbers, spaces. */
-        snprintf(value, sizeof(value), "{ \"orders\" : [ {\"amount\": %d.%02d, \"external_order_no\":\"e2e-%d-0\"}",
-                 10, 0, i);
+        snprintf(value, sizeof(value),
+                 "{ \"orders\" : [ {\"amount\": %d.%02d, \"external_order_no\":\"e2e-%d-0\"}", 10,
+                 0, i);
         if (i % 5 >= 1) {
             size_t len = strlen(value);
 
             for (int j = 1; j <= i % 5; j++)
-                len += (size_t)snprintf(value + len, sizeof(value) - len,
-                                        ",{\"external_order_no\":\"e2e-%d-%d\",\"amount\":\"%d.%02d\"}", i, j,
-                                        10 + j, j);
+                len += (size_t)snprintf(
+                    value + len, sizeof(value) - len,
+                    ",{\"external_order_no\":\"e2e-%d-%d\",\"amount\":\"%d.%02d\"}", i, j, 10 + j,
+                    j);
         }
-        snprintf(value + strlen(value), sizeof(value) - strlen(value), "], \"user_id\": %d }", 100 + i % 7);
+        snprintf(value + strlen(value), sizeof(value) - strlen(value), "], \"user_id\": %d }",
+                 100 + i % 7);
         sent[add(sent[i].key, 1, value, "CREATED", 1)].same_as = i;
     }
     for (int i = 20; i < 25; i++) {
-        snprintf(value, sizeof(value), "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"other-%d\",\"amount\":1}]}",
+        snprintf(value, sizeof(value),
+                 "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"other-%d\",\"amount\":1}]}",
                  100 + i % 7, i);
         add(sent[i].key, 1, value, "IDEMPOTENCY_KEY_REUSED", 0);
     }
     for (int i = 25; i < 30; i++) {
         /* New key, an existing order with another amount: 409, nothing created. */
         snprintf(key, sizeof(key), "clash-%d", i);
-        snprintf(value, sizeof(value),
-                 "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"clash-new-%d\",\"amount\":1},"
-                 "{\"external_order_no\":\"e2e-%d-0\",\"amount\":\"99.99\"}]}",
-                 100 + i % 7, i, i);
+        snprintf(
+            value, sizeof(value),
+            "{\"user_id\":%d,\"orders\":[{\"external_order_no\":\"clash-new-%d\",\"amount\":1},"
+            "{\"external_order_no\":\"e2e-%d-0\",\"amount\":\"99.99\"}]}",
+            100 + i % 7, i, i);
         add(key, 1, value, "ORDER_ALREADY_EXISTS", 0);
     }
     for (int i = 30; i < 35; i++) {
@@ -367,12 +378,18 @@ static void test_retries_reuse_clash(void **state)
     for (int i = first; i < n_sent; i++)
         check_result(&results, &inputs, i);
     assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests"), N_NEW + 10);
-    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 5);
+    assert_int_equal(
+        testdb_count(&ts.db, "SELECT COUNT(*) FROM idempotency_requests WHERE status='FAILED'"), 5);
     assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders"), orders_before + 5);
-    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders WHERE external_order_no LIKE 'clash-new-%'"), 0);
-    assert_int_equal(testdb_count(&ts.db, "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r "
-                                       "ON r.id = o.request_id WHERE r.status IS NULL OR r.status <> 'SUCCEEDED'"),
-                     0);
+    assert_int_equal(
+        testdb_count(&ts.db,
+                     "SELECT COUNT(*) FROM orders WHERE external_order_no LIKE 'clash-new-%'"),
+        0);
+    assert_int_equal(
+        testdb_count(&ts.db,
+                     "SELECT COUNT(*) FROM orders o LEFT JOIN idempotency_requests r "
+                     "ON r.id = o.request_id WHERE r.status IS NULL OR r.status <> 'SUCCEEDED'"),
+        0);
     kit_msgs_free(&results);
     kit_msgs_free(&inputs);
 }
@@ -462,23 +479,6 @@ static int contains(const char *hay, size_t n, const char *needle, size_t m)
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    buf[*len] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Both replicas ran at debug level, which logs every decision with its key.
  * No log line may hold a whole idempotency key (of 6 bytes or more; a
  * shorter one could match by chance) or any part of a payload. */
@@ -493,7 +493,7 @@ static void test_logs_hold_no_key_or_payload(void **state)
         char *log;
 
         snprintf(path, sizeof(path), "%s/worker-%d.log", ts.logdir, r);
-        log = read_file(path, &len);
+        log = teststack_read_file(path, &len);
         for (const char *p = log; (p = strstr(p, "\"event\":\"decided\"")) != NULL; p++)
             decided++;
         for (int i = 0; i < n_sent; i++) {

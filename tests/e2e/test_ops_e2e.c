@@ -302,19 +302,6 @@ static void test_probes_with_broker_down(void **state)
     await_readyz(200, NULL, 120);
 }
 
-static char *read_log(void)
-{
-    FILE *f = fopen(log_path, "r");
-    static char buf[1 << 20];
-    size_t n;
-
-    assert_non_null(f);
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 static void test_sighup_stops_gracefully(void **state)
 {
     rd_kafka_t *p = kit_producer(ts.bootstrap, NULL);
@@ -322,7 +309,7 @@ static void test_sighup_stops_gracefully(void **state)
     char key[32], value[160];
     int64_t committed[2];
     int status;
-    const char *log;
+    char *log;
 
     (void)state;
     await_readyz(200, NULL, 120);
@@ -348,9 +335,10 @@ static void test_sighup_stops_gracefully(void **state)
     status = kit_wait(worker, 60000);
     worker = 0;
     assert_int_equal(status, 0);
-    log = read_log();
+    log = teststack_read_file(log_path, NULL);
     assert_non_null(strstr(log, "\"event\":\"worker_stopping\""));
     assert_non_null(strstr(log, "\"event\":\"worker_stopped\",\"clean\":1"));
+    free(log);
     /* The stop committed what was answered: nothing is left to redo. */
     assert_int_equal(kit_committed(ts.bootstrap, ts.group, ts.topic_in, 2, committed), 0);
     print_message("after SIGHUP: committed %lld + %lld of %d answered\n", (long long)committed[0],

@@ -391,22 +391,6 @@ static void test_invalid_headers_ignored(void **state)
     kit_msgs_free(&res);
 }
 
-/* The whole log file, NUL-terminated. */
-static char *read_log(void)
-{
-    FILE *f = fopen(log_path, "rb");
-    char *buf = calloc(1, 8 << 20);
-    size_t n = 0;
-
-    assert_non_null(buf);
-    if (f != NULL) {
-        n = fread(buf, 1, (8 << 20) - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 /* The first log line with event that holds every string of want (NULL-
  * terminated), or fails naming them. */
 static void expect_line(const char *log, const char *event, const char *const *want)
@@ -457,7 +441,7 @@ static void test_log_lines_carry_the_trace(void **state)
     await(ts.topic_dlq, NULL, TH, 1, &res, d);
     expect_trace(d[0], "the dead letter of a message without a key", TH, PH, "01", NULL, &ph);
     usleep(500000); /* lines are written before their outputs; a margin all the same */
-    log = read_log();
+    log = teststack_read_file(log_path, NULL);
     snprintf(topic, sizeof(topic), "\"messaging.destination.name\":\"%s\"", ts.topic_in);
     snprintf(group, sizeof(group), "\"messaging.consumer.group.name\":\"%s\"", ts.group);
     snprintf(trace, sizeof(trace), "\"trace_id\":\"%s\"", TG);
@@ -526,7 +510,7 @@ static void test_start_traces(void **state)
     expect_trace(r[0], "a new trace", p.trace_id, "", "01", NULL, &p);
     assert_string_not_equal(p.trace_id, "00000000000000000000000000000000");
     usleep(500000);
-    log = read_log();
+    log = teststack_read_file(log_path, NULL);
     snprintf(trace, sizeof(trace), "\"trace_id\":\"%s\"", p.trace_id);
     {
         const char *const want[] = {trace, "\"code\":\"CREATED\"", NULL};

@@ -93,8 +93,7 @@ pid_t teststack_spawn(const testenv *e, const char *log_path)
     return pid;
 }
 
-void teststack_await_committed(const teststack *s, int partitions, int timeout_s,
-                               const char *hint)
+void teststack_await_committed(const teststack *s, int partitions, int timeout_s, const char *hint)
 {
     int64_t ends[64], committed[64];
     int behind = 1;
@@ -119,4 +118,31 @@ void teststack_await_committed(const teststack *s, int partitions, int timeout_s
 void teststack_log(const teststack *s, const char *name, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s", s->logdir, name);
+}
+
+char *teststack_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+
+    if (f == NULL)
+        fail_msg("cannot read %s", path);
+    for (;;) {
+        if (cap - n < 65536) {
+            cap = cap == 0 ? 1 << 20 : cap * 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len != NULL)
+        *len = n;
+    return buf;
 }

@@ -51,9 +51,12 @@ pid_t teststack_spawn(const testenv *e, const char *log_path);
 /* Waits up to timeout_s for s's group to commit the end of every non-empty
  * partition of the input topic (the topic has partitions); fails the test
  * naming the first partition behind, and hint, when it does not. */
-void teststack_await_committed(const teststack *s, int partitions, int timeout_s,
-                               const char *hint);
+void teststack_await_committed(const teststack *s, int partitions, int timeout_s, const char *hint);
 /* logdir/name into out. */
 void teststack_log(const teststack *s, const char *name, char *out, size_t size);
+/* The whole file at path, NUL-terminated, its length in *len (len may be
+ * NULL); the caller frees it. Fails the test naming path when it cannot be
+ * read. */
+char *teststack_read_file(const char *path, size_t *len);
 
 #endif
