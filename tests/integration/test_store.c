@@ -246,6 +246,30 @@ static void *race(void *p)
     return NULL;
 }
 
+/* Decides a on s1 and b on s2 at once, each on its own thread. With a
+ * holder (a session keeping a key uncommitted), both are left to reach its
+ * lock first and the holder then rolls back. */
+static void race_two(ow_store *s1, testmsg *a, ow_store *s2, testmsg *b, MYSQL *holder)
+{
+    pthread_barrier_t start;
+    pthread_t t1, t2;
+    racer r1, r2;
+
+    pthread_barrier_init(&start, NULL, 2);
+    r1 = (racer){s1, a, &start};
+    r2 = (racer){s2, b, &start};
+    pthread_create(&t1, NULL, race, &r1);
+    pthread_create(&t2, NULL, race, &r2);
+    if (holder != NULL) {
+        usleep(500000);
+        assert_int_equal(mysql_rollback(holder), 0);
+        mysql_close(holder);
+    }
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_barrier_destroy(&start);
+}
+
 static void test_same_key_two_connections(void **state)
 {
     enum { ROUNDS = 60 };
@@ -256,10 +280,7 @@ static void test_same_key_two_connections(void **state)
     (void)state;
     for (int round = 0; round < ROUNDS; round++) {
         char key[32], value[256];
-        pthread_barrier_t start;
-        pthread_t t1, t2;
         testmsg a, b;
-        racer r1, r2;
         char sql[160];
 
         snprintf(key, sizeof(key), "race-%d", round);
@@ -269,14 +290,7 @@ static void test_same_key_two_connections(void **state)
                  round, round);
         testmsg_make(&a, key, value);
         testmsg_make(&b, key, value);
-        pthread_barrier_init(&start, NULL, 2);
-        r1 = (racer){s1, &a, &start};
-        r2 = (racer){s2, &b, &start};
-        pthread_create(&t1, NULL, race, &r1);
-        pthread_create(&t2, NULL, race, &r2);
-        pthread_join(t1, NULL);
-        pthread_join(t2, NULL);
-        pthread_barrier_destroy(&start);
+        race_two(s1, &a, s2, &b, NULL);
         /* Exactly one created, the other replayed the same bytes. */
         if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_REPLAY) ||
               (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_REPLAY)))
@@ -528,28 +542,14 @@ static void test_three_sessions_same_request(void **state)
     ow_store *s1 = testdb_store(&db, &ids, 10);
     ow_store *s2 = testdb_store(&db, &ids, 10);
     testmsg a, b;
-    MYSQL *first;
-    pthread_barrier_t start;
-    pthread_t t1, t2;
-    racer r1, r2;
 
     (void)state;
     testmsg_make(&a, "three",
                  "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
     testmsg_make(&b, "three",
                  "{\"user_id\":11,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
-    first = hold_key(&a, "{}");
-    pthread_barrier_init(&start, NULL, 2);
-    r1 = (racer){s1, &a, &start};
-    r2 = (racer){s2, &b, &start};
-    pthread_create(&t1, NULL, race, &r1);
-    pthread_create(&t2, NULL, race, &r2);
-    usleep(500000); /* one waits on the first session's key, the other on its order */
-    assert_int_equal(mysql_rollback(first), 0);
-    mysql_close(first);
-    pthread_join(t1, NULL);
-    pthread_join(t2, NULL);
-    pthread_barrier_destroy(&start);
+    /* The holder rolls back once one waits on the first session's key, the other on its order */
+    race_two(s1, &a, s2, &b, hold_key(&a, "{}"));
     if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_REPLAY) ||
           (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_REPLAY)))
         fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
@@ -574,28 +574,14 @@ static void test_three_sessions_first_rolls_back(void **state)
     ow_store *s1 = testdb_store(&db, &ids, 10);
     ow_store *s2 = testdb_store(&db, &ids, 10);
     testmsg a, b;
-    MYSQL *first;
-    pthread_barrier_t start;
-    pthread_t t1, t2;
-    racer r1, r2;
 
     (void)state;
     testmsg_make(&a, "three",
                  "{\"user_id\":16,\"orders\":[{\"external_order_no\":\"T1\",\"amount\":1}]}");
     testmsg_make(&b, "three",
                  "{\"user_id\":16,\"orders\":[{\"external_order_no\":\"T2\",\"amount\":1}]}");
-    first = hold_key(&a, "{}");
-    pthread_barrier_init(&start, NULL, 2);
-    r1 = (racer){s1, &a, &start};
-    r2 = (racer){s2, &b, &start};
-    pthread_create(&t1, NULL, race, &r1);
-    pthread_create(&t2, NULL, race, &r2);
-    usleep(500000); /* both wait on the first session's key */
-    assert_int_equal(mysql_rollback(first), 0);
-    mysql_close(first);
-    pthread_join(t1, NULL);
-    pthread_join(t2, NULL);
-    pthread_barrier_destroy(&start);
+    /* The holder rolls back once both wait on the first session's key */
+    race_two(s1, &a, s2, &b, hold_key(&a, "{}"));
     if (!((a.item.decision == OW_DECISION_CREATED && b.item.decision == OW_DECISION_KEY_REUSED) ||
           (b.item.decision == OW_DECISION_CREATED && a.item.decision == OW_DECISION_KEY_REUSED)))
         fail_msg("decisions %d and %d", a.item.decision, b.item.decision);
@@ -1026,10 +1012,7 @@ static void test_one_order_two_requests(void **state)
         int plain = round % 4 >= 2;
         ow_store *s1 = mode_store(plain, 5), *s2 = mode_store(plain, 5);
         char ka[32], kb[32], va[256], vb[256], sql[200];
-        pthread_barrier_t start;
-        pthread_t t1, t2;
         testmsg a, b;
-        racer r1, r2;
         long long shared;
 
         snprintf(ka, sizeof(ka), "oo-a-%d", round);
@@ -1044,14 +1027,7 @@ static void test_one_order_two_requests(void **state)
                  round, round % 2 == 0 ? 5 : 6, round);
         testmsg_make(&a, ka, va);
         testmsg_make(&b, kb, vb);
-        pthread_barrier_init(&start, NULL, 2);
-        r1 = (racer){s1, &a, &start};
-        r2 = (racer){s2, &b, &start};
-        pthread_create(&t1, NULL, race, &r1);
-        pthread_create(&t2, NULL, race, &r2);
-        pthread_join(t1, NULL);
-        pthread_join(t2, NULL);
-        pthread_barrier_destroy(&start);
+        race_two(s1, &a, s2, &b, NULL);
         snprintf(sql, sizeof(sql),
                  "SELECT COUNT(*) FROM orders WHERE user_id = 13 AND external_order_no = 'OO-%d'",
                  round);
