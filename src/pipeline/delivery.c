@@ -78,7 +78,7 @@ void ow_delivery_flush(ow_delivery *d, int64_t deadline_ms)
 
 int ow_delivery_rewind(ow_delivery *d)
 {
-    return d->ops->rewind(d);
+    return d->ops->rewind != NULL ? d->ops->rewind(d) : 0;
 }
 
 /* --- Lanes ----------------------------------------------------------------- */

@@ -141,18 +141,6 @@ static void eos_flush(ow_delivery *d, int64_t deadline_ms)
     commit((eos_delivery *)d, "shutdown", deadline_ms);
 }
 
-/* Nothing asks this of exactly-once mode: its producer is never replaced
- * (eos_producer_failed stops the worker). Its one way back is the
- * transaction's abort, which rewinds every partition to its committed
- * offset and logs each (partition_rewound). */
-static int eos_rewind(ow_delivery *d)
-{
-    eos_delivery *e = (eos_delivery *)d;
-
-    after_abort(e, ow_txn_abort_closed(&e->txn, "the input was rewound"));
-    return 0;
-}
-
 static void eos_store_offset(ow_delivery *d, int32_t partition, int64_t offset)
 {
     ow_txn_note_offset(&((eos_delivery *)d)->txn, partition, offset);
@@ -276,7 +264,6 @@ static const ow_delivery_ops eos_ops = {
     .commit = eos_commit,
     .revoke = eos_revoke,
     .flush = eos_flush,
-    .rewind = eos_rewind,
     .delivered = eos_delivered,
     .committed = eos_committed,
     .producer_failed = eos_producer_failed,

@@ -42,6 +42,8 @@ typedef struct {
     void (*commit)(ow_delivery *d, const char *why, int64_t deadline_ms);
     void (*revoke)(ow_delivery *d, const rd_kafka_topic_partition_list_t *parts, int lost);
     void (*flush)(ow_delivery *d, int64_t deadline_ms);
+    /* Only a mode whose producer_failed answers OW_PRODUCER_REPLACED has
+     * one: the producer is replaced and what it held given up. */
     int (*rewind)(ow_delivery *d);
     void (*delivered)(ow_delivery *d, rd_kafka_t *rk, const rd_kafka_message_t *m);
     void (*committed)(ow_delivery *d, rd_kafka_resp_err_t err,
