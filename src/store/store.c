@@ -578,7 +578,15 @@ void ow_store_learn_features(ow_store *s)
  * rows it wrote. */
 static int statement_done(MYSQL_STMT *st, const ow_rows *rows, size_t *affected, ow_error *err)
 {
-    if (rows->returned != NULL && mysql_stmt_field_count(st) > 0)
+    /* A statement that returns its rows' ids answers with a result set:
+     * one that only counted them would leave its rows unread, as if others
+     * had written them. */
+    if (rows->returned != NULL && mysql_stmt_field_count(st) == 0)
+        return ow_error_set(err, OW_ERRCLASS_FATAL, 0,
+                            "%s: the server wrote %llu rows but returned none of their ids "
+                            "(INSERT ... RETURNING unsupported?)",
+                            rows->what, (unsigned long long)mysql_stmt_affected_rows(st));
+    if (rows->returned != NULL)
         return rows->returned(rows->ctx, st, err);
     *affected += (size_t)mysql_stmt_affected_rows(st);
     return OW_OK;

@@ -262,7 +262,7 @@ int ow_orders_insert(ow_decide_part *p, ow_error *err)
                     p,
                     bind_order,
                     order_bytes,
-                    mark_returned,
+                    p->s->returning ? mark_returned : NULL,
                     "insert orders"};
     size_t affected = 0, marked = 0;
     int rc;
@@ -270,14 +270,6 @@ int ow_orders_insert(ow_decide_part *p, ow_error *err)
     if (sc->n_slots == 0)
         return OW_OK;
     rc = ow_store_send_rows(p->s, &rows, &affected, err);
-    /* With RETURNING every execution answers with rows: one that only
-     * counted them would leave the inserted orders unmarked, to be read as
-     * if another request held them and never taken back. */
-    if (rc == OW_OK && p->s->returning && affected > 0)
-        return ow_error_set(err, OW_ERRCLASS_FATAL, 0,
-                            "insert orders: the server wrote %zu rows but returned none of "
-                            "their ids (INSERT ... RETURNING unsupported?)",
-                            affected);
     if (rc != OW_OK || p->s->returning)
         return rc;
     if (affected == sc->n_slots) {

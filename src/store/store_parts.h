@@ -284,7 +284,8 @@ unsigned ow_store_bucket_floor(size_t rows);
 /* Rows for one statement shape whose tuple takes cols parameters: bind
  * binds row r's parameters through ow_param_*, bytes bounds what row r
  * adds to a statement's packet, and returned (may be NULL) reads the rows
- * a statement returned (INSERT ... RETURNING). */
+ * a statement returned (INSERT ... RETURNING): given, every execution must
+ * return them. */
 typedef struct {
     const ow_sql_shape *shape;
     size_t rows;
