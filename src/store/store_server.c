@@ -510,17 +510,11 @@ size_t ow_store_orders_cap(void)
  * of at the first conflict. It takes no lock. Any other error it meets (a
  * read-only server during a failover) is not this check's to judge: the
  * deciding transaction meets it again and retries. */
-static const char *const sql_probe_delete = "DELETE FROM orders WHERE 1 = 0";
 
 static int check_delete(ow_store *s, const char *db, ow_error *err)
 {
-    MYSQL_STMT *st = NULL;
-    int rc = ow_store_prepare(s, sql_probe_delete, &st, err);
+    int rc = ow_store_exec_static(s, "DELETE FROM orders WHERE 1 = 0", err);
 
-    if (rc == OW_OK)
-        rc = ow_store_execute(s, st, NULL, "check the account's grants", err);
-    if (st != NULL)
-        mysql_stmt_close(st);
     ow_store_end_read(s);
     if (rc != OW_OK && err->code == OW_ER_TABLEACCESS_DENIED)
         return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, err->code,
