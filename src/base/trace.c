@@ -21,6 +21,14 @@ static int hexdig(char c)
     return -1;
 }
 
+/* The byte of two lower-case hex digits at p, or -1. */
+static int hex_byte(const char *p)
+{
+    int hi = hexdig(p[0]), lo = hexdig(p[1]);
+
+    return hi < 0 || lo < 0 ? -1 : hi << 4 | lo;
+}
+
 /* n bytes of lower-case hex at p into out (n / 2 bytes); 0 when one is
  * not such a digit or every byte is zero, which W3C forbids for both ids. */
 static int hex_id(const char *p, size_t n, unsigned char *out)
@@ -28,11 +36,11 @@ static int hex_id(const char *p, size_t n, unsigned char *out)
     unsigned char any = 0;
 
     for (size_t i = 0; i < n; i += 2) {
-        int hi = hexdig(p[i]), lo = hexdig(p[i + 1]);
+        int b = hex_byte(p + i);
 
-        if (hi < 0 || lo < 0)
+        if (b < 0)
             return 0;
-        out[i / 2] = (unsigned char)(hi << 4 | lo);
+        out[i / 2] = (unsigned char)b;
         any |= out[i / 2];
     }
     return any != 0;
@@ -40,32 +48,30 @@ static int hex_id(const char *p, size_t n, unsigned char *out)
 
 int ow_traceparent_parse(const char *v, size_t n, ow_traceparent *tp)
 {
-    int ver_hi, ver_lo, fl_hi, fl_lo;
+    int version, flags;
 
     if (v == NULL)
         return OW_EINVAL;
     n = ow_trim_blanks(&v, n);
     if (n < OW_TRACEPARENT_LEN)
         return OW_EINVAL;
-    ver_hi = hexdig(v[0]);
-    ver_lo = hexdig(v[1]);
-    if (ver_hi < 0 || ver_lo < 0 || v[2] != '-' || (ver_hi == 15 && ver_lo == 15))
+    version = hex_byte(v);
+    if (version < 0 || v[2] != '-' || version == 0xff)
         return OW_EINVAL;
     /* Version 00 is exactly 55 characters; a higher one may go on after a
      * dash with fields this version does not know, which are not read. */
-    if (ver_hi == 0 && ver_lo == 0 ? n != OW_TRACEPARENT_LEN
-                                   : n > OW_TRACEPARENT_LEN && v[OW_TRACEPARENT_LEN] != '-')
+    if (version == 0 ? n != OW_TRACEPARENT_LEN
+                     : n > OW_TRACEPARENT_LEN && v[OW_TRACEPARENT_LEN] != '-')
         return OW_EINVAL;
     if (v[35] != '-' || v[52] != '-')
         return OW_EINVAL;
     if (!hex_id(v + 3, 2 * OW_TRACE_ID_LEN, tp->trace_id) ||
         !hex_id(v + 36, 2 * OW_SPAN_ID_LEN, tp->parent_id))
         return OW_EINVAL;
-    fl_hi = hexdig(v[53]);
-    fl_lo = hexdig(v[54]);
-    if (fl_hi < 0 || fl_lo < 0)
+    flags = hex_byte(v + 53);
+    if (flags < 0)
         return OW_EINVAL;
-    tp->flags = (unsigned)(fl_hi << 4 | fl_lo);
+    tp->flags = (unsigned)flags;
     return OW_OK;
 }
 
