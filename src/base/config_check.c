@@ -91,6 +91,20 @@ static const char *kafka_name(const char *full)
     return full;
 }
 
+int ow_config_kafka_fixed(const char *name)
+{
+    /* auto.commit.interval.ms is commit.interval_ms's, and transactional.id
+     * is refused by check_guarantee with its own reason. */
+    static const char *const fixed[] = {
+        "enable.auto.offset.store", "enable.idempotence",   "acks",
+        "enable.auto.commit",       "enable.partition.eof", "auto.commit.interval.ms"};
+
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        if (strcmp(name, fixed[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* processing.guarantee, and what exactly_once_v2 needs: a replica id that
  * can be a transactional id, and input read committed. */
 static int check_guarantee(ow_config *cfg, ow_error *err)
@@ -389,9 +403,7 @@ int ow_config_finish(ow_config *cfg, ow_error *err)
         const char *full = cfg->passthrough[i].name;
         const char *n = kafka_name(full);
 
-        if (strcmp(n, "enable.auto.offset.store") == 0 || strcmp(n, "enable.idempotence") == 0 ||
-            strcmp(n, "acks") == 0 || strcmp(n, "enable.auto.commit") == 0 ||
-            strcmp(n, "enable.partition.eof") == 0)
+        if (ow_config_kafka_fixed(n))
             return ow_error_set(err, OW_ERRCLASS_INVALID_INPUT, 0,
                                 "kafka.%s: is fixed by order-worker's delivery guarantees", full);
         /* latest (and its other names) skips, without a word, what a

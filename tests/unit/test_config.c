@@ -71,7 +71,8 @@ static const error_case error_cases[] = {
     {" = 5\n", "t.conf:1: empty key before '='"},
     {"log.level = loud\n", "t.conf:1: log.level: must be one of error, warn, info, debug"},
     {"worker.lanes = 0\n", "t.conf:1: worker.lanes: 0 is out of range [1, 64]"},
-    {"tracing.start_traces = yes\n", "t.conf:1: tracing.start_traces: \"yes\" is not true or false"},
+    {"tracing.start_traces = yes\n",
+     "t.conf:1: tracing.start_traces: \"yes\" is not true or false"},
     {"tracing.start_traces = 1\n", "t.conf:1: tracing.start_traces: \"1\" is not true or false"},
     {"tracing.start_traces = True\n",
      "t.conf:1: tracing.start_traces: \"True\" is not true or false"},
@@ -195,11 +196,15 @@ static void test_finish_checks(void **state)
         const char *text;
         const char *error;
     } cases[] = {
-        {"topic.results = order-batches\n", "topic.input: must differ from topic.results and topic.dlq"},
+        {"topic.results = order-batches\n",
+         "topic.input: must differ from topic.results and topic.dlq"},
         {"kafka.group.id =\n", "kafka.group.id: must not be empty"},
         {"kafka.enable.auto.offset.store = true\n",
          "kafka.enable.auto.offset.store: is fixed by order-worker's delivery guarantees"},
         {"kafka.acks = 1\n", "kafka.acks: is fixed by order-worker's delivery guarantees"},
+        /* commit.interval_ms sets it; the clients' table would override it. */
+        {"kafka.consumer.auto.commit.interval.ms = 100\n",
+         "kafka.consumer.auto.commit.interval.ms: is fixed by order-worker's delivery guarantees"},
         /* The ledger passes the records behind a partition's last message
          * when librdkafka reports the partition's end. */
         {"kafka.consumer.enable.partition.eof = false\n",
@@ -234,7 +239,8 @@ static void test_finish_checks(void **state)
          "mysql.ssl_mode: verify_identity needs mysql.ssl_ca or mysql.ssl_capath"},
         {"mysql.ssl_mode = verify_ca\nmysql.ssl_cert = c.pem\n",
          "mysql.ssl_mode: verify_ca needs mysql.ssl_ca or mysql.ssl_capath"},
-        {"mysql.ssl_cert = c.pem\n", "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together"},
+        {"mysql.ssl_cert = c.pem\n",
+         "mysql.ssl_cert: mysql.ssl_cert and mysql.ssl_key go together"},
         /* A version Connector/C does not know is ignored by it without a
          * word, leaving the library's default in force. */
         {"mysql.tls_version = TLS1.2\n",
@@ -381,8 +387,12 @@ static void test_transaction_timeout(void **state)
  * ma_tls_version_options), with or without blanks after the commas. */
 static void test_tls_versions_accepted(void **state)
 {
-    static const char *const good[] = {"", "TLSv1.2", "TLSv1.3", "TLSv1.2,TLSv1.3",
-                                       "TLSv1.2, TLSv1.3", "TLSv1.0,TLSv1.1,TLSv1.2,TLSv1.3"};
+    static const char *const good[] = {"",
+                                       "TLSv1.2",
+                                       "TLSv1.3",
+                                       "TLSv1.2,TLSv1.3",
+                                       "TLSv1.2, TLSv1.3",
+                                       "TLSv1.0,TLSv1.1,TLSv1.2,TLSv1.3"};
 
     (void)state;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -402,8 +412,7 @@ static void test_tls_versions_accepted(void **state)
 /* IPv6 literals and localhost are addresses too. */
 static void test_metrics_addresses(void **state)
 {
-    static const char *const good[] = {"127.0.0.1", "0.0.0.0", "::1", "::", "fe80::1",
-                                       "localhost"};
+    static const char *const good[] = {"127.0.0.1", "0.0.0.0", "::1", "::", "fe80::1", "localhost"};
 
     (void)state;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -539,9 +548,8 @@ static void test_password_file(void **state)
     unlink(path);
 
     assert_int_equal(ow_config_init(&cfg, &err), OW_OK);
-    assert_int_equal(ow_config_load_string(&cfg, "mysql.password_file = /nonexistent/pw\n", "f",
-                                           &err),
-                     OW_OK);
+    assert_int_equal(
+        ow_config_load_string(&cfg, "mysql.password_file = /nonexistent/pw\n", "f", &err), OW_OK);
     assert_int_equal(ow_config_finish(&cfg, &err), OW_EINVAL);
     assert_non_null(strstr(err.msg, "mysql.password_file: /nonexistent/pw: cannot open"));
     ow_config_cleanup(&cfg);
@@ -549,9 +557,16 @@ static void test_password_file(void **state)
 
 static void test_reference_lists_every_key(void **state)
 {
-    static const char *const keys[] = {"kafka.bootstrap.servers", "kafka.group.id", "topic.input",
-                                       "topic.results", "topic.dlq", "mysql.host", "mysql.port",
-                                       "mysql.user", "mysql.password", "mysql.database"};
+    static const char *const keys[] = {"kafka.bootstrap.servers",
+                                       "kafka.group.id",
+                                       "topic.input",
+                                       "topic.results",
+                                       "topic.dlq",
+                                       "mysql.host",
+                                       "mysql.port",
+                                       "mysql.user",
+                                       "mysql.password",
+                                       "mysql.database"};
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -599,7 +614,8 @@ static void test_example_file(void **state)
     for (line = ref; line != NULL && *line != '\0';) {
         const char *nl = strchr(line, '\n');
 
-        if (line[0] == ' ' && line[1] == ' ' && line[2] != ' ' && strncmp(line + 2, "kafka.<", 7) != 0) {
+        if (line[0] == ' ' && line[1] == ' ' && line[2] != ' ' &&
+            strncmp(line + 2, "kafka.<", 7) != 0) {
             char key[64], want[80];
 
             sscanf(line + 2, "%63s", key);

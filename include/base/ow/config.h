@@ -148,6 +148,11 @@ void ow_config_print_reference(FILE *out, int markdown);
  * inline key material such as ssl.key.pem): redacted by config --print and
  * kept out of error messages and logs. */
 int ow_config_is_secret_kafka(const char *name);
+/* 1 for a librdkafka property (without its consumer./producer. prefix)
+ * that order-worker sets itself for its delivery guarantees: a kafka.* key
+ * naming it is refused, and the clients' settings table sets it whatever
+ * the configuration holds. */
+int ow_config_kafka_fixed(const char *name);
 
 const char *ow_config_source_name(ow_config_source src);
 /* 1 when address is an IPv4 or IPv6 literal or "localhost" (metrics.address). */
