@@ -364,7 +364,6 @@ int ow_txn_begin(ow_txn *tx)
     txn_outcome o = outcome_of(tx, rd_kafka_begin_transaction(tx->producer), "begin");
 
     tx->open = o == TXN_OK;
-    atomic_store(&tx->produced, 0);
     atomic_store(&tx->opened_ms, 0);
     tx->last_commit_ms = ow_clock_mono_ms();
     return o == TXN_OK ? OW_OK : OW_EFATAL;
@@ -439,10 +438,19 @@ int ow_txn_start(ow_txn *tx, rd_kafka_t *producer, rd_kafka_t *consumer, ow_erro
 
 /* --- Offsets -------------------------------------------------------------- */
 
+/* Marks the transaction opened at its first output or offsets; later
+ * outputs only read the mark, so that they do not all write one line. */
+static void mark_opened(ow_txn *tx)
+{
+    int64_t none = 0;
+
+    if (atomic_load_explicit(&tx->opened_ms, memory_order_relaxed) == 0)
+        atomic_compare_exchange_strong(&tx->opened_ms, &none, ow_clock_mono_ms());
+}
+
 void ow_txn_produced(ow_txn *tx)
 {
-    if (atomic_exchange(&tx->produced, 1) == 0)
-        atomic_store(&tx->opened_ms, ow_clock_mono_ms());
+    mark_opened(tx);
 }
 
 void ow_txn_want_abort(ow_txn *tx)
@@ -629,10 +637,9 @@ static int flushed(ow_txn *tx, int64_t deadline_ms)
 static txn_outcome send_offsets(ow_txn *tx, const rd_kafka_topic_partition_list_t *l, int *gave_up)
 {
     txn_outcome o;
-    int64_t none = 0;
 
     /* Offsets alone open the transaction on the broker too. */
-    atomic_compare_exchange_strong(&tx->opened_ms, &none, ow_clock_mono_ms());
+    mark_opened(tx);
     do {
         rd_kafka_error_t *e =
             call_send_offsets(tx, l, rd_kafka_consumer_group_metadata(tx->consumer), gave_up);
@@ -664,7 +671,7 @@ int ow_txn_commit_closed(ow_txn *tx, const char *why, int64_t deadline_ms)
                    ? ow_txn_abort_closed(tx, "an output was not delivered")
                    : OW_TXN_NOT_COMMITTED;
     l = offsets_to_send(tx);
-    if (l == NULL && !atomic_load(&tx->produced)) {
+    if (l == NULL && atomic_load(&tx->opened_ms) == 0) {
         tx->last_commit_ms = ow_clock_mono_ms();
         return OW_OK;
     }

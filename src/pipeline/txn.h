@@ -63,7 +63,6 @@ typedef struct {
     int64_t *noted;
     int64_t *committed;
     size_t n_parts;
-    _Atomic int produced; /* since the transaction began */
     _Atomic int abort_wanted;
     int open; /* a transaction is begun */
     int64_t last_commit_ms;
