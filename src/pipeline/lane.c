@@ -270,7 +270,7 @@ static void log_db(const ow_lane *l, const batch *b, size_t nv, int level, const
 {
     ow_buf ids;
     size_t more = 0;
-    char more_text[21] = "";
+    char more_text[21] = "", shard_text[21] = "";
 
     if (!OW_LOG_ENABLED(level))
         return;
@@ -278,17 +278,15 @@ static void log_db(const ow_lane *l, const batch *b, size_t nv, int level, const
     batch_trace_ids(b, nv, &ids, &more);
     if (more > 0)
         ow_format_int((long long)more, more_text);
-    if (l->env->cfg->shards.n == 0)
-        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("attempt", attempt + 1),
-               OW_F_INT("code", err->code), OW_F_STR("error", err->msg),
-               OW_F_INT("messages", (int64_t)nv), OW_F_JSON("trace_ids", ids.data),
-               OW_F_JSON("trace_ids_omitted", more > 0 ? more_text : NULL));
-    else
-        OW_LOG(level, event, OW_F_INT("lane", l->index), OW_F_INT("shard", l->shard),
-               OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
-               OW_F_STR("error", err->msg), OW_F_INT("messages", (int64_t)nv),
-               OW_F_JSON("trace_ids", ids.data),
-               OW_F_JSON("trace_ids_omitted", more > 0 ? more_text : NULL));
+    if (l->env->cfg->shards.n > 0)
+        ow_format_int((long long)l->shard, shard_text);
+    /* A field without a value is left out: shard without shards. */
+    OW_LOG(level, event, OW_F_INT("lane", l->index),
+           OW_F_JSON("shard", l->env->cfg->shards.n > 0 ? shard_text : NULL),
+           OW_F_INT("attempt", attempt + 1), OW_F_INT("code", err->code),
+           OW_F_STR("error", err->msg), OW_F_INT("messages", (int64_t)nv),
+           OW_F_JSON("trace_ids", ids.data),
+           OW_F_JSON("trace_ids_omitted", more > 0 ? more_text : NULL));
     ow_buf_cleanup(&ids);
 }
 
