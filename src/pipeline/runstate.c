@@ -98,12 +98,11 @@ int ow_runstate_stop_asked(const ow_runstate *rs)
     return atomic_load(&rs->stopping) || ow_runstate_deadline(rs) > 0;
 }
 
-int64_t ow_runstate_reserve_ms(const ow_runstate *rs)
+int64_t ow_runstate_reserve_ms(void)
 {
     int64_t budget = atomic_load(&stop_budget_ms);
     int64_t r = budget > 0 ? budget / 4 : 0;
 
-    (void)rs;
     return r < 2000 ? r : 2000;
 }
 

@@ -64,7 +64,7 @@ int ow_runstate_stop_asked(const ow_runstate *rs);
 /* What the stop keeps, after the wait for the lanes and the flush of
  * results, for committing and leaving the group: a quarter of its budget,
  * at most 2 s. */
-int64_t ow_runstate_reserve_ms(const ow_runstate *rs);
+int64_t ow_runstate_reserve_ms(void);
 /* Starts the stop: its deadline is ow_runstate_deadline's, or the budget
  * from now. The process's watchdog (main.c) reads it with
  * ow_runstate_stop_status. */

@@ -175,7 +175,7 @@ static int calls_end(const ow_txn *tx)
     if (d == 0)
         return 0;
     if (!atomic_load(&tx->rs->stopping))
-        d -= ow_runstate_reserve_ms(tx->rs);
+        d -= ow_runstate_reserve_ms();
     return ow_clock_mono_ms() >= d;
 }
 

@@ -120,7 +120,7 @@ static void on_consumer_message(ow_worker *w, rd_kafka_message_t *m)
  * shutdown.timeout_ms. */
 static void shut_down(ow_worker *w)
 {
-    int64_t reserve = ow_runstate_reserve_ms(&w->rs);
+    int64_t reserve = ow_runstate_reserve_ms();
     int64_t left;
 
     /* The deadline counts from the signal, when one asked for the stop. */
