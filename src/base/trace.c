@@ -10,23 +10,18 @@
 
 /* --- traceparent ------------------------------------------------------------ */
 
-/* The value of a lower-case hex digit, or -1: upper-case hex is not
- * HEXDIGLC and makes the header invalid. */
-static int hexdig(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
+/* A lower-case hex digit's value plus one; 0 for any other byte:
+ * upper-case hex is not HEXDIGLC and makes the header invalid. */
+static const unsigned char hex_plus1[256] = {
+    ['0'] = 1, ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16};
 
 /* The byte of two lower-case hex digits at p, or -1. */
 static int hex_byte(const char *p)
 {
-    int hi = hexdig(p[0]), lo = hexdig(p[1]);
+    int hi = hex_plus1[(unsigned char)p[0]] - 1, lo = hex_plus1[(unsigned char)p[1]] - 1;
 
-    return hi < 0 || lo < 0 ? -1 : hi << 4 | lo;
+    return (hi | lo) < 0 ? -1 : hi << 4 | lo;
 }
 
 /* n bytes of lower-case hex at p into out (n / 2 bytes); 0 when one is
